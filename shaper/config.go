@@ -1,0 +1,185 @@
+package shaper
+
+import "time"
+
+// Config is the whole configuration file of a shaper daemon.
+type Config struct {
+	// Admin is the HTTP server for metrics, health and the pipelines API.
+	Admin AdminConfig `yaml:"admin"`
+	// Shutdown bounds the graceful drain.
+	Shutdown ShutdownConfig `yaml:"shutdown"`
+	// Pipelines run side by side, each from one source to one sink.
+	Pipelines []PipelineConfig `yaml:"pipelines"`
+}
+
+// AdminConfig configures the admin HTTP server.
+type AdminConfig struct {
+	// Listen is the host:port of /metrics, /healthz, /readyz and /v1/pipelines.
+	// Default 127.0.0.1:9090. An empty host listens on every interface.
+	Listen string `yaml:"listen"`
+	// Token, when set, must be sent as "Authorization: Bearer <token>" on
+	// mutating calls (PUT). Reading endpoints stay open.
+	Token string `yaml:"token"`
+}
+
+// ShutdownConfig configures the graceful drain on SIGTERM or SIGINT.
+type ShutdownConfig struct {
+	// DrainTimeout is how long the bucket keeps draining after the signal
+	// before what remains is nacked. Default 30s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+}
+
+// PipelineConfig is one source, one bucket, one rate and one sink.
+type PipelineConfig struct {
+	// Name labels the pipeline's metrics and its admin API path. Required,
+	// unique, letters, digits, '-', '_' and '.'.
+	Name string `yaml:"name"`
+	// Source is where messages come from: exactly one of its fields.
+	Source SourceConfig `yaml:"source"`
+	// Bucket bounds how many messages wait and for how long.
+	Bucket BucketConfig `yaml:"bucket"`
+	// Rate is how fast messages leave the bucket.
+	Rate RateConfig `yaml:"rate"`
+	// Sink is where messages go: exactly one of its fields.
+	Sink SinkConfig `yaml:"sink"`
+	// DeadLetter is where undeliverable messages go: exactly one of its
+	// fields, or left out (then they are nacked for redelivery and logged).
+	DeadLetter *DeadLetterConfig `yaml:"dead_letter"`
+}
+
+// SourceConfig selects the source of a pipeline.
+type SourceConfig struct {
+	// NATS consumes a subject: JetStream when Stream is set, else core NATS.
+	NATS *NATSSourceConfig `yaml:"nats"`
+}
+
+// NATSSourceConfig configures a NATS source.
+type NATSSourceConfig struct {
+	// URL of the NATS server(s), comma-separated. Required.
+	URL string `yaml:"url"`
+	// Subject to consume; wildcards allowed. Required.
+	Subject string `yaml:"subject"`
+	// Stream, when set, makes the source a JetStream durable pull consumer
+	// (at-least-once) on that existing stream. Left out: core NATS
+	// (at-most-once; messages arriving while the bucket is full are dropped
+	// and counted in shaper_source_dropped_total).
+	Stream string `yaml:"stream"`
+	// Durable is the JetStream consumer name. Default "shaper-<pipeline name>".
+	Durable string `yaml:"durable"`
+	// AckWait is the JetStream consumer's AckWait: how long the server waits
+	// for an ack before redelivering. The source sends InProgress for every
+	// message it holds well before that, so a queued message is never
+	// redelivered while it waits. Default 30s.
+	AckWait time.Duration `yaml:"ack_wait"`
+}
+
+// BucketConfig configures the bounded leaky bucket.
+type BucketConfig struct {
+	// Capacity is the most messages held at once (queued, waiting for a
+	// retry, or in flight). When full, the source stops fetching. It is also
+	// held to limit × max_queue_time. Default 1000.
+	Capacity int `yaml:"capacity"`
+	// MaxQueueTime is the longest a message may wait in the bucket before its
+	// departure. Default 5s.
+	MaxQueueTime time.Duration `yaml:"max_queue_time"`
+	// OnExpire is what happens to a message that would wait longer:
+	// dead_letter (default), drop (ack without delivery), or deliver (send late).
+	OnExpire string `yaml:"on_expire"`
+}
+
+// Modes of RateConfig.Mode.
+const (
+	ModeLeaky = "leaky"
+	ModeToken = "token"
+)
+
+// Values of BucketConfig.OnExpire.
+const (
+	OnExpireDeadLetter = "dead_letter"
+	OnExpireDrop       = "drop"
+	OnExpireDeliver    = "deliver"
+)
+
+// RateConfig configures the limiter.
+type RateConfig struct {
+	// Mode is leaky (default: requests exactly 1/limit apart, never a burst)
+	// or token (up to Burst at once after idle time, average Limit).
+	Mode string `yaml:"mode"`
+	// Limit is requests per second to the sink, retries included. Required;
+	// fractions allowed (0.5 is one request every two seconds).
+	Limit float64 `yaml:"limit"`
+	// Burst is how many requests token mode lets go at once, >= 1. Left out:
+	// 1 in leaky mode, one second's worth (Limit, at least 1) in token mode.
+	Burst *int `yaml:"burst"`
+	// Warmup ramps the limit from Limit/3 to Limit over this time after
+	// start. Default 0 (no ramp).
+	Warmup time.Duration `yaml:"warmup"`
+}
+
+// SinkConfig selects the sink of a pipeline.
+type SinkConfig struct {
+	// HTTP sends each message as one HTTP request.
+	HTTP *HTTPSinkConfig `yaml:"http"`
+	// NATS publishes each message to a subject (shaping into a subject).
+	NATS *NATSSinkConfig `yaml:"nats"`
+}
+
+// DeliveryConfig is how the dispatcher treats a sink: concurrency, the
+// per-attempt timeout and retries. Both sinks carry it.
+type DeliveryConfig struct {
+	// Timeout bounds each attempt. Default 2s.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxInFlight is the most attempts outstanding at once. Default 8.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// Retry is the retry policy.
+	Retry RetryConfig `yaml:"retry"`
+}
+
+// RetryConfig configures retries of retryable failures.
+type RetryConfig struct {
+	// MaxAttempts counts every attempt, the first included. Default 5.
+	MaxAttempts int `yaml:"max_attempts"`
+	// InitialBackoff is the upper bound of the first backoff (full jitter:
+	// the wait is uniform in [0, bound]). Default 200ms.
+	InitialBackoff time.Duration `yaml:"initial_backoff"`
+	// MaxBackoff caps every backoff, and a Retry-After. Default 30s.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+	// MaxElapsed bounds a task from its first attempt to its last. Default 10m.
+	MaxElapsed time.Duration `yaml:"max_elapsed"`
+}
+
+// HTTPSinkConfig configures the HTTP sink.
+type HTTPSinkConfig struct {
+	// URL receives every request. Required, http or https.
+	URL string `yaml:"url"`
+	// Method of every request. Default POST.
+	Method string `yaml:"method"`
+	// Headers are added to every request.
+	Headers map[string]string `yaml:"headers"`
+	// MaxBodyBytes: a larger payload is dead-lettered as malformed instead of
+	// sent. Default 10485760 (10 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+
+	DeliveryConfig `yaml:",inline"`
+}
+
+// NATSSinkConfig configures a NATS publisher used as a sink.
+type NATSSinkConfig struct {
+	NATSPublisherConfig `yaml:",inline"`
+	DeliveryConfig      `yaml:",inline"`
+}
+
+// NATSPublisherConfig is a NATS subject to publish to.
+type NATSPublisherConfig struct {
+	// URL of the NATS server(s), comma-separated. Required.
+	URL string `yaml:"url"`
+	// Subject to publish to. Required. When a JetStream stream covers it, the
+	// publish waits for the stream's ack, which makes it durable.
+	Subject string `yaml:"subject"`
+}
+
+// DeadLetterConfig selects the dead-letter target.
+type DeadLetterConfig struct {
+	// NATS publishes dead letters to a subject.
+	NATS *NATSPublisherConfig `yaml:"nats"`
+}

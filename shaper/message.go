@@ -1,0 +1,115 @@
+package shaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Message is one unit of work taken from a source. The pipeline owns it from
+// the moment a Source returns it until its Receipt is settled, exactly once.
+type Message struct {
+	// ID is stable across redeliveries; the HTTP sink sends it as
+	// Idempotency-Key so a sink can drop duplicates.
+	ID string
+	// Origin names where the message came from, for the Shaper-Source header
+	// of a dead letter: "topic/partition/offset" or "stream/sequence".
+	Origin string
+	// Key is the broker's message key, if any.
+	Key []byte
+	// Header holds the broker's message headers, if any. Sinks may forward them.
+	Header map[string][]string
+	// Payload is the body, passed to the sink unchanged.
+	Payload []byte
+	// Receipt settles the message with its source once its outcome is final.
+	Receipt Receipt
+}
+
+// Receipt settles a message with the source it came from. The pipeline calls
+// exactly one of its methods, once, and only when the outcome is final (Ack)
+// or when the message must come back (Nack).
+type Receipt interface {
+	// Ack tells the source the message is finished: it must never be
+	// redelivered (JetStream Ack; a Kafka offset that may be committed).
+	Ack(ctx context.Context) error
+	// Nack tells the source the message is not finished and must be
+	// redelivered, no sooner than delay when the source can say so
+	// (JetStream NakWithDelay; a Kafka offset that is never committed).
+	Nack(ctx context.Context, delay time.Duration) error
+}
+
+// Source is where a pipeline takes messages from.
+//
+// Back-pressure is built into the contract: the pipeline calls Fetch only when
+// the bucket has room, and never asks for more than that room. A source that
+// must buffer on its own (core NATS) bounds its buffer and counts what it drops.
+type Source interface {
+	// Fetch blocks until at least one message is available or ctx ends, and
+	// returns at most max messages. It returns ctx.Err() when ctx ends. Other
+	// errors are reported and Fetch is called again after a backoff.
+	Fetch(ctx context.Context, max int) ([]*Message, error)
+	// Ready returns nil while the source is connected and able to fetch, and
+	// otherwise an error saying why not; /readyz shows it.
+	Ready() error
+	// Close releases the source after every fetched message has been settled.
+	Close(ctx context.Context) error
+}
+
+// Sink is where a pipeline delivers messages: an HTTP endpoint, or a broker
+// (also used as the dead-letter target).
+type Sink interface {
+	// Send makes one attempt to deliver m and returns the label for
+	// shaper_requests_total ("200", "503", "error"; "" when no request was
+	// made) and nil on success. Errors are classified by the RetryPolicy:
+	// a *StatusError carries the status and any Retry-After, ErrMalformed marks
+	// a message that can never become a request, and anything else
+	// (network errors, timeouts) is retried.
+	Send(ctx context.Context, m *Message) (code string, err error)
+	// Close releases the sink's connections.
+	Close() error
+}
+
+// ErrMalformed marks a message that cannot become a request, such as one
+// larger than the sink accepts. It is dead-lettered with reason "malformed"
+// and never retried.
+var ErrMalformed = errors.New("malformed message")
+
+// StatusError is a response from a sink that was not a success.
+type StatusError struct {
+	// Code is the response's status code.
+	Code int
+	// RetryAfter is the earliest time the sink asked to be called again
+	// (from a Retry-After header), or zero.
+	RetryAfter time.Time
+	// Body is the start of the response body, for the Shaper-Error header.
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("status %d", e.Code)
+	}
+	return fmt.Sprintf("status %d: %s", e.Code, e.Body)
+}
+
+// Limiter gives each request its departure time. Implementations live in
+// package limiter; they must be safe for concurrent use.
+type Limiter interface {
+	// Reserve takes the next slot at or after now and returns its time. The
+	// caller sends at that time; the slot is used whether or not it does.
+	Reserve(now time.Time) time.Time
+	// SetRate changes the limit (requests per second) and burst; the next
+	// Reserve uses them.
+	SetRate(limit float64, burst int)
+	// Limit returns the limit in force at now, after any warm-up.
+	Limit(now time.Time) float64
+}
+
+// DropCounter is implemented by sources that drop messages by design: core
+// NATS drops what arrives while the bucket is full. The pipeline exports the
+// count as shaper_source_dropped_total.
+type DropCounter interface {
+	// Dropped returns how many messages the source has dropped since it started.
+	Dropped() uint64
+}
