@@ -1,0 +1,275 @@
+// Package limiter gives each request of a pipeline its departure time.
+//
+// The dispatcher asks a Limiter for a slot before every attempt it sends to a
+// sink, retries included, and waits until the slot's time. A Limiter spaces
+// slots 1/limit apart (leaky mode) or lets up to burst go at once after idle
+// time and then holds the average at limit (token mode).
+//
+// Both modes are one formula, the generic cell rate algorithm (GCRA) in its
+// virtual-scheduling form. The whole state is the theoretical arrival time
+// (TAT): the time at which the next slot would fall if the limiter had never
+// allowed a burst. Each slot costs one emission interval T = 1/limit, and a
+// slot may go up to a tolerance tau = (burst-1)·T before its theoretical time.
+// Reserve(now) therefore hands out max(now, TAT-tau) and moves TAT to
+// max(TAT, now)+T. Leaky mode is the case tau = 0: slots are exactly T apart
+// and idle time earns no burst. Everything is computed from timestamps when
+// Reserve is called, so no ticker or goroutine runs and an idle limiter uses
+// no CPU.
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Mode selects how a Limiter treats idle time.
+type Mode string
+
+// Modes of Config.Mode.
+const (
+	// Leaky spaces slots exactly 1/limit apart and never bursts, even after
+	// idle time: a leaky bucket used as a meter.
+	Leaky Mode = "leaky"
+	// Token lets up to burst slots go at once after idle time, then holds the
+	// average at limit: a token bucket of size burst, initially full.
+	Token Mode = "token"
+)
+
+// Config configures a Limiter. New checks it.
+type Config struct {
+	// Mode is Leaky or Token. Required: defaults are applied by the caller's
+	// configuration, not here.
+	Mode Mode
+	// Limit is the rate in slots (requests) per second, a finite number > 0.
+	// Fractions are allowed: 0.5 is one slot every two seconds.
+	Limit float64
+	// Burst is how many slots Token mode lets go at once after idle time.
+	// It must be >= 1 in every mode, so that one rule holds for New, SetRate
+	// and ValidateRate; Leaky mode then ignores it and uses 1.
+	Burst int
+	// Warmup, when > 0, ramps the limit in force linearly from Limit/3 to
+	// Limit over this time after the start (the now passed to New), so a cold
+	// sink is not hit at full rate at once. Zero means no ramp. Must be >= 0.
+	Warmup time.Duration
+}
+
+// ValidateRate reports whether SetRate would accept limit and burst: limit
+// must be a finite number > 0 and burst must be >= 1. Callers that take a
+// rate from outside, such as the admin API, check it with ValidateRate
+// first, because SetRate ignores values it rejects.
+func ValidateRate(limit float64, burst int) error {
+	var errs []error
+	if !(limit > 0) || math.IsInf(limit, 0) {
+		errs = append(errs, fmt.Errorf("limiter: limit must be a finite number > 0, got %v", limit))
+	}
+	if burst < 1 {
+		errs = append(errs, fmt.Errorf("limiter: burst must be >= 1, got %d", burst))
+	}
+	return errors.Join(errs...)
+}
+
+// validate returns every problem of c at once.
+func (c Config) validate() error {
+	var errs []error
+	if c.Mode != Leaky && c.Mode != Token {
+		errs = append(errs, fmt.Errorf("limiter: unknown mode %q (want %q or %q)", c.Mode, Leaky, Token))
+	}
+	if err := ValidateRate(c.Limit, c.Burst); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("limiter: warmup must be >= 0, got %v", c.Warmup))
+	}
+	return errors.Join(errs...)
+}
+
+// maxNanos caps an emission interval and a tolerance (about 146 years), so
+// that absurdly small limits or huge bursts saturate instead of overflowing
+// int64 nanoseconds.
+const maxNanos = 1 << 62
+
+// A Limiter hands out departure slots at a configured rate using GCRA (see
+// the package comment). Its whole state is the theoretical arrival time of
+// the next slot, kept in nanoseconds after the time passed to New, so it
+// needs no goroutine and does no work between calls. A new Limiter starts
+// full: in Token mode the first burst slots may go at once.
+//
+// Every method takes the current time from its caller, so tests and
+// simulations can run on a fake clock. Returned times are computed from the
+// time passed to New and carry its location and monotonic clock reading; if
+// callers pass times from time.Now, wall-clock jumps do not move slots.
+//
+// The zero value is not usable; create Limiters with New.
+//
+// Limiter is safe for simultaneous use by multiple goroutines.
+type Limiter struct {
+	mu sync.Mutex
+
+	// start is the now passed to New. All int64 times below are
+	// nanoseconds after it, and so is the warm-up.
+	start time.Time
+	mode  Mode
+
+	// limit is the configured rate in slots per second, the one in force
+	// once any warm-up is over.
+	limit float64
+	// interval is 1e9/limit: the emission interval T in nanoseconds at
+	// limit. It stays a float64 because most limits (3/s) have no whole
+	// number of nanoseconds; see tatFrac.
+	interval float64
+	// tau is the burst tolerance (burst-1)·interval, split into whole and
+	// fractional nanoseconds. It is fixed by the configured limit, also
+	// during warm-up, so a warm-up shrinks the burst along with the rate.
+	tau     int64
+	tauFrac float64
+	// warmup is the length of the ramp, or 0 when there is none or it has
+	// been ended by SetRate.
+	warmup int64
+
+	// tat is the theoretical arrival time in whole nanoseconds, and
+	// tatFrac in [0, 1) its sub-nanosecond part. Carrying the fraction keeps
+	// slot k at start+k·T to within a nanosecond however large k grows;
+	// truncating T to 333333333ns at 3/s would drift 10µs every 30 000
+	// slots.
+	tat     int64
+	tatFrac float64
+	// last is the latest slot handed out; SetRate re-spaces from it.
+	last int64
+}
+
+// New returns a Limiter for cfg whose start, for the first slot and for the
+// warm-up, is now. It returns an error listing every problem of cfg.
+func New(cfg Config, now time.Time) (*Limiter, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		start:  now,
+		mode:   cfg.Mode,
+		warmup: int64(cfg.Warmup),
+	}
+	l.setRate(cfg.Limit, cfg.Burst)
+	return l, nil
+}
+
+// Reserve takes the next slot at or after now and returns its time. The
+// caller sends at that time; the slot is used whether or not it does. Calls
+// need not come with increasing times: a caller with an older now still gets
+// a slot no earlier than that now and no closer to the others than the rate
+// allows. No slot is earlier than the start passed to New. Reserve does not
+// allocate.
+func (l *Limiter) Reserve(now time.Time) time.Time {
+	n := int64(now.Sub(l.start)) // saturates, never overflows
+
+	l.mu.Lock()
+	// The slot goes at max(now, TAT-tau), rounded up to a whole nanosecond
+	// so that rounding never lets a slot go early.
+	d := l.tat - l.tau // tat >= 0 and tau <= maxNanos: no overflow
+	if l.tatFrac > l.tauFrac {
+		d++
+	}
+	if n > d {
+		d = n
+	}
+	if d > l.last {
+		l.last = d
+	}
+	// TAT = max(TAT, now) + T, where T is the interval in force at the
+	// slot's own time (it differs from l.interval only during warm-up).
+	if n > l.tat {
+		l.tat, l.tatFrac = n, 0
+	}
+	f := l.tatFrac + l.intervalAt(d)
+	whole := math.Floor(f)
+	l.tat = addSat(l.tat, int64(whole))
+	l.tatFrac = f - whole
+	l.mu.Unlock()
+
+	return l.start.Add(time.Duration(d))
+}
+
+// SetRate changes the limit (slots per second) and the burst; the next
+// Reserve uses them. Slots already handed out stay where they are. The slots
+// still owed at the last one handed out keep their number and are spaced at
+// the new interval, so in Leaky mode the next slot comes exactly one new
+// interval after the last, and in Token mode lowering the rate releases no
+// burst and raising it makes no one wait longer.
+//
+// SetRate ends a warm-up still running: whoever sets a rate at run time
+// means that rate now, and Limit reports it at once.
+//
+// SetRate ignores values that ValidateRate rejects (limit <= 0, NaN or
+// infinite, burst < 1) and keeps the rate in force, warm-up included; check
+// with ValidateRate first to report them. Leaky mode ignores burst.
+func (l *Limiter) SetRate(limit float64, burst int) {
+	if ValidateRate(limit, burst) != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	// Slots owed at the last slot, counted in intervals in force there.
+	owed := (float64(l.tat-l.last) + l.tatFrac) / l.intervalAt(l.last)
+	l.warmup = 0
+	l.setRate(limit, burst)
+	span := math.Min(math.Max(owed*l.interval, 0), maxNanos)
+	whole := math.Floor(span)
+	l.tat = addSat(l.last, int64(whole))
+	l.tatFrac = span - whole
+}
+
+// setRate sets the limit, interval and tolerance. It requires that l.mu is
+// held (or that l is not yet shared) and that the values are valid.
+func (l *Limiter) setRate(limit float64, burst int) {
+	if l.mode == Leaky {
+		burst = 1
+	}
+	l.limit = limit
+	l.interval = math.Min(1e9/limit, maxNanos)
+	tau := math.Min(float64(burst-1)*l.interval, maxNanos)
+	l.tau = int64(math.Floor(tau))
+	l.tauFrac = tau - math.Floor(tau)
+}
+
+// Limit returns the limit in slots per second in force at now: the
+// configured one, or during a warm-up the point reached on the ramp from a
+// third of it.
+func (l *Limiter) Limit(now time.Time) float64 {
+	n := int64(now.Sub(l.start))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limitAt(n)
+}
+
+// limitAt returns the limit in force at n nanoseconds after the start. It
+// requires that l.mu is held.
+func (l *Limiter) limitAt(n int64) float64 {
+	if n >= l.warmup { // also when there is no warm-up
+		return l.limit
+	}
+	// Linear from limit/3 at the start to limit at the end of the warm-up;
+	// before the start the ramp has not begun. Guava's SmoothWarmingUp
+	// inspired the idea, not the curve.
+	frac := math.Max(float64(n), 0) / float64(l.warmup)
+	return l.limit/3 + l.limit*2/3*frac
+}
+
+// intervalAt returns the emission interval in nanoseconds in force at n
+// nanoseconds after the start. It requires that l.mu is held.
+func (l *Limiter) intervalAt(n int64) float64 {
+	if n >= l.warmup {
+		return l.interval
+	}
+	return math.Min(1e9/l.limitAt(n), maxNanos)
+}
+
+// addSat returns a+b for b >= 0, saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

@@ -1,0 +1,103 @@
+package shaper
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of a message, the outcome label of shaper_messages_completed_total.
+const (
+	OutcomeDelivered    = "delivered"
+	OutcomeDeadLettered = "dead_lettered"
+	OutcomeExpired      = "expired"
+	OutcomeDropped      = "dropped"
+)
+
+// Metrics are the Prometheus metrics of every pipeline in a process (SPEC §6),
+// each labelled with its pipeline. Register them once with NewMetrics and
+// pass the same Metrics to every pipeline.
+type Metrics struct {
+	received        *prometheus.CounterVec
+	completed       *prometheus.CounterVec
+	nacked          *prometheus.CounterVec
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	queueWait       *prometheus.HistogramVec
+	retries         *prometheus.CounterVec
+	depth           *prometheus.GaugeVec
+	capacity        *prometheus.GaugeVec
+	inFlight        *prometheus.GaugeVec
+	rateLimit       *prometheus.GaugeVec
+	dropped         *prometheus.CounterVec
+	reg             prometheus.Registerer
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const ns = "shaper"
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help},
+			append([]string{"pipeline"}, labels...))
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, []string{"pipeline"})
+	}
+	m := &Metrics{
+		received:  counter("messages_received_total", "Messages taken from the source."),
+		completed: counter("messages_completed_total", "Messages whose outcome is final, by outcome: delivered, dead_lettered, expired, dropped.", "outcome"),
+		nacked: counter("messages_nacked_total", "Messages handed back to the source for redelivery, by reason "+
+			"(shutdown, or a dead letter with no target or a target that failed).", "reason"),
+		requests: counter("requests_total", "Sink attempts by status code, or error.", "code"),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "request_duration_seconds", Help: "Sink attempt latency.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"pipeline"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "queue_wait_seconds", Help: "Time from entering the bucket to departure.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"pipeline"}),
+		retries:   counter("retries_total", "Attempts scheduled again."),
+		depth:     gauge("bucket_depth", "Messages held by the bucket: queued, waiting for a retry, or in flight."),
+		capacity:  gauge("bucket_capacity", "Effective bucket capacity: min(capacity, limit × max_queue_time)."),
+		inFlight:  gauge("in_flight", "Sink requests in flight."),
+		rateLimit: gauge("rate_limit", "Rate limit in force, requests per second (after warm-up or a run-time change)."),
+		dropped:   counter("source_dropped_total", "Messages a core NATS source dropped because the bucket was full (at-most-once)."),
+		reg:       reg,
+	}
+	reg.MustRegister(m.received, m.completed, m.nacked, m.requests, m.requestDuration, m.queueWait,
+		m.retries, m.depth, m.capacity, m.inFlight, m.rateLimit, m.dropped)
+	return m
+}
+
+// pipelineMetrics are the metrics of one pipeline, with its label bound, so
+// the hot path does no label lookups.
+type pipelineMetrics struct {
+	received, retries               prometheus.Counter
+	completed                       map[string]prometheus.Counter
+	nacked                          *prometheus.CounterVec
+	requests                        *prometheus.CounterVec
+	requestDuration, queueWait      prometheus.Observer
+	depth, capacity, inFlight, rate prometheus.Gauge
+	dropped                         prometheus.Counter
+}
+
+func (m *Metrics) forPipeline(name string) *pipelineMetrics {
+	l := prometheus.Labels{"pipeline": name}
+	pm := &pipelineMetrics{
+		received:        m.received.With(l),
+		retries:         m.retries.With(l),
+		completed:       map[string]prometheus.Counter{},
+		nacked:          m.nacked.MustCurryWith(l),
+		requests:        m.requests.MustCurryWith(l),
+		requestDuration: m.requestDuration.With(l),
+		queueWait:       m.queueWait.With(l),
+		depth:           m.depth.With(l),
+		capacity:        m.capacity.With(l),
+		inFlight:        m.inFlight.With(l),
+		rate:            m.rateLimit.With(l),
+		dropped:         m.dropped.With(l),
+	}
+	for _, o := range []string{OutcomeDelivered, OutcomeDeadLettered, OutcomeExpired, OutcomeDropped} {
+		pm.completed[o] = m.completed.With(prometheus.Labels{"pipeline": name, "outcome": o})
+	}
+	return pm
+}

@@ -1,0 +1,453 @@
+package shaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// settleTimeout bounds one Ack or Nack call, which must happen even while the
+// process is being forced down.
+const settleTimeout = 5 * time.Second
+
+// Parts are the concrete pieces a Pipeline connects. The pipeline owns them
+// once New returns: Run closes them before it returns.
+type Parts struct {
+	Source Source
+	Sink   Sink
+	// DeadLetter receives undeliverable messages; nil means none is
+	// configured, and such messages are nacked for redelivery and logged.
+	DeadLetter Sink
+	Limiter    Limiter
+	Metrics    *Metrics
+	Logger     *slog.Logger
+	// DrainTimeout bounds the graceful drain that Drain starts.
+	DrainTimeout time.Duration
+}
+
+// Pipeline moves messages from one source through a bounded bucket to one
+// sink, at the rate its limiter gives, and settles each message with its
+// source once its outcome is final.
+//
+// The life of a message, in the order of this file: the fetcher admits it
+// into the bucket when there is room (fetch); the scheduler takes it when a
+// rate slot and an in-flight slot are free, or expires it if its slot comes
+// later than max_queue_time allows (schedule); an attempt sends it under the
+// per-attempt timeout (attempt); the retry policy sends a failure back to the
+// bucket's retry heap or to the dead-letter target (fail); the source is told
+// the final outcome (settle).
+type Pipeline struct {
+	cfg          PipelineConfig
+	delivery     DeliveryConfig
+	src          Source
+	sink         Sink
+	deadLetter   Sink
+	lim          Limiter
+	policy       *RetryPolicy
+	bucket       *bucket
+	m            *pipelineMetrics
+	log          *slog.Logger
+	drainTimeout time.Duration
+
+	// inFlight holds one token per attempt in flight; its size is max_in_flight.
+	inFlight chan struct{}
+	// drain is closed by Drain; draining mirrors it for cheap checks.
+	drain     chan struct{}
+	drainOnce sync.Once
+	draining  atomic.Bool
+
+	mu    sync.Mutex // guards rate
+	rate  RateConfig
+	count [4]atomic.Int64 // outcome counts, in outcomes order
+}
+
+var outcomes = [4]string{OutcomeDelivered, OutcomeDeadLettered, OutcomeExpired, OutcomeDropped}
+
+// New returns a pipeline for a validated, defaulted config.
+func New(cfg PipelineConfig, parts Parts) *Pipeline {
+	log := parts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := cfg.Sink.Delivery()
+	p := &Pipeline{
+		cfg:          cfg,
+		delivery:     d,
+		src:          parts.Source,
+		sink:         parts.Sink,
+		deadLetter:   parts.DeadLetter,
+		lim:          parts.Limiter,
+		policy:       NewRetryPolicy(d.Retry),
+		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit)),
+		m:            parts.Metrics.forPipeline(cfg.Name),
+		log:          log.With("pipeline", cfg.Name),
+		drainTimeout: parts.DrainTimeout,
+		inFlight:     make(chan struct{}, d.MaxInFlight),
+		drain:        make(chan struct{}),
+		rate:         cfg.Rate,
+	}
+	p.m.capacity.Set(float64(p.bucket.Capacity()))
+	p.m.rate.Set(p.lim.Limit(time.Now()))
+	return p
+}
+
+// effectiveCapacity holds the bucket to limit × max_queue_time, so that
+// admission alone keeps the wait of a full bucket within max_queue_time.
+func effectiveCapacity(b BucketConfig, limit float64) int {
+	byWait := int(limit * b.MaxQueueTime.Seconds())
+	return max(min(b.Capacity, byWait), 1)
+}
+
+// Name returns the pipeline's name.
+func (p *Pipeline) Name() string { return p.cfg.Name }
+
+// Drain starts a graceful stop: the source is no longer fetched, the bucket
+// keeps draining at the configured rate until it is empty or the drain
+// timeout passes, then what remains is nacked and Run returns. Drain does not
+// wait; it may be called more than once.
+func (p *Pipeline) Drain() {
+	p.drainOnce.Do(func() {
+		p.draining.Store(true)
+		close(p.drain)
+		signal(p.bucket.ready)
+	})
+}
+
+// Ready returns nil when the pipeline's source is connected and the pipeline
+// is not draining, and otherwise why not.
+func (p *Pipeline) Ready() error {
+	if p.draining.Load() {
+		return errors.New("draining")
+	}
+	return p.src.Ready()
+}
+
+// Run moves messages until Drain is called and the drain completes, or until
+// ctx ends. Ending ctx forces a stop: attempts in flight are cancelled, and
+// every message without a final outcome is nacked, never acked. Run returns
+// only after every message it took has been settled and its goroutines have
+// exited, and closes the parts.
+func (p *Pipeline) Run(ctx context.Context) error {
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	defer stopFetch()
+	schedCtx, stopSched := context.WithCancel(ctx)
+	defer stopSched()
+
+	var wg sync.WaitGroup // the fetcher, the drain timer, attempts and settlements
+	wg.Go(func() { p.fetch(fetchCtx) })
+	wg.Go(func() {
+		select {
+		case <-p.drain:
+		case <-schedCtx.Done():
+			return
+		}
+		stopFetch()
+		timer := time.NewTimer(p.drainTimeout)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			p.log.Warn("drain timeout passed; nacking what remains", "timeout", p.drainTimeout, "held", p.bucket.Held())
+			stopSched()
+		case <-schedCtx.Done():
+		}
+	})
+
+	p.schedule(ctx, schedCtx, &wg)
+	stopSched()
+	stopFetch()
+	wg.Wait() // attempts in flight finish; failures go back to the bucket
+
+	left := p.bucket.drain()
+	now := time.Now()
+	for _, t := range left {
+		p.nack(ctx, t, "shutdown", t.due.Sub(now))
+	}
+	if len(left) > 0 {
+		p.log.Info("nacked unfinished messages for redelivery", "count", len(left))
+	}
+	return p.close(ctx)
+}
+
+func (p *Pipeline) close(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	errs := []error{p.src.Close(cctx), p.sink.Close()}
+	if p.deadLetter != nil {
+		errs = append(errs, p.deadLetter.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// fetch admits messages from the source while the bucket has room, until ctx
+// ends. Errors are logged on change and retried with backoff.
+func (p *Pipeline) fetch(ctx context.Context) {
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	var lastErr string
+	dropped := uint64(0)
+	for {
+		room := p.bucket.WaitRoom(ctx)
+		if room == 0 {
+			return
+		}
+		msgs, err := p.src.Fetch(ctx, room)
+		p.bucket.admit(time.Now(), msgs) // even alongside an error: a fetched message is never lost
+		p.m.received.Add(float64(len(msgs)))
+		p.m.depth.Set(float64(p.bucket.Held()))
+		if dc, ok := p.src.(DropCounter); ok {
+			n := dc.Dropped()
+			p.m.dropped.Add(float64(n - dropped))
+			dropped = n
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if err.Error() != lastErr {
+				p.log.Error("source fetch failed; retrying with backoff", "err", err)
+				lastErr = err.Error()
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(backoff*2, maxBackoff)
+		default:
+			if lastErr != "" {
+				p.log.Info("source fetch recovered")
+				lastErr = ""
+			}
+			backoff = minBackoff
+		}
+	}
+}
+
+// schedule is the scheduler: it gives each task a rate slot and an in-flight
+// slot, in that order of waiting (in-flight first, so no rate slot is spent
+// waiting for a busy sink), and starts its attempt at the slot's time. It
+// returns when the drain is complete or schedCtx ends.
+func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
+	for {
+		select {
+		case p.inFlight <- struct{}{}:
+		case <-schedCtx.Done():
+			return
+		}
+		t := p.next(schedCtx)
+		if t == nil {
+			<-p.inFlight
+			return
+		}
+		now := time.Now()
+		slot := p.lim.Reserve(now)
+		// A task whose slot comes past its deadline expires at once; the next
+		// task takes the slot instead.
+		for t != nil && p.cfg.Bucket.OnExpire != OnExpireDeliver && slot.After(t.queued.Add(p.cfg.Bucket.MaxQueueTime)) {
+			expired := t
+			wg.Go(func() { p.expire(ctx, expired) })
+			t, _ = p.bucket.take(now)
+		}
+		if t == nil {
+			<-p.inFlight
+			continue
+		}
+		if !sleepUntil(schedCtx, slot) {
+			<-p.inFlight
+			p.bucket.retry(t, time.Time{}) // back into the bucket, nacked with the rest
+			return
+		}
+		p.m.queueWait.Observe(time.Since(t.queued).Seconds())
+		p.m.rate.Set(p.lim.Limit(slot))
+		wg.Go(func() { p.attempt(ctx, t) })
+	}
+}
+
+// next waits for the next task to send, and returns nil when schedCtx ends
+// or, while draining, once the bucket holds nothing more.
+func (p *Pipeline) next(schedCtx context.Context) *task {
+	for {
+		t, due := p.bucket.take(time.Now())
+		if t != nil {
+			return t
+		}
+		if p.draining.Load() && p.bucket.Held() == 0 {
+			return nil
+		}
+		var wake <-chan time.Time
+		var timer *time.Timer
+		if !due.IsZero() {
+			timer = time.NewTimer(time.Until(due))
+			wake = timer.C
+		}
+		select {
+		case <-p.bucket.ready:
+		case <-wake:
+		case <-schedCtx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if schedCtx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// sleepUntil waits until t, and reports false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// attempt sends a task once under the per-attempt timeout, then settles it,
+// sends it back to the retry heap, or dead-letters it.
+func (p *Pipeline) attempt(ctx context.Context, t *task) {
+	p.m.inFlight.Inc()
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, p.delivery.Timeout)
+	code, err := p.sink.Send(actx, t.msg)
+	cancel()
+	end := time.Now()
+	p.m.inFlight.Dec()
+	<-p.inFlight
+
+	if code != "" {
+		p.m.requests.WithLabelValues(code).Inc()
+		p.m.requestDuration.Observe(end.Sub(start).Seconds())
+	}
+	if t.first.IsZero() {
+		t.first = start
+	}
+	t.attempts++
+	if err == nil {
+		p.ack(ctx, t, OutcomeDelivered)
+		return
+	}
+	t.err = err
+	d := p.policy.Decide(err, t.attempts, t.first, end)
+	if d.Retry {
+		p.m.retries.Inc()
+		p.log.Debug("attempt failed; retrying", "id", t.msg.ID, "attempt", t.attempts, "err", err, "at", d.At)
+		p.bucket.retry(t, d.At)
+		return
+	}
+	p.fail(ctx, t, d.Reason, OutcomeDeadLettered)
+}
+
+// expire applies on_expire to a task whose departure would come too late.
+func (p *Pipeline) expire(ctx context.Context, t *task) {
+	if t.err == nil {
+		t.err = fmt.Errorf("would wait longer than max_queue_time %s", p.cfg.Bucket.MaxQueueTime)
+	}
+	if p.cfg.Bucket.OnExpire == OnExpireDrop {
+		p.log.Warn("message expired; dropped by on_expire: drop", "id", t.msg.ID)
+		p.ack(ctx, t, OutcomeDropped)
+		return
+	}
+	p.fail(ctx, t, ReasonExpired, OutcomeExpired)
+}
+
+// fail dead-letters a task for reason, then acks it with outcome. Without a
+// dead-letter target, or when the target fails, the task is nacked instead:
+// it comes back later and is never silently lost.
+func (p *Pipeline) fail(ctx context.Context, t *task, reason, outcome string) {
+	log := p.log.With("id", t.msg.ID, "source", t.msg.Origin, "reason", reason, "attempts", t.attempts, "err", t.err)
+	delay := p.delivery.Retry.MaxBackoff
+	if p.deadLetter == nil {
+		log.Warn("undeliverable message nacked for redelivery: no dead_letter target is configured")
+		p.nack(ctx, t, "no_dead_letter", delay)
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, p.delivery.Timeout)
+	_, err := p.deadLetter.Send(dctx, p.deadLetterMessage(t, reason))
+	cancel()
+	if err != nil {
+		log.Error("dead-letter publish failed; message nacked for redelivery", "dead_letter_err", err)
+		p.nack(ctx, t, "dead_letter_failed", delay)
+		return
+	}
+	log.Warn("message dead-lettered")
+	p.ack(ctx, t, outcome)
+}
+
+// deadLetterMessage is the original message with the Shaper-* headers.
+func (p *Pipeline) deadLetterMessage(t *task, reason string) *Message {
+	h := make(map[string][]string, len(t.msg.Header)+5)
+	for k, v := range t.msg.Header {
+		h[k] = v
+	}
+	h["Shaper-Reason"] = []string{reason}
+	h["Shaper-Error"] = []string{oneLine(t.err.Error(), 1024)}
+	h["Shaper-Attempts"] = []string{strconv.Itoa(t.attempts)}
+	h["Shaper-Pipeline"] = []string{p.cfg.Name}
+	h["Shaper-Source"] = []string{t.msg.Origin}
+	return &Message{ID: t.msg.ID, Origin: t.msg.Origin, Key: t.msg.Key, Header: h, Payload: t.msg.Payload}
+}
+
+// oneLine makes s safe for a header value: printable, one line, at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "")
+	}
+	return s
+}
+
+// ack settles a task whose outcome is final.
+func (p *Pipeline) ack(ctx context.Context, t *task, outcome string) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := t.msg.Receipt.Ack(sctx); err != nil {
+		// The outcome happened; the source will redeliver, and the
+		// Idempotency-Key lets the sink drop the duplicate.
+		p.log.Error("ack failed; the message may be redelivered", "id", t.msg.ID, "outcome", outcome, "err", err)
+	}
+	p.m.completed[outcome].Inc()
+	for i, o := range outcomes {
+		if o == outcome {
+			p.count[i].Add(1)
+		}
+	}
+	p.released()
+}
+
+// nack hands a task back to its source for redelivery after delay.
+func (p *Pipeline) nack(ctx context.Context, t *task, reason string, delay time.Duration) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := t.msg.Receipt.Nack(sctx, max(delay, 0)); err != nil {
+		p.log.Error("nack failed; the source redelivers after its own timeout", "id", t.msg.ID, "err", err)
+	}
+	p.m.nacked.WithLabelValues(reason).Inc()
+	p.released()
+}
+
+func (p *Pipeline) released() {
+	p.bucket.release()
+	p.m.depth.Set(float64(p.bucket.Held()))
+	if p.draining.Load() {
+		signal(p.bucket.ready) // the scheduler checks whether the drain is done
+	}
+}

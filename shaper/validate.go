@@ -1,0 +1,323 @@
+package shaper
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Defaults, in one place. Field comments in config.go repeat them.
+const (
+	DefaultAdminListen    = "127.0.0.1:9090"
+	DefaultDrainTimeout   = 30 * time.Second
+	DefaultCapacity       = 1000
+	DefaultMaxQueueTime   = 5 * time.Second
+	DefaultTimeout        = 2 * time.Second
+	DefaultMaxInFlight    = 8
+	DefaultMaxAttempts    = 5
+	DefaultInitialBackoff = 200 * time.Millisecond
+	DefaultMaxBackoff     = 30 * time.Second
+	DefaultMaxElapsed     = 10 * time.Minute
+	DefaultMaxBodyBytes   = 10 << 20
+	DefaultAckWait        = 30 * time.Second
+)
+
+// SetDefaults fills every field left out with its default. Load calls it
+// before Validate; a program building a Config in code calls it too.
+func (c *Config) SetDefaults() {
+	if c.Admin.Listen == "" {
+		c.Admin.Listen = DefaultAdminListen
+	}
+	if c.Shutdown.DrainTimeout == 0 {
+		c.Shutdown.DrainTimeout = DefaultDrainTimeout
+	}
+	for i := range c.Pipelines {
+		c.Pipelines[i].setDefaults()
+	}
+}
+
+func (p *PipelineConfig) setDefaults() {
+	if n := p.Source.NATS; n != nil {
+		if n.Durable == "" && n.Stream != "" {
+			n.Durable = "shaper-" + p.Name
+		}
+		if n.AckWait == 0 {
+			n.AckWait = DefaultAckWait
+		}
+	}
+	if p.Bucket.Capacity == 0 {
+		p.Bucket.Capacity = DefaultCapacity
+	}
+	if p.Bucket.MaxQueueTime == 0 {
+		p.Bucket.MaxQueueTime = DefaultMaxQueueTime
+	}
+	if p.Bucket.OnExpire == "" {
+		p.Bucket.OnExpire = OnExpireDeadLetter
+	}
+	if p.Rate.Mode == "" {
+		p.Rate.Mode = ModeLeaky
+	}
+	if p.Rate.Burst == nil {
+		burst := 1
+		if p.Rate.Mode == ModeToken && p.Rate.Limit > 1 {
+			burst = int(math.Min(p.Rate.Limit, math.MaxInt32))
+		}
+		p.Rate.Burst = &burst
+	}
+	if h := p.Sink.HTTP; h != nil {
+		if h.Method == "" {
+			h.Method = "POST"
+		}
+		if h.MaxBodyBytes == 0 {
+			h.MaxBodyBytes = DefaultMaxBodyBytes
+		}
+		h.DeliveryConfig.setDefaults()
+	}
+	if n := p.Sink.NATS; n != nil {
+		n.DeliveryConfig.setDefaults()
+	}
+}
+
+func (d *DeliveryConfig) setDefaults() {
+	if d.Timeout == 0 {
+		d.Timeout = DefaultTimeout
+	}
+	if d.MaxInFlight == 0 {
+		d.MaxInFlight = DefaultMaxInFlight
+	}
+	r := &d.Retry
+	if r.MaxAttempts == 0 {
+		r.MaxAttempts = DefaultMaxAttempts
+	}
+	if r.InitialBackoff == 0 {
+		r.InitialBackoff = DefaultInitialBackoff
+	}
+	if r.MaxBackoff == 0 {
+		r.MaxBackoff = max(DefaultMaxBackoff, r.InitialBackoff)
+	}
+	if r.MaxElapsed == 0 {
+		r.MaxElapsed = DefaultMaxElapsed
+	}
+}
+
+// Delivery returns the dispatcher settings of whichever sink is configured.
+func (s SinkConfig) Delivery() DeliveryConfig {
+	switch {
+	case s.HTTP != nil:
+		return s.HTTP.DeliveryConfig
+	case s.NATS != nil:
+		return s.NATS.DeliveryConfig
+	}
+	return DeliveryConfig{}
+}
+
+// problems collects validation errors, each with its key path.
+type problems []error
+
+func (ps *problems) add(path, format string, args ...any) {
+	*ps = append(*ps, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+var (
+	pipelineName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+	headerName   = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	natsToken    = regexp.MustCompile(`^[^\s.*>]+$`)
+)
+
+// Validate reports every problem of a defaulted config at once, joined, each
+// as "key.path: what is wrong".
+func (c *Config) Validate() error {
+	var ps problems
+	if _, port, err := net.SplitHostPort(c.Admin.Listen); err != nil || port == "" {
+		ps.add("admin.listen", "want host:port, got %q", c.Admin.Listen)
+	}
+	if c.Shutdown.DrainTimeout < 0 {
+		ps.add("shutdown.drain_timeout", "must be >= 0, got %s", c.Shutdown.DrainTimeout)
+	}
+	if len(c.Pipelines) == 0 {
+		ps.add("pipelines", "at least one pipeline is required")
+	}
+	names := map[string]int{}
+	for i := range c.Pipelines {
+		p := &c.Pipelines[i]
+		path := fmt.Sprintf("pipelines[%d]", i)
+		if j, dup := names[p.Name]; dup && p.Name != "" {
+			ps.add(path+".name", "%q is already the name of pipelines[%d]", p.Name, j)
+		}
+		names[p.Name] = i
+		p.validate(path, &ps)
+	}
+	return errors.Join(ps...)
+}
+
+func (p *PipelineConfig) validate(path string, ps *problems) {
+	switch {
+	case p.Name == "":
+		ps.add(path+".name", "required")
+	case !pipelineName.MatchString(p.Name):
+		ps.add(path+".name", "want letters, digits, '-', '_' or '.', got %q", p.Name)
+	}
+
+	if n := p.Source.NATS; n == nil {
+		ps.add(path+".source", "exactly one of nats is required")
+	} else {
+		sp := path + ".source.nats"
+		validateNATSURL(sp+".url", n.URL, ps)
+		if n.Subject == "" {
+			ps.add(sp+".subject", "required")
+		} else if strings.ContainsAny(n.Subject, " \t\r\n") {
+			ps.add(sp+".subject", "must not contain whitespace, got %q", n.Subject)
+		}
+		if n.Stream != "" && !natsToken.MatchString(n.Stream) {
+			ps.add(sp+".stream", "must not contain whitespace, '.', '*' or '>', got %q", n.Stream)
+		}
+		if n.Stream != "" && !natsToken.MatchString(n.Durable) {
+			ps.add(sp+".durable", "must not contain whitespace, '.', '*' or '>', got %q", n.Durable)
+		}
+		if n.Stream == "" && n.Durable != "" {
+			ps.add(sp+".durable", "needs stream: core NATS has no durable consumers")
+		}
+		if n.AckWait < time.Second {
+			ps.add(sp+".ack_wait", "must be >= 1s, got %s", n.AckWait)
+		}
+	}
+
+	b := p.Bucket
+	if b.Capacity < 1 {
+		ps.add(path+".bucket.capacity", "must be >= 1, got %d", b.Capacity)
+	}
+	if b.MaxQueueTime <= 0 {
+		ps.add(path+".bucket.max_queue_time", "must be > 0, got %s", b.MaxQueueTime)
+	}
+	switch b.OnExpire {
+	case OnExpireDeadLetter, OnExpireDrop, OnExpireDeliver:
+	default:
+		ps.add(path+".bucket.on_expire", "want dead_letter, drop or deliver, got %q", b.OnExpire)
+	}
+
+	r := p.Rate
+	switch r.Mode {
+	case ModeLeaky, ModeToken:
+	default:
+		ps.add(path+".rate.mode", "want leaky or token, got %q", r.Mode)
+	}
+	if !(r.Limit > 0) || math.IsInf(r.Limit, 0) {
+		ps.add(path+".rate.limit", "must be > 0, got %v", r.Limit)
+	}
+	if r.Burst != nil && *r.Burst < 1 {
+		ps.add(path+".rate.burst", "must be >= 1, got %d", *r.Burst)
+	} else if r.Burst != nil && *r.Burst > 1 && r.Mode == ModeLeaky {
+		ps.add(path+".rate.burst", "leaky mode never bursts: leave burst out or use mode: token, got %d", *r.Burst)
+	}
+	if r.Warmup < 0 {
+		ps.add(path+".rate.warmup", "must be >= 0, got %s", r.Warmup)
+	}
+
+	sinks := 0
+	if h := p.Sink.HTTP; h != nil {
+		sinks++
+		sp := path + ".sink.http"
+		if u, err := url.Parse(h.URL); h.URL == "" {
+			ps.add(sp+".url", "required")
+		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			ps.add(sp+".url", "want an absolute http:// or https:// URL, got %q", h.URL)
+		}
+		if !headerName.MatchString(h.Method) {
+			ps.add(sp+".method", "want an HTTP method such as POST, got %q", h.Method)
+		}
+		for name, value := range h.Headers {
+			if !headerName.MatchString(name) {
+				ps.add(sp+".headers."+name, "invalid header name")
+			}
+			if strings.ContainsAny(value, "\r\n\x00") {
+				ps.add(sp+".headers."+name, "value must not contain CR, LF or NUL")
+			}
+			if strings.EqualFold(name, "Idempotency-Key") {
+				ps.add(sp+".headers."+name, "is set by shaper to the message id")
+			}
+		}
+		if h.MaxBodyBytes < 0 {
+			ps.add(sp+".max_body_bytes", "must be >= 0, got %d", h.MaxBodyBytes)
+		}
+		h.DeliveryConfig.validate(sp, ps)
+	}
+	if n := p.Sink.NATS; n != nil {
+		sinks++
+		n.NATSPublisherConfig.validate(path+".sink.nats", ps)
+		n.DeliveryConfig.validate(path+".sink.nats", ps)
+	}
+	if sinks != 1 {
+		ps.add(path+".sink", "exactly one of http or nats is required")
+	}
+
+	if dl := p.DeadLetter; dl != nil {
+		if dl.NATS == nil {
+			ps.add(path+".dead_letter", "exactly one of nats is required (or leave dead_letter out)")
+		} else {
+			dl.NATS.validate(path+".dead_letter.nats", ps)
+		}
+	}
+}
+
+func (d DeliveryConfig) validate(path string, ps *problems) {
+	if d.Timeout <= 0 {
+		ps.add(path+".timeout", "must be > 0, got %s", d.Timeout)
+	}
+	if d.MaxInFlight < 1 {
+		ps.add(path+".max_in_flight", "must be >= 1, got %d", d.MaxInFlight)
+	}
+	r, rp := d.Retry, path+".retry"
+	if r.MaxAttempts < 1 {
+		ps.add(rp+".max_attempts", "must be >= 1, got %d", r.MaxAttempts)
+	}
+	if r.InitialBackoff <= 0 {
+		ps.add(rp+".initial_backoff", "must be > 0, got %s", r.InitialBackoff)
+	}
+	if r.MaxBackoff < r.InitialBackoff {
+		ps.add(rp+".max_backoff", "must be >= initial_backoff (%s), got %s", r.InitialBackoff, r.MaxBackoff)
+	}
+	if r.MaxElapsed <= 0 {
+		ps.add(rp+".max_elapsed", "must be > 0, got %s", r.MaxElapsed)
+	}
+}
+
+func (n NATSPublisherConfig) validate(path string, ps *problems) {
+	validateNATSURL(path+".url", n.URL, ps)
+	if n.Subject == "" {
+		ps.add(path+".subject", "required")
+	} else if strings.ContainsAny(n.Subject, " \t\r\n*>") {
+		ps.add(path+".subject", "must be a literal subject (no whitespace or wildcards), got %q", n.Subject)
+	}
+}
+
+func validateNATSURL(path, raw string, ps *problems) {
+	if raw == "" {
+		ps.add(path, "required")
+		return
+	}
+	for _, part := range strings.Split(raw, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" {
+			ps.add(path, "want nats://host:port, got %q", redactURL(part))
+			continue
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			ps.add(path, "want scheme nats, tls, ws or wss, got %q", u.Scheme)
+		}
+	}
+}
+
+// redactURL hides a password in a URL before it goes into an error.
+func redactURL(raw string) string {
+	if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
+		return u.Redacted()
+	}
+	return "(unparseable)"
+}

@@ -1,0 +1,306 @@
+package sinks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+const (
+	// maxErrorBody is how much of a non-2xx response body StatusError.Body
+	// keeps: enough to say why, small enough for a Shaper-Error header.
+	maxErrorBody = 512
+	// maxDrain is how much of a response body is read and thrown away so
+	// the connection can carry the next request. A longer body costs a new
+	// connection rather than an unbounded read.
+	maxDrain = 64 << 10
+	// dialTimeout and tlsHandshakeTimeout bound connection setup when the
+	// caller's ctx has no deadline; the per-attempt ctx is usually shorter.
+	dialTimeout         = 10 * time.Second
+	tlsHandshakeTimeout = 10 * time.Second
+	// idleConnTimeout closes a keep-alive connection unused this long.
+	idleConnTimeout = 90 * time.Second
+)
+
+// HTTP sends each message as one HTTP request to a fixed URL.
+//
+// It keeps up to MaxInFlight connections alive to the sink and never opens
+// more, so a steady rate reuses them instead of paying a TCP and TLS
+// handshake per request. Redirects are not followed: a 3xx comes back as a
+// StatusError, because following one would turn a POST into a body-less GET
+// and could carry the configured headers to another host.
+//
+// HTTP is safe for concurrent use by multiple goroutines.
+type HTTP struct {
+	url     string
+	method  string
+	host    string      // the Host header, when configured
+	header  http.Header // configured headers, cloned into every request
+	target  string      // scheme://host/path for errors: no userinfo, no query
+	maxBody int64
+
+	transport *http.Transport
+	client    *http.Client
+}
+
+var _ shaper.Sink = (*HTTP)(nil)
+
+// NewHTTP returns an HTTP sink for a validated, defaulted config.
+//
+// The per-attempt timeout comes from the ctx given to Send; cfg.Timeout also
+// bounds the wait for response headers, in case a caller passes a ctx
+// without a deadline.
+func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("http: parse url: %w", withoutURL(err))
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("http: url must be http:// or https:// with a host, got scheme %q host %q", u.Scheme, u.Host)
+	}
+	method := cfg.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	if !validToken(method) {
+		return nil, fmt.Errorf("http: invalid method %q", method)
+	}
+	h := &HTTP{
+		url:     cfg.URL,
+		method:  method,
+		header:  make(http.Header, len(cfg.Headers)+1),
+		target:  u.Scheme + "://" + u.Host + u.EscapedPath(),
+		maxBody: cfg.MaxBodyBytes,
+	}
+	for name, value := range cfg.Headers {
+		// The value is left out of errors: it may be a credential.
+		if !validToken(name) {
+			return nil, fmt.Errorf("http: invalid header name %q", name)
+		}
+		if !validHeaderValue(value, true) {
+			return nil, fmt.Errorf("http: header %q: value has control characters", name)
+		}
+		if http.CanonicalHeaderKey(name) == "Host" {
+			// net/http ignores Host in Header; it must go in Request.Host.
+			h.host = value
+			continue
+		}
+		h.header.Set(name, value)
+	}
+
+	conns := max(cfg.MaxInFlight, 1)
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	h.transport = &http.Transport{
+		Proxy:             http.ProxyFromEnvironment,
+		DialContext:       dialer.DialContext,
+		ForceAttemptHTTP2: true,
+		// The default keeps 2 idle connections per host, so MaxInFlight
+		// workers would open and close a connection per request.
+		MaxIdleConns:          conns,
+		MaxIdleConnsPerHost:   conns,
+		MaxConnsPerHost:       conns,
+		IdleConnTimeout:       idleConnTimeout,
+		TLSHandshakeTimeout:   tlsHandshakeTimeout,
+		ResponseHeaderTimeout: cfg.Timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	h.client = &http.Client{
+		Transport: h.transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+		// No Timeout: the ctx of each Send bounds its attempt.
+	}
+	return h, nil
+}
+
+// Send makes one request carrying m.Payload unchanged, the configured
+// headers and Idempotency-Key: m.ID (left out when m.ID is empty). It returns
+// the status code as the label; a non-2xx status comes back as a
+// *shaper.StatusError, a payload over MaxBodyBytes or an id that is not a
+// valid header value as shaper.ErrMalformed without any request, and a
+// network error or timeout as "error" and the wrapped cause.
+func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
+	if h.maxBody > 0 && int64(len(m.Payload)) > h.maxBody {
+		return "", fmt.Errorf("http: payload of %d bytes is over max_body_bytes %d: %w", len(m.Payload), h.maxBody, shaper.ErrMalformed)
+	}
+	// The id comes from the broker: a CR or LF in it must never become a
+	// header of its own. net/http would refuse it too, but as an error that
+	// looks retryable.
+	if !validHeaderValue(m.ID, false) {
+		return "", fmt.Errorf("http: message id %q is not a valid Idempotency-Key: %w", m.ID, shaper.ErrMalformed)
+	}
+
+	// bytes.Reader lets NewRequest set ContentLength and GetBody, so the
+	// transport can resend the body on a stale keep-alive connection.
+	req, err := http.NewRequestWithContext(ctx, h.method, h.url, bytes.NewReader(m.Payload))
+	if err != nil {
+		return "", fmt.Errorf("http: new request: %w", withoutURL(err))
+	}
+	req.Header = h.header.Clone()
+	if m.ID != "" {
+		req.Header.Set("Idempotency-Key", m.ID)
+	}
+	if h.host != "" {
+		req.Host = h.host
+	}
+
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return "error", fmt.Errorf("http: %s %s: %w", h.method, h.target, withoutURL(err))
+	}
+	defer drainClose(resp.Body)
+
+	code := strconv.Itoa(resp.StatusCode)
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return code, nil
+	}
+	serr := &shaper.StatusError{Code: resp.StatusCode}
+	if v := resp.Header.Get("Retry-After"); v != "" {
+		if at, ok := ParseRetryAfter(v, time.Now()); ok {
+			serr.RetryAfter = at
+		}
+	}
+	buf := make([]byte, maxErrorBody)
+	n, _ := io.ReadFull(resp.Body, buf) // a short or failed read keeps what came
+	serr.Body = excerpt(buf[:n])
+	return code, serr
+}
+
+// Close closes the idle keep-alive connections. Requests still in flight
+// finish on their own connections.
+func (h *HTTP) Close() error {
+	h.transport.CloseIdleConnections()
+	return nil
+}
+
+// withoutURL unwraps a *url.Error, whose message repeats the whole URL with
+// its query string, which may carry a credential. The cause is kept, so
+// errors.Is still finds context.DeadlineExceeded and the like.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// drainClose reads what is left of a response body, up to maxDrain, so
+// the connection goes back to the pool, and closes it.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, body, maxDrain)
+	_ = body.Close()
+}
+
+// ParseRetryAfter returns the time a Retry-After header value v asks for,
+// given that the response arrived at now. It accepts delay-seconds (a
+// non-negative decimal integer) and an HTTP-date in any form http.ParseTime
+// knows. A date in the past gives now. A delay too long for a
+// time.Duration is held to the longest one (about 292 years) rather than
+// overflowing. Anything else, a negative number included, returns false.
+func ParseRetryAfter(v string, now time.Time) (time.Time, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return time.Time{}, false
+	}
+	if isDigits(v) {
+		const maxSeconds = math.MaxInt64 / int64(time.Second)
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs > maxSeconds { // only digits: err is out of range
+			secs = maxSeconds
+		}
+		return now.Add(time.Duration(secs) * time.Second), true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return time.Time{}, false
+	}
+	if at.Before(now) {
+		return now, true
+	}
+	return at, true
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// excerpt makes b printable single-line text for StatusError.Body: runs of
+// control characters and white space become one space, invalid UTF-8
+// becomes '?', and a rune cut off at the end of b is dropped. The result is
+// never longer than b.
+func excerpt(b []byte) string {
+	var sb strings.Builder
+	sb.Grow(len(b))
+	space := false
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size <= 1 {
+			if !utf8.FullRune(b) {
+				break // cut off by the read limit
+			}
+			r = '?'
+		}
+		b = b[size:]
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			space = true
+			continue
+		}
+		if space && sb.Len() > 0 {
+			sb.WriteByte(' ')
+		}
+		space = false
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
+// validToken reports whether s is an RFC 9110 token, as header names and
+// methods must be.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether s may be sent as a header value: no
+// control characters (CR, LF, NUL, DEL, ...). A horizontal tab is allowed
+// only when tab is true; it is legal HTTP, but receivers trim it at the
+// ends, so an idempotency key with one would not compare equal.
+func validHeaderValue(s string, tab bool) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < ' ' && !(tab && c == '\t')) || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

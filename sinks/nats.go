@@ -1,0 +1,233 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+const (
+	// natsReconnectWait is the pause between reconnect attempts (nats.go adds
+	// its own jitter). Sends fail while disconnected and the core retries
+	// them, so a short wait shortens the outage seen by the pipeline.
+	natsReconnectWait = time.Second
+	// natsDefaultTimeout bounds a publish, flush or stream lookup when the
+	// caller's ctx has no deadline (FlushWithContext requires one).
+	natsDefaultTimeout = 5 * time.Second
+	// natsRecheck is how long the answer to "which stream covers the
+	// subject?" is trusted before it is asked again, so a stream created or
+	// deleted while the daemon runs is noticed.
+	natsRecheck = time.Minute
+	// natsCloseWait bounds how long Close waits for the connection to drain.
+	natsCloseWait = 10 * time.Second
+)
+
+// NATS publishes each message to one NATS subject: as a pipeline sink
+// (shaping into a subject) and as the dead-letter target.
+//
+// The payload goes out unchanged and m.Header becomes the NATS headers, as
+// they are. Send returns only once the message is safe on the server:
+//
+//   - When a JetStream stream covers the subject, Send publishes through
+//     JetStream and waits for the stream's PubAck, so the message is stored
+//     (durable) before the core acks its source.
+//   - Otherwise Send makes a core publish followed by a flush (a PING/PONG
+//     round trip on the same connection), so the server has received it.
+//
+// Which of the two applies is looked up with the JetStream API
+// (StreamNameBySubject) on the first Send, and cached. The answer is looked
+// up again after any failed Send and once it is older than a minute, so a
+// stream created or removed at run time is noticed. A server without
+// JetStream, or a stream that does not ack (NoAck), means a core publish. If
+// the lookup itself fails, Send fails and the core retries it.
+//
+// A JetStream publish is a request on the subject itself, so core subscribers
+// receive it as well: Send never follows a failed JetStream publish with a
+// core one, and publishes each message once per call. A publish whose ack was
+// lost may still have been stored; the core's retry then publishes it again,
+// which at-least-once delivery allows. A message that carries a Nats-Msg-Id
+// header is deduplicated by the stream in that case.
+//
+// The connection reconnects forever, and a server that is down when NewNATS
+// runs does not fail it: Send fails until the connection is up. Nothing is
+// buffered while disconnected (a buffered message would go out later, after
+// the core had already been told it failed and had retried it).
+//
+// NATS is safe for concurrent use by multiple goroutines.
+type NATS struct {
+	subject string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	closed  chan struct{} // closed by the connection's ClosedHandler
+
+	mu      sync.Mutex
+	route   natsRoute // how to publish; routeUnknown until looked up
+	routeAt time.Time // when route was looked up
+}
+
+var _ shaper.Sink = (*NATS)(nil)
+
+// natsRoute is how a NATS sink publishes to its subject.
+type natsRoute int
+
+const (
+	routeUnknown natsRoute = iota // not looked up yet, or after a failure
+	routeCore                     // core publish + flush: no stream covers the subject
+	routeStream                   // JetStream publish, waiting for the PubAck
+)
+
+// NewNATS connects to cfg.URL as client name and returns a publisher to
+// cfg.Subject. It does not wait for the server: with the server down it
+// succeeds and keeps trying to connect in the background.
+func NewNATS(cfg shaper.NATSPublisherConfig, name string) (*NATS, error) {
+	if cfg.Subject == "" {
+		return nil, errors.New("nats: subject is required")
+	}
+	n := &NATS{subject: cfg.Subject, closed: make(chan struct{})}
+	nc, err := nats.Connect(cfg.URL,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(natsReconnectWait),
+		// No reconnect buffer: a publish while disconnected fails at once
+		// instead of going out later behind the core's retry of it.
+		nats.ReconnectBufSize(-1),
+		nats.ClosedHandler(func(*nats.Conn) { close(n.closed) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("nats: connect to %s: %w", cfg.URL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("nats: jetstream: %w", err)
+	}
+	n.nc, n.js = nc, js
+	return n, nil
+}
+
+// Send publishes m.Payload with m.Header to the subject and returns "ok" once
+// the stream has stored it or, with no stream, once the server has received
+// it; otherwise "error" and why. A message the server can never take (over
+// its max_payload or the stream's max_msg_size, a header name that is not
+// valid) is shaper.ErrMalformed.
+func (n *NATS) Send(ctx context.Context, m *shaper.Message) (string, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, natsDefaultTimeout)
+		defer cancel()
+	}
+	route, err := n.lookup(ctx)
+	if err != nil {
+		return "error", err
+	}
+	msg := &nats.Msg{Subject: n.subject, Data: m.Payload}
+	if len(m.Header) > 0 {
+		// A copy: the JetStream client may add headers to the message.
+		msg.Header = nats.Header(maps.Clone(m.Header))
+	}
+	if route == routeStream {
+		_, err = n.js.PublishMsg(ctx, msg)
+	} else {
+		err = n.nc.PublishMsg(msg)
+		if err == nil {
+			err = n.nc.FlushWithContext(ctx)
+		}
+	}
+	if err != nil {
+		n.forget()
+		if malformed(err) {
+			err = fmt.Errorf("%w: %w", shaper.ErrMalformed, err)
+		}
+		return "error", fmt.Errorf("nats: publish to %s: %w", n.subject, err)
+	}
+	return "ok", nil
+}
+
+// lookup returns how to publish, asking the server which stream covers the
+// subject when the cached answer is missing or old.
+func (n *NATS) lookup(ctx context.Context) (natsRoute, error) {
+	n.mu.Lock()
+	route, at := n.route, n.routeAt
+	n.mu.Unlock()
+	if route != routeUnknown && time.Since(at) < natsRecheck {
+		return route, nil
+	}
+
+	// Concurrent Sends may all ask at once after a failure; the answers
+	// agree, and asking costs one small request each.
+	route = routeStream
+	name, err := n.js.StreamNameBySubject(ctx, n.subject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		// Nobody answers the JetStream API: the server runs without it.
+		errors.Is(err, nats.ErrNoResponders):
+		route = routeCore
+	case err != nil:
+		return routeUnknown, fmt.Errorf("nats: look up the stream of %s: %w", n.subject, err)
+	default:
+		s, err := n.js.Stream(ctx, name)
+		if err != nil {
+			return routeUnknown, fmt.Errorf("nats: look up stream %s: %w", name, err)
+		}
+		if s.CachedInfo().Config.NoAck {
+			route = routeCore // it stores the message but never acks
+		}
+	}
+
+	n.mu.Lock()
+	n.route, n.routeAt = route, time.Now()
+	n.mu.Unlock()
+	return route, nil
+}
+
+// forget drops the cached route, so the next Send looks it up again.
+func (n *NATS) forget() {
+	n.mu.Lock()
+	n.route = routeUnknown
+	n.mu.Unlock()
+}
+
+// malformed reports whether a publish failed because of the message itself,
+// so that sending it again can never succeed.
+func malformed(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		return true
+	}
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg)
+}
+
+// Close drains the connection, which flushes what was published, and
+// closes it. It returns once the connection is closed, or after 10s.
+func (n *NATS) Close() error {
+	err := n.nc.Drain()
+	switch {
+	case errors.Is(err, nats.ErrConnectionReconnecting):
+		err = nil // nothing can be flushed; Drain closed the connection
+	case errors.Is(err, nats.ErrConnectionClosed):
+		return nil // closed before
+	case err != nil:
+		n.nc.Close()
+	}
+	select {
+	case <-n.closed:
+	case <-time.After(natsCloseWait):
+		n.nc.Close()
+		return errors.New("nats: close: drain did not finish within 10s")
+	}
+	if err != nil {
+		return fmt.Errorf("nats: drain: %w", err)
+	}
+	return nil
+}
