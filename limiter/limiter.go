@@ -162,7 +162,9 @@ func New(cfg Config, now time.Time) (*Limiter, error) {
 // allows. No slot is earlier than the start passed to New. Reserve does not
 // allocate.
 func (l *Limiter) Reserve(now time.Time) time.Time {
-	n := int64(now.Sub(l.start)) // saturates, never overflows
+	// Sub saturates instead of overflowing. A time before the start counts
+	// as the start, so every slot and every state time below is >= 0.
+	n := max(int64(now.Sub(l.start)), 0)
 
 	l.mu.Lock()
 	// The slot goes at max(now, TAT-tau), rounded up to a whole nanosecond
@@ -247,7 +249,7 @@ func (l *Limiter) Limit(now time.Time) float64 {
 // limitAt returns the limit in force at n nanoseconds after the start. It
 // requires that l.mu is held.
 func (l *Limiter) limitAt(n int64) float64 {
-	if n >= l.warmup { // also when there is no warm-up
+	if l.warmup == 0 || n >= l.warmup {
 		return l.limit
 	}
 	// Linear from limit/3 at the start to limit at the end of the warm-up;
@@ -260,7 +262,7 @@ func (l *Limiter) limitAt(n int64) float64 {
 // intervalAt returns the emission interval in nanoseconds in force at n
 // nanoseconds after the start. It requires that l.mu is held.
 func (l *Limiter) intervalAt(n int64) float64 {
-	if n >= l.warmup {
+	if l.warmup == 0 || n >= l.warmup {
 		return l.interval
 	}
 	return math.Min(1e9/l.limitAt(n), maxNanos)

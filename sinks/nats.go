@@ -100,6 +100,7 @@ func NewNATS(cfg shaper.NATSPublisherConfig, name string) (*NATS, error) {
 		// No reconnect buffer: a publish while disconnected fails at once
 		// instead of going out later behind the core's retry of it.
 		nats.ReconnectBufSize(-1),
+		nats.DrainTimeout(natsCloseWait),
 		nats.ClosedHandler(func(*nats.Conn) { close(n.closed) }),
 	)
 	if err != nil {
@@ -144,10 +145,14 @@ func (n *NATS) Send(ctx context.Context, m *shaper.Message) (string, error) {
 	}
 	if err != nil {
 		n.forget()
+		code := "error"
+		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg) {
+			code = "" // refused by the client: nothing was sent
+		}
 		if malformed(err) {
 			err = fmt.Errorf("%w: %w", shaper.ErrMalformed, err)
 		}
-		return "error", fmt.Errorf("nats: publish to %s: %w", n.subject, err)
+		return code, fmt.Errorf("nats: publish to %s: %w", n.subject, err)
 	}
 	return "ok", nil
 }
@@ -209,7 +214,8 @@ func malformed(err error) bool {
 }
 
 // Close drains the connection, which flushes what was published, and
-// closes it. It returns once the connection is closed, or after 10s.
+// closes it. It returns once the connection is closed; the drain is given
+// up to 10s.
 func (n *NATS) Close() error {
 	err := n.nc.Drain()
 	switch {
@@ -220,11 +226,15 @@ func (n *NATS) Close() error {
 	case err != nil:
 		n.nc.Close()
 	}
+	// Drain closes the connection within natsCloseWait; the timer only
+	// guards against a ClosedHandler that never runs.
+	timer := time.NewTimer(2 * natsCloseWait)
+	defer timer.Stop()
 	select {
 	case <-n.closed:
-	case <-time.After(natsCloseWait):
+	case <-timer.C:
 		n.nc.Close()
-		return errors.New("nats: close: drain did not finish within 10s")
+		return errors.New("nats: close: connection not closed after 20s")
 	}
 	if err != nil {
 		return fmt.Errorf("nats: drain: %w", err)

@@ -1,0 +1,716 @@
+package limiter_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/shaper-dev/shaper/limiter"
+)
+
+// TestMain checks that the package leaves no goroutine behind: the limiter
+// is computed from timestamps and must never start one.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// start is the fake clock's origin; every test passes times relative to it.
+var start = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// at returns the fake time d after start.
+func at(d time.Duration) time.Time { return start.Add(d) }
+
+// newLimiter returns a limiter for cfg started at start, or fails the test.
+func newLimiter(t testing.TB, cfg limiter.Config) *limiter.Limiter {
+	t.Helper()
+	l, err := limiter.New(cfg, start)
+	if err != nil {
+		t.Fatalf("New(%+v) = %v; want no error", cfg, err)
+	}
+	return l
+}
+
+// interval returns 1/limit as a duration, truncated to whole nanoseconds.
+func interval(limit float64) time.Duration {
+	return time.Duration(1e9 / limit)
+}
+
+// drain reserves n slots in a row, all asked for at now (a backlog), and
+// returns their offsets from start.
+func drain(l *limiter.Limiter, now time.Time, n int) []time.Duration {
+	slots := make([]time.Duration, n)
+	for i := range slots {
+		slots[i] = l.Reserve(now).Sub(start)
+	}
+	return slots
+}
+
+// maxInWindow returns the most slots in any closed window [s, s+w] of the
+// sorted slots.
+func maxInWindow(slots []time.Duration, w time.Duration) int {
+	most, lo := 0, 0
+	for hi := range slots {
+		for slots[hi]-slots[lo] > w {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	good := limiter.Config{Mode: limiter.Token, Limit: 10, Burst: 5, Warmup: time.Second}
+	tests := []struct {
+		name string
+		give func(c *limiter.Config)
+		want []string
+	}{
+		{"zero limit", func(c *limiter.Config) { c.Limit = 0 }, []string{"limit must be a finite number > 0, got 0"}},
+		{"negative limit", func(c *limiter.Config) { c.Limit = -1.5 }, []string{"got -1.5"}},
+		{"NaN limit", func(c *limiter.Config) { c.Limit = math.NaN() }, []string{"got NaN"}},
+		{"infinite limit", func(c *limiter.Config) { c.Limit = math.Inf(1) }, []string{"got +Inf"}},
+		{"negative infinite limit", func(c *limiter.Config) { c.Limit = math.Inf(-1) }, []string{"got -Inf"}},
+		{"zero burst", func(c *limiter.Config) { c.Burst = 0 }, []string{"burst must be >= 1, got 0"}},
+		{"negative burst in leaky mode", func(c *limiter.Config) { c.Mode, c.Burst = limiter.Leaky, -3 }, []string{"burst must be >= 1, got -3"}},
+		{"empty mode", func(c *limiter.Config) { c.Mode = "" }, []string{`unknown mode "" (want "leaky" or "token")`}},
+		{"mode is case-sensitive", func(c *limiter.Config) { c.Mode = "Leaky" }, []string{`unknown mode "Leaky"`}},
+		{"negative warmup", func(c *limiter.Config) { c.Warmup = -time.Second }, []string{"warmup must be >= 0, got -1s"}},
+		{
+			"every problem at once",
+			func(c *limiter.Config) { *c = limiter.Config{Mode: "fifo", Limit: -2, Burst: 0, Warmup: -time.Millisecond} },
+			[]string{`unknown mode "fifo"`, "got -2", "burst must be >= 1, got 0", "warmup must be >= 0, got -1ms"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := good
+			tt.give(&cfg)
+			l, err := limiter.New(cfg, start)
+			if err == nil {
+				t.Fatalf("New(%+v) = nil error; want %q", cfg, tt.want)
+			}
+			if l != nil {
+				t.Errorf("New(%+v) returned a limiter with error %v; want nil", cfg, err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("New(%+v) = %q; want it to contain %q", cfg, err, want)
+				}
+			}
+			if msg := err.Error(); strings.ToLower(msg[:1]) != msg[:1] {
+				t.Errorf("New(%+v) = %q; want a lowercase error", cfg, msg)
+			}
+		})
+	}
+}
+
+func TestNewAcceptsGoodConfig(t *testing.T) {
+	tests := []limiter.Config{
+		{Mode: limiter.Leaky, Limit: 50, Burst: 1},
+		{Mode: limiter.Leaky, Limit: 0.5, Burst: 100}, // burst ignored, not an error
+		{Mode: limiter.Token, Limit: 20000, Burst: 20000},
+		{Mode: limiter.Token, Limit: 3, Burst: 1, Warmup: time.Minute},
+		{Mode: limiter.Token, Limit: 1e-12, Burst: math.MaxInt},
+		{Mode: limiter.Leaky, Limit: math.MaxFloat64, Burst: 1},
+	}
+	for _, cfg := range tests {
+		if _, err := limiter.New(cfg, start); err != nil {
+			t.Errorf("New(%+v) = %v; want no error", cfg, err)
+		}
+	}
+}
+
+func TestValidateRateAcceptsOnlyWhatSetRateApplies(t *testing.T) {
+	tests := []struct {
+		limit float64
+		burst int
+		want  string // "" for no error
+	}{
+		{limit: 80, burst: 1},
+		{limit: 0.5, burst: 10},
+		{limit: 0, burst: 1, want: "limit must be a finite number > 0, got 0"},
+		{limit: -1, burst: 1, want: "got -1"},
+		{limit: math.NaN(), burst: 1, want: "got NaN"},
+		{limit: math.Inf(1), burst: 1, want: "got +Inf"},
+		{limit: 80, burst: 0, want: "burst must be >= 1, got 0"},
+		{limit: 80, burst: -2, want: "burst must be >= 1, got -2"},
+	}
+	for _, tt := range tests {
+		err := limiter.ValidateRate(tt.limit, tt.burst)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("ValidateRate(%v, %d) = %v; want nil", tt.limit, tt.burst, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("ValidateRate(%v, %d) = %v; want an error containing %q", tt.limit, tt.burst, err, tt.want)
+		}
+	}
+}
+
+func TestLeakySlotsAreExactlyOneIntervalApart(t *testing.T) {
+	tests := []struct {
+		limit float64
+		want  time.Duration
+	}{
+		{limit: 0.5, want: 2 * time.Second},
+		{limit: 1, want: time.Second},
+		{limit: 4, want: 250 * time.Millisecond},
+		{limit: 50, want: 20 * time.Millisecond},
+		{limit: 20000, want: 50 * time.Microsecond},
+	}
+	for _, tt := range tests {
+		// A backlog asks for every slot at start; a caller that waits for
+		// its slot asks at the previous slot's time. Both get the same slots.
+		l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: tt.limit, Burst: 1})
+		waiting := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: tt.limit, Burst: 1})
+		now := start
+		for k := range 1000 {
+			want := time.Duration(k) * tt.want
+			if got := l.Reserve(start).Sub(start); got != want {
+				t.Fatalf("limit %v: Reserve(start) #%d = start+%v; want start+%v", tt.limit, k, got, want)
+			}
+			slot := waiting.Reserve(now)
+			if got := slot.Sub(start); got != want {
+				t.Fatalf("limit %v: Reserve(start+%v) #%d = start+%v; want start+%v", tt.limit, now.Sub(start), k, got, want)
+			}
+			now = slot
+		}
+	}
+}
+
+func TestLeakyNeverBurstsAfterIdle(t *testing.T) {
+	for _, idle := range []time.Duration{0, time.Second, time.Hour, 24 * 365 * time.Hour} {
+		l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 10, Burst: 1})
+		drain(l, start, 5)
+		now := at(400*time.Millisecond + idle)
+		first, second := l.Reserve(now), l.Reserve(now)
+		if first.Before(now) {
+			t.Errorf("after idle %v: Reserve(now) = now-%v; want no earlier than now", idle, now.Sub(first))
+		}
+		if got, want := second.Sub(first), 100*time.Millisecond; got != want {
+			t.Errorf("after idle %v: two Reserve(now) are %v apart; want %v", idle, got, want)
+		}
+	}
+}
+
+func TestLeakyNoHundredMillisecondWindowHoldsMoreThanATenthOfLimitPlusOne(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, limit := range []float64{0.5, 3, 10, 50, 333, 1000, 20000} {
+		l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1})
+		// A backlog of callers arriving faster than the limit, with idle
+		// gaps now and then, drained by reserving one slot after another.
+		var slots []time.Duration
+		now := time.Duration(0)
+		mean := float64(interval(limit)) / 2
+		for range 20000 {
+			now += time.Duration(rng.ExpFloat64() * mean)
+			if rng.IntN(100) == 0 {
+				now += time.Duration(rng.IntN(50)) * interval(limit)
+			}
+			slots = append(slots, l.Reserve(at(now)).Sub(start))
+		}
+		if !slices.IsSorted(slots) {
+			t.Fatalf("limit %v: slots are not in order", limit)
+		}
+		want := int(limit/10) + 1
+		if got := maxInWindow(slots, 100*time.Millisecond); got > want {
+			t.Errorf("limit %v: most slots in a 100ms window = %d; want <= %d", limit, got, want)
+		}
+	}
+}
+
+func TestLeakyDoesNotDriftAtRatesWithoutWholeNanosecondIntervals(t *testing.T) {
+	tests := []struct {
+		limit float64
+		num   int64 // the exact interval is num/den nanoseconds
+		den   int64
+		n     int
+	}{
+		{limit: 3, num: 1e9, den: 3, n: 30000},
+		{limit: 7, num: 1e9, den: 7, n: 30000},
+		{limit: 0.3, num: 1e10, den: 3, n: 30000},
+		{limit: 30000, num: 1e5, den: 3, n: 300000},
+	}
+	for _, tt := range tests {
+		l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: tt.limit, Burst: 1})
+		var last time.Duration
+		for k := range int64(tt.n) {
+			// The exact slot k·num/den, rounded up: a slot never goes early.
+			want := time.Duration((k*tt.num + tt.den - 1) / tt.den)
+			got := l.Reserve(start).Sub(start)
+			if d := got - want; d < -1 || d > 1 {
+				t.Fatalf("limit %v: Reserve(start) #%d = start+%v; want start+%v ±1ns", tt.limit, k, got, want)
+			}
+			last = got - want
+		}
+		if last.Abs() >= time.Microsecond {
+			t.Errorf("limit %v: drift after %d slots = %v; want < 1µs", tt.limit, tt.n, last)
+		}
+	}
+}
+
+func TestFractionalRateSpacesSlotsTwoSecondsApart(t *testing.T) {
+	for _, mode := range []limiter.Mode{limiter.Leaky, limiter.Token} {
+		l := newLimiter(t, limiter.Config{Mode: mode, Limit: 0.5, Burst: 1})
+		for k, got := range drain(l, start, 10) {
+			if want := time.Duration(k) * 2 * time.Second; got != want {
+				t.Errorf("%s 0.5/s: Reserve(start) #%d = start+%v; want start+%v", mode, k, got, want)
+			}
+		}
+		if got, want := l.Reserve(at(time.Hour)), at(time.Hour); !got.Equal(want) {
+			t.Errorf("%s 0.5/s after idle: Reserve(start+1h) = start+%v; want start+1h", mode, got.Sub(start))
+		}
+	}
+}
+
+func TestHighRateGives20000SlotsFiftyMicrosecondsApartInOneSecond(t *testing.T) {
+	for _, mode := range []limiter.Mode{limiter.Leaky, limiter.Token} {
+		l := newLimiter(t, limiter.Config{Mode: mode, Limit: 20000, Burst: 1})
+		count := 0
+		prev := time.Duration(-1)
+		for {
+			got := l.Reserve(start).Sub(start)
+			if got >= time.Second {
+				break
+			}
+			if prev >= 0 && got-prev != 50*time.Microsecond {
+				t.Fatalf("%s 20000/s: Reserve(start) #%d = start+%v; want start+%v", mode, count, got, prev+50*time.Microsecond)
+			}
+			prev = got
+			count++
+		}
+		if count < 19999 || count > 20001 {
+			t.Errorf("%s 20000/s: %d slots in the first second; want 20000 ±1", mode, count)
+		}
+	}
+}
+
+func TestTokenBurstsAtOnceAfterIdleThenHoldsTheLimit(t *testing.T) {
+	const limit, burst = 100, 20
+	l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: limit, Burst: burst})
+	slots := drain(l, start, burst+5)
+	for k, got := range slots {
+		want := time.Duration(0)
+		if k >= burst {
+			want = time.Duration(k-burst+1) * 10 * time.Millisecond
+		}
+		if got != want {
+			t.Errorf("Reserve(start) #%d = start+%v; want start+%v", k, got, want)
+		}
+	}
+
+	// A long run of callers arriving 1.5 times faster than the limit.
+	rng := rand.New(rand.NewPCG(3, 4))
+	const run = 1000 * time.Second
+	now, count := time.Duration(0), len(slots)
+	for now < run {
+		now += time.Duration(rng.ExpFloat64() * float64(interval(limit)) / 1.5)
+		if l.Reserve(at(now)).Sub(start) <= run {
+			count++
+		}
+	}
+	got := float64(count) / run.Seconds()
+	if math.Abs(got-limit)/limit > 0.001 {
+		t.Errorf("average over %v = %.3f/s; want %v/s ±0.1%%", run, got, float64(limit))
+	}
+}
+
+func TestTokenBurstRefillsAtTheLimitDuringIdleTime(t *testing.T) {
+	const burst = 8
+	T := 10 * time.Millisecond // limit 100/s
+	tests := []struct {
+		idle int // intervals since the last slot
+		want int // slots at once
+	}{
+		{idle: 1, want: 1},
+		{idle: 3, want: 3},
+		{idle: burst - 1, want: burst - 1},
+		{idle: burst, want: burst},
+		{idle: 2 * burst, want: burst},
+		{idle: 100000, want: burst},
+	}
+	for _, tt := range tests {
+		l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: 100, Burst: burst})
+		slots := drain(l, start, 3*burst) // empty the bucket
+		now := at(slots[len(slots)-1] + time.Duration(tt.idle)*T)
+		got := 0
+		for l.Reserve(now).Equal(now) {
+			got++
+		}
+		if got != tt.want {
+			t.Errorf("after %d intervals idle: %d slots at once; want %d", tt.idle, got, tt.want)
+		}
+	}
+}
+
+func TestTokenNeverExceedsBurstPlusLimitInAnyWindow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, tt := range []struct {
+		limit float64
+		burst int
+	}{{3, 5}, {50, 10}, {1000, 100}, {0.5, 2}} {
+		l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: tt.limit, Burst: tt.burst})
+		var slots []time.Duration
+		now := time.Duration(0)
+		for range 20000 {
+			now += time.Duration(rng.ExpFloat64() * float64(interval(tt.limit)) / 2)
+			if rng.IntN(200) == 0 { // idle long enough to refill
+				now += time.Duration(tt.burst+rng.IntN(10)) * interval(tt.limit)
+			}
+			slots = append(slots, l.Reserve(at(now)).Sub(start))
+		}
+		slices.Sort(slots)
+		for _, w := range []time.Duration{0, 100 * time.Millisecond, time.Second, 10 * time.Second} {
+			want := tt.burst + int(w.Seconds()*tt.limit)
+			if got := maxInWindow(slots, w); got > want {
+				t.Errorf("limit %v burst %d: most slots in a %v window = %d; want <= %d", tt.limit, tt.burst, w, got, want)
+			}
+		}
+	}
+}
+
+func TestSetRateNextSlotUsesTheNewInterval(t *testing.T) {
+	type step struct {
+		setLimit float64 // 0: no SetRate before this Reserve
+		setBurst int
+		want     time.Duration // slot of Reserve(start)
+	}
+	tests := []struct {
+		name  string
+		cfg   limiter.Config
+		steps []step
+	}{
+		{
+			name: "leaky raise then lower",
+			cfg:  limiter.Config{Mode: limiter.Leaky, Limit: 10, Burst: 1},
+			steps: []step{
+				{want: 0},
+				{want: 100 * time.Millisecond},
+				{setLimit: 20, setBurst: 1, want: 150 * time.Millisecond},
+				{want: 200 * time.Millisecond},
+				{setLimit: 5, setBurst: 1, want: 400 * time.Millisecond},
+				{want: 600 * time.Millisecond},
+				{setLimit: 0.5, setBurst: 1, want: 2600 * time.Millisecond},
+			},
+		},
+		{
+			name: "leaky ignores burst",
+			cfg:  limiter.Config{Mode: limiter.Leaky, Limit: 10, Burst: 1},
+			steps: []step{
+				{want: 0},
+				{setLimit: 10, setBurst: 50, want: 100 * time.Millisecond},
+				{want: 200 * time.Millisecond},
+			},
+		},
+		{
+			// 5 at once, then 100ms apart. Slots still owed keep their
+			// number: lowering releases no burst, raising makes no one wait.
+			name: "token lower then raise",
+			cfg:  limiter.Config{Mode: limiter.Token, Limit: 10, Burst: 5},
+			steps: []step{
+				{want: 0}, {want: 0}, {want: 0}, {want: 0}, {want: 0},
+				{want: 100 * time.Millisecond},
+				{setLimit: 1, setBurst: 5, want: 1100 * time.Millisecond},
+				{want: 2100 * time.Millisecond},
+				{setLimit: 100, setBurst: 5, want: 2110 * time.Millisecond},
+				{want: 2120 * time.Millisecond},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLimiter(t, tt.cfg)
+			for k, s := range tt.steps {
+				if s.setLimit != 0 {
+					l.SetRate(s.setLimit, s.setBurst)
+					if got := l.Limit(start); got != s.setLimit {
+						t.Errorf("after SetRate(%v, %d): Limit(start) = %v; want %v", s.setLimit, s.setBurst, got, s.setLimit)
+					}
+				}
+				if got := l.Reserve(start).Sub(start); got != s.want {
+					t.Errorf("Reserve(start) #%d = start+%v; want start+%v", k, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+func TestSetRateRaisingBurstLetsMoreGoAtOnce(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: 10, Burst: 2})
+	now := at(time.Hour)
+	drain(l, now, 2) // the whole bucket
+	l.SetRate(10, 5)
+	got := 0
+	for l.Reserve(now).Equal(now) {
+		got++
+	}
+	if got != 3 {
+		t.Errorf("after SetRate(10, 5) on an empty bucket of 2: %d more slots at once; want 3", got)
+	}
+}
+
+func TestSetRateIgnoresInvalidValues(t *testing.T) {
+	tests := []struct {
+		limit float64
+		burst int
+	}{
+		{0, 1}, {-5, 1}, {math.NaN(), 1}, {math.Inf(1), 1}, {math.Inf(-1), 1}, {10, 0}, {10, -1},
+	}
+	for _, tt := range tests {
+		for _, mode := range []limiter.Mode{limiter.Leaky, limiter.Token} {
+			l := newLimiter(t, limiter.Config{Mode: mode, Limit: 60, Burst: 1, Warmup: 10 * time.Second})
+			l.Reserve(start)
+			l.SetRate(tt.limit, tt.burst)
+			if got, want := l.Limit(at(5*time.Second)), 40.0; got != want {
+				t.Errorf("%s: after SetRate(%v, %d): Limit(start+5s) = %v; want %v (warm-up still running)", mode, tt.limit, tt.burst, got, want)
+			}
+			if got, want := l.Reserve(start).Sub(start), 50*time.Millisecond; got != want {
+				t.Errorf("%s: after SetRate(%v, %d): Reserve(start) = start+%v; want start+%v", mode, tt.limit, tt.burst, got, want)
+			}
+		}
+	}
+}
+
+func TestSetRateEndsTheWarmup(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 90, Burst: 1, Warmup: 10 * time.Second})
+	if got, want := l.Limit(start), 30.0; got != want {
+		t.Fatalf("Limit(start) = %v; want %v", got, want)
+	}
+	first := l.Reserve(start)
+	l.SetRate(100, 1)
+	for _, d := range []time.Duration{0, 5 * time.Second, time.Minute} {
+		if got := l.Limit(at(d)); got != 100 {
+			t.Errorf("after SetRate(100, 1): Limit(start+%v) = %v; want 100", d, got)
+		}
+	}
+	if got, want := l.Reserve(start).Sub(first), 10*time.Millisecond; got != want {
+		t.Errorf("after SetRate(100, 1): next slot is %v after the last; want %v", got, want)
+	}
+}
+
+func TestWarmupRampsFromAThirdOfTheLimitToTheLimit(t *testing.T) {
+	const limit = 90.0
+	const warmup = 10 * time.Second
+	for _, mode := range []limiter.Mode{limiter.Leaky, limiter.Token} {
+		l := newLimiter(t, limiter.Config{Mode: mode, Limit: limit, Burst: 1, Warmup: warmup})
+
+		limits := []struct {
+			at   time.Duration
+			want float64
+		}{
+			{-time.Second, 30}, {0, 30}, {warmup / 4, 45}, {warmup / 2, 60}, {warmup * 3 / 4, 75},
+			{warmup, 90}, {2 * warmup, 90}, {1000 * time.Hour, 90},
+		}
+		for _, tt := range limits {
+			if got := l.Limit(at(tt.at)); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("%s: Limit(start+%v) = %v; want %v", mode, tt.at, got, tt.want)
+			}
+		}
+
+		// A backlog drained from the start: the observed spacing follows
+		// the ramp, and the slots in the warm-up add up to its area.
+		var slots []time.Duration
+		for {
+			s := l.Reserve(start).Sub(start)
+			slots = append(slots, s)
+			if s > 2*warmup {
+				break
+			}
+		}
+		spacing := []struct {
+			at   time.Duration
+			want float64 // slots per second observed there
+		}{
+			{0, limit / 3}, {warmup / 2, limit * 2 / 3}, {warmup, limit}, {warmup * 3 / 2, limit},
+		}
+		for _, tt := range spacing {
+			i, _ := slices.BinarySearch(slots, tt.at)
+			got := 1 / (slots[i+1] - slots[i]).Seconds()
+			if math.Abs(got-tt.want)/tt.want > 0.01 {
+				t.Errorf("%s: rate observed at start+%v = %.3f/s; want %.3f/s ±1%%", mode, slots[i], got, tt.want)
+			}
+		}
+		inWarmup, _ := slices.BinarySearch(slots, warmup)
+		if want := limit * 2 / 3 * warmup.Seconds(); math.Abs(float64(inWarmup)-want) > 2 {
+			t.Errorf("%s: %d slots during the warm-up; want %.0f ±2", mode, inWarmup, want)
+		}
+	}
+}
+
+func TestWarmupShrinksTheTokenBurst(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: 100, Burst: 10, Warmup: time.Minute})
+	got := 0
+	for l.Reserve(start).Equal(start) {
+		got++
+	}
+	if want := 4; got != want { // 1 + (10-1)/3 at a third of the rate
+		t.Errorf("burst at start of warm-up = %d; want %d", got, want)
+	}
+	now := at(time.Hour)
+	got = 0
+	for l.Reserve(now).Equal(now) {
+		got++
+	}
+	if want := 10; got != want {
+		t.Errorf("burst after warm-up = %d; want %d", got, want)
+	}
+}
+
+func TestLimitWithoutWarmupIsTheConfiguredLimit(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: 42.5, Burst: 3})
+	for _, d := range []time.Duration{-time.Hour, 0, time.Hour} {
+		if got := l.Limit(at(d)); got != 42.5 {
+			t.Errorf("Limit(start+%v) = %v; want 42.5", d, got)
+		}
+	}
+}
+
+func TestReserveNeverGivesASlotBeforeNowOrStart(t *testing.T) {
+	for _, mode := range []limiter.Mode{limiter.Leaky, limiter.Token} {
+		l := newLimiter(t, limiter.Config{Mode: mode, Limit: 10, Burst: 5})
+		if got := l.Reserve(at(-time.Hour)); got.Before(start) {
+			t.Errorf("%s: Reserve(start-1h) = start-%v; want no earlier than start", mode, start.Sub(got))
+		}
+		for _, d := range []time.Duration{time.Second, 3 * time.Second, 2 * time.Second} {
+			if got := l.Reserve(at(d)); got.Before(at(d)) {
+				t.Errorf("%s: Reserve(start+%v) = start+%v; want no earlier than now", mode, d, got.Sub(start))
+			}
+		}
+	}
+}
+
+func TestLeakyReserveWithAnOlderNowKeepsTheSpacing(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 10, Burst: 1})
+	if got, want := l.Reserve(at(10*time.Second)).Sub(start), 10*time.Second; got != want {
+		t.Fatalf("Reserve(start+10s) = start+%v; want start+%v", got, want)
+	}
+	if got, want := l.Reserve(at(5*time.Second)).Sub(start), 10100*time.Millisecond; got != want {
+		t.Errorf("Reserve(start+5s) = start+%v; want start+%v", got, want)
+	}
+}
+
+func TestReserveKeepsTheMonotonicClockOfStart(t *testing.T) {
+	now := time.Now() // carries a monotonic reading
+	l, err := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: 10, Burst: 1}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Reserve(now)
+	got := l.Reserve(now)
+	if s := got.String(); !strings.Contains(s, "m=+") {
+		t.Errorf("Reserve(now) = %s; want a time with a monotonic reading", s)
+	}
+	if d := got.Sub(now); d != 100*time.Millisecond {
+		t.Errorf("Reserve(now) = now+%v; want now+100ms", d)
+	}
+}
+
+func TestExtremeRatesSaturateInsteadOfOverflowing(t *testing.T) {
+	tests := []limiter.Config{
+		{Mode: limiter.Leaky, Limit: 1e-300, Burst: 1},
+		{Mode: limiter.Token, Limit: 1e-300, Burst: math.MaxInt},
+		{Mode: limiter.Token, Limit: 1e-9, Burst: 1 << 40},
+		{Mode: limiter.Leaky, Limit: math.MaxFloat64, Burst: 1},
+		{Mode: limiter.Token, Limit: 1e12, Burst: math.MaxInt},
+		{Mode: limiter.Leaky, Limit: 1e-300, Burst: 1, Warmup: math.MaxInt64},
+	}
+	for _, cfg := range tests {
+		l := newLimiter(t, cfg)
+		prev := l.Reserve(start)
+		if !prev.Equal(start) {
+			t.Errorf("%+v: first Reserve(start) = start+%v; want start", cfg, prev.Sub(start))
+		}
+		for k := 1; k < 5; k++ {
+			got := l.Reserve(start)
+			if got.Before(prev) {
+				t.Errorf("%+v: Reserve(start) #%d = start+%v, before slot #%d at start+%v", cfg, k, got.Sub(start), k-1, prev.Sub(start))
+			}
+			prev = got
+		}
+		l.SetRate(1, 1)
+		l.SetRate(1e-300, math.MaxInt)
+		if got := l.Reserve(start); got.Before(prev) {
+			t.Errorf("%+v: after SetRate: Reserve(start) = start+%v, before the last slot at start+%v", cfg, got.Sub(start), prev.Sub(start))
+		}
+	}
+}
+
+func TestConcurrentReserveGivesDistinctEvenlySpacedSlots(t *testing.T) {
+	const goroutines, each = 64, 200
+	for _, tt := range []struct {
+		mode  limiter.Mode
+		burst int
+	}{{limiter.Leaky, 1}, {limiter.Token, 10}} {
+		l := newLimiter(t, limiter.Config{Mode: tt.mode, Limit: 1000, Burst: tt.burst})
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			slots []time.Duration
+		)
+		for range goroutines {
+			wg.Go(func() {
+				mine := make([]time.Duration, each)
+				for i := range mine {
+					mine[i] = l.Reserve(start).Sub(start)
+					if i%16 == 0 {
+						l.Limit(start) // readers race with writers too
+					}
+				}
+				mu.Lock()
+				slots = append(slots, mine...)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		slices.Sort(slots)
+		for k, got := range slots {
+			want := time.Duration(max(k-tt.burst+1, 0)) * time.Millisecond
+			if got != want {
+				t.Fatalf("%s: sorted slot #%d of %d = start+%v; want start+%v", tt.mode, k, len(slots), got, want)
+			}
+		}
+	}
+}
+
+func TestConcurrentSetRateKeepsSlotsInOrder(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 1000, Burst: 1})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 1000 {
+			l.SetRate(float64(500+i%1000), 1)
+		}
+	})
+	var got []time.Time
+	for range 5000 {
+		got = append(got, l.Reserve(start))
+	}
+	wg.Wait()
+	for k := 1; k < len(got); k++ {
+		// The fastest rate set is 1499/s: no two slots closer than 1/1499s.
+		if d := got[k].Sub(got[k-1]); d < interval(1499) {
+			t.Fatalf("Reserve(start) #%d is %v after #%d; want >= %v", k, d, k-1, interval(1499))
+		}
+	}
+}
+
+func TestReserveDoesNotAllocate(t *testing.T) {
+	for _, cfg := range []limiter.Config{
+		{Mode: limiter.Leaky, Limit: 1000, Burst: 1},
+		{Mode: limiter.Token, Limit: 1000, Burst: 50},
+		{Mode: limiter.Leaky, Limit: 1000, Burst: 1, Warmup: time.Hour},
+	} {
+		l := newLimiter(t, cfg)
+		now := start
+		if got := testing.AllocsPerRun(1000, func() {
+			now = now.Add(time.Millisecond)
+			l.Reserve(now)
+		}); got != 0 {
+			t.Errorf("%+v: Reserve allocates %v times per call; want 0", cfg, got)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package shaper
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// maxAdminBody bounds the body of a mutating admin call.
+const maxAdminBody = 4 << 10
+
+// Admin returns the handler of the admin API (SPEC §5) over pipelines:
+// /metrics from gatherer, /healthz, /readyz, GET /v1/pipelines and
+// PUT /v1/pipelines/{name}/rate. When token is not empty, PUT requires
+// "Authorization: Bearer <token>".
+func Admin(pipelines []*Pipeline, gatherer prometheus.Gatherer, token string) http.Handler {
+	byName := make(map[string]*Pipeline, len(pipelines))
+	for _, p := range pipelines {
+		byName[p.Name()] = p
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		var notReady []string
+		for _, p := range pipelines {
+			if err := p.Ready(); err != nil {
+				notReady = append(notReady, fmt.Sprintf("%s: %v", p.Name(), err))
+			}
+		}
+		if len(notReady) > 0 {
+			http.Error(w, strings.Join(notReady, "\n"), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("GET /v1/pipelines", func(w http.ResponseWriter, r *http.Request) {
+		out := make([]Status, 0, len(pipelines))
+		for _, p := range pipelines {
+			out = append(out, p.Status())
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("PUT /v1/pipelines/{name}/rate", func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && !bearerMatches(r.Header.Get("Authorization"), token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shaper"`)
+			writeError(w, http.StatusUnauthorized, errors.New("a valid bearer token is required"))
+			return
+		}
+		p, ok := byName[r.PathValue("name")]
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Errorf("no pipeline named %q", r.PathValue("name")))
+			return
+		}
+		var body struct {
+			Limit *float64 `json:"limit"`
+			Burst int      `json:"burst"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("body: want {\"limit\": 80, \"burst\": 1}: %v", err))
+			return
+		}
+		if body.Limit == nil {
+			writeError(w, http.StatusBadRequest, errors.New("body: limit is required"))
+			return
+		}
+		if err := p.SetRate(*body.Limit, body.Burst); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, p.Status())
+	})
+	return mux
+}
+
+// bearerMatches compares the token in constant time.
+func bearerMatches(header, token string) bool {
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client has gone; nothing to do
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}

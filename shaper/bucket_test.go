@@ -1,0 +1,130 @@
+package shaper
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func msgs(n int) []*Message {
+	out := make([]*Message, n)
+	for i := range out {
+		out[i] = &Message{ID: fmt.Sprint(i)}
+	}
+	return out
+}
+
+func TestBucketIsFIFOWithDueRetriesFirst(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newBucket(10)
+	b.admit(now, msgs(3))
+	first, _ := b.take(now)
+	b.retry(first, now.Add(time.Second))
+
+	got, _ := b.take(now)
+	if got.msg.ID != "1" {
+		t.Fatalf("take() = %s; want 1 (the retry is not due yet)", got.msg.ID)
+	}
+	got, _ = b.take(now.Add(time.Second))
+	if got.msg.ID != "0" {
+		t.Fatalf("take(+1s) = %s; want 0 (a due retry goes first)", got.msg.ID)
+	}
+	if !got.queued.Equal(now.Add(time.Second)) {
+		t.Errorf("retry queued = %v; want its due time", got.queued)
+	}
+	got, _ = b.take(now.Add(time.Second))
+	if got.msg.ID != "2" {
+		t.Fatalf("take() = %s; want 2", got.msg.ID)
+	}
+	if got, due := b.take(now); got != nil || !due.IsZero() {
+		t.Errorf("take() on empty = %v, %v; want nil, zero", got, due)
+	}
+}
+
+func TestBucketTakeReportsWhenTheNextRetryIsDue(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newBucket(10)
+	b.admit(now, msgs(1))
+	tk, _ := b.take(now)
+	b.retry(tk, now.Add(3*time.Second))
+	if got, due := b.take(now); got != nil || !due.Equal(now.Add(3*time.Second)) {
+		t.Errorf("take() = %v, %v; want nil, now+3s", got, due)
+	}
+}
+
+func TestBucketRoomCountsEveryHeldMessageUntilReleased(t *testing.T) {
+	now := time.Now()
+	b := newBucket(5)
+	b.admit(now, msgs(3))
+	if got := b.Room(); got != 2 {
+		t.Fatalf("Room() = %d; want 2", got)
+	}
+	b.take(now) // in flight: still held
+	if got := b.Room(); got != 2 {
+		t.Fatalf("Room() with one in flight = %d; want 2", got)
+	}
+	b.release()
+	if got := b.Room(); got != 3 {
+		t.Fatalf("Room() after release = %d; want 3", got)
+	}
+	b.SetCapacity(1)
+	if got := b.Room(); got != 0 {
+		t.Fatalf("Room() after shrinking below held = %d; want 0", got)
+	}
+}
+
+func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
+	b := newBucket(1)
+	b.admit(time.Now(), msgs(1))
+	done := make(chan int)
+	go func() { done <- b.WaitRoom(context.Background()) }()
+	b.release()
+	select {
+	case n := <-done:
+		if n != 1 {
+			t.Errorf("WaitRoom() = %d; want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitRoom did not wake on release")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.admit(time.Now(), msgs(1))
+	cancel()
+	if n := b.WaitRoom(ctx); n != 0 {
+		t.Errorf("WaitRoom(cancelled) = %d; want 0", n)
+	}
+}
+
+func TestBucketDrainReturnsEveryQueuedTask(t *testing.T) {
+	now := time.Now()
+	b := newBucket(100)
+	b.admit(now, msgs(10))
+	for range 4 {
+		tk, _ := b.take(now)
+		b.retry(tk, now.Add(time.Hour))
+	}
+	if got := len(b.drain()); got != 10 {
+		t.Errorf("drain() returned %d tasks; want 10", got)
+	}
+}
+
+func TestEffectiveCapacityIsHeldToLimitTimesMaxQueueTime(t *testing.T) {
+	tests := []struct {
+		capacity int
+		limit    float64
+		wait     time.Duration
+		want     int
+	}{
+		{1000, 50, 5 * time.Second, 250},
+		{100, 50, 5 * time.Second, 100},
+		{1000, 0.5, time.Second, 1},
+		{1000, 25, 30 * time.Second, 750},
+	}
+	for _, tt := range tests {
+		got := effectiveCapacity(BucketConfig{Capacity: tt.capacity, MaxQueueTime: tt.wait}, tt.limit)
+		if got != tt.want {
+			t.Errorf("effectiveCapacity(%d, %v/s, %v) = %d; want %d", tt.capacity, tt.limit, tt.wait, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,507 @@
+package sinks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+// httpConfig returns a defaulted config the way the core would pass it.
+func httpConfig(url string) shaper.HTTPSinkConfig {
+	return shaper.HTTPSinkConfig{
+		URL:          url,
+		Method:       http.MethodPost,
+		MaxBodyBytes: 10 << 20,
+		DeliveryConfig: shaper.DeliveryConfig{
+			Timeout:     2 * time.Second,
+			MaxInFlight: 8,
+		},
+	}
+}
+
+func newHTTP(t *testing.T, cfg shaper.HTTPSinkConfig) *HTTP {
+	t.Helper()
+	h, err := NewHTTP(cfg)
+	if err != nil {
+		t.Fatalf("NewHTTP: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+// newServer starts an httptest server on 127.0.0.1 that counts its requests.
+func newServer(t *testing.T, handler http.HandlerFunc) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		handler(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+// testCtx bounds a call that should finish quickly, generously.
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestHTTPSendDeliversMethodHeadersIdempotencyKeyAndBody(t *testing.T) {
+	type seen struct {
+		method, path, query, host string
+		header                    http.Header
+		body                      []byte
+		contentLength             int64
+	}
+	tests := []struct {
+		name    string
+		method  string
+		headers map[string]string
+		payload []byte
+	}{
+		{"post json", http.MethodPost, map[string]string{"Content-Type": "application/json", "Authorization": "Bearer t0ken"}, []byte(`{"amount":42}`)},
+		{"put binary", http.MethodPut, map[string]string{"content-type": "application/octet-stream"}, []byte("a\x00b\r\nc\xff")},
+		{"patch empty body", http.MethodPatch, nil, nil},
+		{"host header", http.MethodPost, map[string]string{"Host": "psp.example.com"}, []byte("x")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := make(chan seen, 1)
+			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					t.Errorf("server: read body: %v", err)
+				}
+				got <- seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Host, r.Header.Clone(), body, r.ContentLength}
+			})
+			cfg := httpConfig(srv.URL + "/notify?v=1")
+			cfg.Method = tt.method
+			cfg.Headers = tt.headers
+			h := newHTTP(t, cfg)
+
+			m := &shaper.Message{ID: "psp.callbacks/3/1234", Payload: tt.payload}
+			code, err := h.Send(testCtx(t), m)
+			if code != "200" || err != nil {
+				t.Fatalf("Send = %q, %v; want \"200\", nil", code, err)
+			}
+			s := <-got
+			if s.method != tt.method {
+				t.Errorf("method = %q; want %q", s.method, tt.method)
+			}
+			if s.path != "/notify" || s.query != "v=1" {
+				t.Errorf("path, query = %q, %q; want /notify, v=1", s.path, s.query)
+			}
+			if !bytes.Equal(s.body, tt.payload) {
+				t.Errorf("body = %q; want %q", s.body, tt.payload)
+			}
+			if s.contentLength != int64(len(tt.payload)) {
+				t.Errorf("Content-Length = %d; want %d", s.contentLength, len(tt.payload))
+			}
+			if got := s.header.Get("Idempotency-Key"); got != m.ID {
+				t.Errorf("Idempotency-Key = %q; want %q", got, m.ID)
+			}
+			for k, v := range tt.headers {
+				if http.CanonicalHeaderKey(k) == "Host" {
+					if s.host != v {
+						t.Errorf("Host = %q; want %q", s.host, v)
+					}
+					continue
+				}
+				if got := s.header.Get(k); got != v {
+					t.Errorf("header %s = %q; want %q", k, got, v)
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPSendOmitsIdempotencyKeyForEmptyID(t *testing.T) {
+	got := make(chan []string, 1)
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Values("Idempotency-Key")
+	})
+	h := newHTTP(t, httpConfig(srv.URL))
+	if code, err := h.Send(testCtx(t), &shaper.Message{Payload: []byte("x")}); code != "200" || err != nil {
+		t.Fatalf("Send = %q, %v; want \"200\", nil", code, err)
+	}
+	if v := <-got; len(v) != 0 {
+		t.Errorf("Idempotency-Key = %q; want none", v)
+	}
+}
+
+func TestHTTPSendSucceedsOnEvery2xx(t *testing.T) {
+	for _, status := range []int{200, 201, 202, 204, 206, 299} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(status)
+			})
+			h := newHTTP(t, httpConfig(srv.URL))
+			code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})
+			if want := strconv.Itoa(status); code != want || err != nil {
+				t.Errorf("Send = %q, %v; want %q, nil", code, err, want)
+			}
+		})
+	}
+}
+
+func TestHTTPSendReturnsStatusErrorWithCodeAndBodyExcerpt(t *testing.T) {
+	long := strings.Repeat("x", 2000)
+	tests := []struct {
+		status   int
+		body     string
+		wantBody string
+	}{
+		{301, "moved", "moved"}, // not followed: the sink must be configured with the final URL
+		{400, `{"error":"bad signature"}`, `{"error":"bad signature"}`},
+		{404, "", ""},
+		{408, "request timeout\n", "request timeout"},
+		{409, "line one\r\nline two\x00\x1b[31m", "line one line two [31m"},
+		{429, "slow down", "slow down"},
+		{500, long, long[:512]},
+		{502, "bad gateway", "bad gateway"},
+		{503, "unavailable", "unavailable"},
+		{504, "gateway timeout", "gateway timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
+			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Location", "/elsewhere")
+				w.WriteHeader(tt.status)
+				io.WriteString(w, tt.body)
+			})
+			h := newHTTP(t, httpConfig(srv.URL))
+			code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})
+			if want := strconv.Itoa(tt.status); code != want {
+				t.Errorf("code = %q; want %q", code, want)
+			}
+			var se *shaper.StatusError
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v (%T); want *shaper.StatusError", err, err)
+			}
+			if se.Code != tt.status {
+				t.Errorf("Code = %d; want %d", se.Code, tt.status)
+			}
+			if se.Body != tt.wantBody {
+				t.Errorf("Body = %q; want %q", se.Body, tt.wantBody)
+			}
+			if !se.RetryAfter.IsZero() {
+				t.Errorf("RetryAfter = %v; want zero without a Retry-After header", se.RetryAfter)
+			}
+		})
+	}
+}
+
+func TestHTTPSendParsesRetryAfterIntoStatusError(t *testing.T) {
+	date := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	tests := []struct {
+		name       string
+		status     int
+		retryAfter string
+		// want returns the earliest and latest RetryAfter, given the times
+		// just before and after Send.
+		want func(before, after time.Time) (time.Time, time.Time)
+	}{
+		{"429 seconds", 429, "120", func(b, a time.Time) (time.Time, time.Time) {
+			return b.Add(120 * time.Second), a.Add(120 * time.Second)
+		}},
+		{"503 http date", 503, date.Format(http.TimeFormat), func(b, a time.Time) (time.Time, time.Time) {
+			return date, date
+		}},
+		{"503 garbage", 503, "soon", func(b, a time.Time) (time.Time, time.Time) {
+			return time.Time{}, time.Time{}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", tt.retryAfter)
+				w.WriteHeader(tt.status)
+			})
+			h := newHTTP(t, httpConfig(srv.URL))
+			before := time.Now()
+			_, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})
+			after := time.Now()
+			var se *shaper.StatusError
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v; want *shaper.StatusError", err)
+			}
+			lo, hi := tt.want(before, after)
+			if se.RetryAfter.Before(lo) || se.RetryAfter.After(hi) {
+				t.Errorf("RetryAfter = %v; want within [%v, %v]", se.RetryAfter, lo, hi)
+			}
+		})
+	}
+}
+
+func TestHTTPSendRejectsOversizedPayloadWithoutRequest(t *testing.T) {
+	srv, requests := newServer(t, func(w http.ResponseWriter, r *http.Request) {})
+	cfg := httpConfig(srv.URL)
+	cfg.MaxBodyBytes = 16
+	h := newHTTP(t, cfg)
+
+	code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: make([]byte, 17)})
+	if code != "" || !errors.Is(err, shaper.ErrMalformed) {
+		t.Fatalf("Send(17 bytes) = %q, %v; want \"\", ErrMalformed", code, err)
+	}
+	if !strings.Contains(err.Error(), "17") || !strings.Contains(err.Error(), "16") {
+		t.Errorf("error %q does not give the sizes 17 and 16", err)
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("server saw %d requests; want 0", n)
+	}
+	// The limit itself is allowed.
+	if code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: make([]byte, 16)}); code != "200" || err != nil {
+		t.Errorf("Send(16 bytes) = %q, %v; want \"200\", nil", code, err)
+	}
+}
+
+func TestHTTPSendRejectsIDThatCouldInjectHeadersWithoutRequest(t *testing.T) {
+	srv, requests := newServer(t, func(w http.ResponseWriter, r *http.Request) {})
+	h := newHTTP(t, httpConfig(srv.URL))
+	tests := []struct {
+		name string
+		id   string
+	}{
+		{"crlf header injection", "id-1\r\nX-Injected: yes"},
+		{"lf", "id-1\nX-Injected: yes"},
+		{"cr", "id-1\r"},
+		{"nul", "id\x00"},
+		{"tab", "id\t"},
+		{"escape", "id\x1b"},
+		{"del", "id\x7f"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, err := h.Send(testCtx(t), &shaper.Message{ID: tt.id, Payload: []byte("x")})
+			if code != "" || !errors.Is(err, shaper.ErrMalformed) {
+				t.Errorf("Send(ID %q) = %q, %v; want \"\", ErrMalformed", tt.id, code, err)
+			}
+		})
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("server saw %d requests; want 0", n)
+	}
+}
+
+func TestHTTPSendReturnsPromptlyWhenServerHangsPastDeadline(t *testing.T) {
+	release := make(chan struct{})
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // runs before srv.Close
+	cfg := httpConfig(srv.URL)
+	cfg.Timeout = time.Minute // the ctx, not the transport, must end the attempt
+	h := newHTTP(t, cfg)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	var code string
+	var err error
+	go func() {
+		defer close(done)
+		code, err = h.Send(ctx, &shaper.Message{ID: "1", Payload: []byte("x")})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Send still running 10s after a 100ms deadline")
+	}
+	if code != "error" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Send = %q, %v; want \"error\", context.DeadlineExceeded", code, err)
+	}
+}
+
+func TestHTTPSendReportsConnectionRefusedAsRetryableError(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+
+	cfg := httpConfig("http://" + addr + "/notify?api_key=s3cret-query")
+	cfg.Headers = map[string]string{"Authorization": "Bearer s3cret-header"}
+	h := newHTTP(t, cfg)
+	code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})
+	if code != "error" || err == nil {
+		t.Fatalf("Send = %q, %v; want \"error\" and an error", code, err)
+	}
+	var se *shaper.StatusError
+	if errors.As(err, &se) || errors.Is(err, shaper.ErrMalformed) {
+		t.Errorf("err = %v; want neither a StatusError nor ErrMalformed, so that it is retried", err)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("err = %q; it must not carry the query string or header values", err)
+	}
+	if want := "POST http://" + addr + "/notify"; !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %q; want it to name %q", err, want)
+	}
+}
+
+func TestHTTPKeepAliveOpensAtMostMaxInFlightConnections(t *testing.T) {
+	var mu sync.Mutex
+	opened := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			opened++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	cfg := httpConfig(srv.URL)
+	cfg.MaxInFlight = 8
+	h := newHTTP(t, cfg)
+	send := func(i int) error {
+		code, err := h.Send(testCtx(t), &shaper.Message{ID: strconv.Itoa(i), Payload: []byte("x")})
+		if code != "200" || err != nil {
+			return fmt.Errorf("Send(%d) = %q, %v; want \"200\", nil", i, code, err)
+		}
+		return nil
+	}
+
+	for i := range 100 {
+		if err := send(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// More concurrent senders than MaxInFlight: the surplus waits for a
+	// connection instead of opening one.
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := range 100 {
+		wg.Go(func() { errs <- send(100 + i) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if opened > 8 {
+		t.Errorf("200 requests opened %d connections; want at most 8 (MaxInFlight)", opened)
+	}
+	if opened == 0 {
+		t.Errorf("opened 0 connections; ConnState not called?")
+	}
+}
+
+func TestNewHTTPRejectsInvalidConfigWithoutShowingHeaderValues(t *testing.T) {
+	tests := []struct {
+		name    string
+		url     string
+		method  string
+		headers map[string]string
+	}{
+		{"ftp url", "ftp://example.com/x", "POST", nil},
+		{"no host", "http:///x", "POST", nil},
+		{"method with space", "http://example.com", "PO ST", nil},
+		{"header name with colon", "http://example.com", "POST", map[string]string{"X-A:b": "v"}},
+		{"header value with newline", "http://example.com", "POST", map[string]string{"Authorization": "Bearer s3cret\r\nX-Evil: 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := httpConfig(tt.url)
+			cfg.Method = tt.method
+			cfg.Headers = tt.headers
+			h, err := NewHTTP(cfg)
+			if err == nil {
+				h.Close()
+				t.Fatalf("NewHTTP(%s) = nil error; want one", tt.name)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("err = %q; it must not show header values", err)
+			}
+		})
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	maxDelay := time.Duration(1<<63-1) / time.Second * time.Second
+	tests := []struct {
+		give   string
+		want   time.Time
+		wantOK bool
+	}{
+		{"0", now, true},
+		{"120", now.Add(120 * time.Second), true},
+		{" 30 ", now.Add(30 * time.Second), true},
+		{"007", now.Add(7 * time.Second), true},
+		{"9223372036", now.Add(9223372036 * time.Second), true},                                // the longest Duration in seconds
+		{"9223372037", now.Add(maxDelay), true},                                                // one more: held, no overflow
+		{"99999999999999999999999999", now.Add(maxDelay), true},                                // beyond int64: held
+		{"Sun, 01 Mar 2026 12:05:00 GMT", time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC), true},  // RFC 1123
+		{"Sunday, 01-Mar-26 12:05:00 GMT", time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC), true}, // RFC 850
+		{"Sun Mar  1 12:05:00 2026", time.Date(2026, 3, 1, 12, 5, 0, 0, time.UTC), true},       // ANSI C asctime
+		{"Thu, 01 Jan 2026 00:00:00 GMT", now, true},                                           // past date: now
+		{"Sun, 01 Mar 2026 12:00:00 GMT", now, true},                                           // now itself
+		{"", time.Time{}, false},
+		{"soon", time.Time{}, false},
+		{"-5", time.Time{}, false},
+		{"+5", time.Time{}, false},
+		{"1.5", time.Time{}, false},
+		{"12s", time.Time{}, false},
+		{"2026-03-01T12:05:00Z", time.Time{}, false}, // RFC 3339 is not an HTTP-date
+	}
+	for _, tt := range tests {
+		got, ok := ParseRetryAfter(tt.give, now)
+		if ok != tt.wantOK || !got.Equal(tt.want) {
+			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tt.give, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
+
+func TestExcerptIsPrintableSingleLineAndNoLongerThanInput(t *testing.T) {
+	tests := []struct {
+		give string
+		want string
+	}{
+		{"plain", "plain"},
+		{"  padded\t\n", "padded"},
+		{"a\r\nb\n\nc", "a b c"},
+		{"nul\x00bell\x07del\x7f", "nul bell del"},
+		{"bad \xff utf8", "bad ? utf8"},
+		{"cut rune \xe2\x82", "cut rune"}, // an € cut off by the read limit
+		{"euro €", "euro €"},
+		{"zero\u200bwidth", "zero width"}, // not printable
+	}
+	for _, tt := range tests {
+		got := excerpt([]byte(tt.give))
+		if got != tt.want {
+			t.Errorf("excerpt(%q) = %q; want %q", tt.give, got, tt.want)
+		}
+		if len(got) > len(tt.give) {
+			t.Errorf("excerpt(%q) is %d bytes; want at most %d", tt.give, len(got), len(tt.give))
+		}
+	}
+}
