@@ -158,9 +158,9 @@ func New(cfg Config, now time.Time) (*Limiter, error) {
 // Reserve takes the next slot at or after now and returns its time. The
 // caller sends at that time; the slot is used whether or not it does. Calls
 // need not come with increasing times: a caller with an older now still gets
-// a slot no earlier than that now and no closer to the others than the rate
-// allows. No slot is earlier than the start passed to New. Reserve does not
-// allocate.
+// a slot no earlier than that now, and in Leaky mode no closer than one
+// interval to any other. No slot is earlier than the start passed to New.
+// Reserve does not allocate.
 func (l *Limiter) Reserve(now time.Time) time.Time {
 	// Sub saturates instead of overflowing. A time before the start counts
 	// as the start, so every slot and every state time below is >= 0.
@@ -194,11 +194,12 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 }
 
 // SetRate changes the limit (slots per second) and the burst; the next
-// Reserve uses them. Slots already handed out stay where they are. The slots
-// still owed at the last one handed out keep their number and are spaced at
-// the new interval, so in Leaky mode the next slot comes exactly one new
-// interval after the last, and in Token mode lowering the rate releases no
-// burst and raising it makes no one wait longer.
+// Reserve uses them. Slots already handed out stay where they are. SetRate
+// takes no time, so it acts as of the last slot handed out: the slots still
+// owed there keep their number and are spaced at the new interval. In Leaky
+// mode the next slot thus comes exactly one new interval after the last; in
+// Token mode lowering the rate releases no burst and raising it makes no one
+// wait longer, and idle time since the last slot refills at the new rate.
 //
 // SetRate ends a warm-up still running: whoever sets a rate at run time
 // means that rate now, and Limit reports it at once.

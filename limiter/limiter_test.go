@@ -83,7 +83,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative warmup", func(c *limiter.Config) { c.Warmup = -time.Second }, []string{"warmup must be >= 0, got -1s"}},
 		{
 			"every problem at once",
-			func(c *limiter.Config) { *c = limiter.Config{Mode: "fifo", Limit: -2, Burst: 0, Warmup: -time.Millisecond} },
+			func(c *limiter.Config) {
+				*c = limiter.Config{Mode: "fifo", Limit: -2, Burst: 0, Warmup: -time.Millisecond}
+			},
 			[]string{`unknown mode "fifo"`, "got -2", "burst must be >= 1, got 0", "warmup must be >= 0, got -1ms"},
 		},
 	}
@@ -632,10 +634,16 @@ func TestExtremeRatesSaturateInsteadOfOverflowing(t *testing.T) {
 			}
 			prev = got
 		}
-		l.SetRate(1, 1)
-		l.SetRate(1e-300, math.MaxInt)
-		if got := l.Reserve(start); got.Before(prev) {
-			t.Errorf("%+v: after SetRate: Reserve(start) = start+%v, before the last slot at start+%v", cfg, got.Sub(start), prev.Sub(start))
+		// A token bucket may hand out a slot before an earlier one once
+		// SetRate raises the burst, but never one before now.
+		for _, r := range []struct {
+			limit float64
+			burst int
+		}{{1, 1}, {1e-300, math.MaxInt}, {math.MaxFloat64, 1}, {1e-300, 1}} {
+			l.SetRate(r.limit, r.burst)
+			if got := l.Reserve(start); got.Before(start) {
+				t.Errorf("%+v: after SetRate(%v, %d): Reserve(start) = start-%v; want no earlier than start", cfg, r.limit, r.burst, start.Sub(got))
+			}
 		}
 	}
 }
