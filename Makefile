@@ -1,0 +1,22 @@
+# shaper: make run (the embedded demo), make test (everything, with -race).
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: build run test bench lint
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/shaper ./cmd/shaper
+
+run:
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/shaper demo
+
+test: lint
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./limiter/ ./shaper/
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...

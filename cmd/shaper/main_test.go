@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain doubles as the shaper binary: with SHAPER_TEST_MAIN=1 the test
+// binary runs realMain on its arguments, so tests can start real `shaper run`
+// child processes and signal them without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("SHAPER_TEST_MAIN") == "1" {
+		os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = realMain(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "shaper.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const validConfig = `
+pipelines:
+  - name: psp
+    source:
+      nats: {url: "nats://127.0.0.1:4222", subject: callbacks.psp, stream: CALLBACKS}
+    bucket: {capacity: 100, max_queue_time: 5s}
+    rate: {limit: 50}
+    sink:
+      http: {url: "https://psp.example.com/notify", timeout: 2s}
+`
+
+func TestValidateAcceptsAValidConfig(t *testing.T) {
+	code, out, errs := runMain(t, "validate", "--config", writeConfig(t, validConfig))
+	if code != exitOK || !strings.Contains(out, "ok (1 pipelines)") {
+		t.Errorf("validate = %d, %q, %q; want 0 and ok", code, out, errs)
+	}
+}
+
+func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
+	replace := func(old, new string) string {
+		if !strings.Contains(validConfig, old) {
+			t.Fatalf("validConfig lacks %q", old)
+		}
+		return strings.Replace(validConfig, old, new, 1)
+	}
+	tests := []struct {
+		name string
+		give string
+		want []string
+	}{
+		{"no pipelines", "pipelines: []\n", []string{"pipelines: at least one pipeline is required"}},
+		{"unknown key", replace("rate: {limit: 50}", "rate: {limit: 50, limt: 5}"), []string{"pipelines[0].rate.limt: unknown key"}},
+		{"zero limit", replace("limit: 50", "limit: 0"), []string{"pipelines[0].rate.limit: must be > 0"}},
+		{"negative limit", replace("limit: 50", "limit: -3"), []string{"pipelines[0].rate.limit: must be > 0"}},
+		{"limit not a number", replace("limit: 50", "limit: fast"), []string{"pipelines[0].rate.limit: want a number"}},
+		{"explicit zero burst", replace("{limit: 50}", "{limit: 50, mode: token, burst: 0}"), []string{"pipelines[0].rate.burst: must be >= 1"}},
+		{"burst in leaky mode", replace("{limit: 50}", "{limit: 50, burst: 5}"), []string{"pipelines[0].rate.burst: leaky mode never bursts"}},
+		{"unknown mode", replace("{limit: 50}", "{limit: 50, mode: sliding}"), []string{"pipelines[0].rate.mode: want leaky or token"}},
+		{"bad duration", replace("max_queue_time: 5s", "max_queue_time: 5"), []string{"pipelines[0].bucket.max_queue_time: want a duration"}},
+		{"negative capacity", replace("capacity: 100", "capacity: -1"), []string{"pipelines[0].bucket.capacity: must be >= 1"}},
+		{"bad on_expire", replace("max_queue_time: 5s", "max_queue_time: 5s, on_expire: later"), []string{"pipelines[0].bucket.on_expire: want dead_letter, drop or deliver"}},
+		{"no source", replace(`nats: {url: "nats://127.0.0.1:4222", subject: callbacks.psp, stream: CALLBACKS}`, "{}"), []string{"pipelines[0].source: exactly one of"}},
+		{"bad nats url", replace("nats://127.0.0.1:4222", "http://127.0.0.1:4222"), []string{"pipelines[0].source.nats.url: want scheme nats"}},
+		{"no sink", replace(`http: {url: "https://psp.example.com/notify", timeout: 2s}`, "{}"), []string{"pipelines[0].sink: exactly one of http or nats"}},
+		{"sink url not http", replace("https://psp.example.com/notify", "psp.example.com/notify"), []string{"pipelines[0].sink.http.url: want an absolute http"}},
+		{"negative timeout", replace("timeout: 2s", "timeout: -2s"), []string{"pipelines[0].sink.http.timeout: must be > 0"}},
+		{"header injection", replace("timeout: 2s", `timeout: 2s, headers: {X-Evil: "a\r\nHost: b"}`), []string{"pipelines[0].sink.http.headers.X-Evil: value must not contain CR, LF or NUL"}},
+		{"unset variable", replace("limit: 50", "limit: ${SHAPER_TEST_UNSET}"), []string{"pipelines[0].rate.limit: environment variable SHAPER_TEST_UNSET is not set"}},
+		{"duplicate names", validConfig + strings.TrimPrefix(validConfig, "\npipelines:\n"), []string{`pipelines[1].name: "psp" is already the name of pipelines[0]`}},
+		{"dead letter without target", validConfig + "    dead_letter: {}\n", []string{"pipelines[0].dead_letter: exactly one of nats"}},
+		{"bad admin listen", validConfig + "admin: {listen: 9090}\n", []string{"admin.listen: want host:port"}},
+		{"every problem at once", strings.NewReplacer("capacity: 100", "capacity: -1", "limit: 50", "limit: 0", "timeout: 2s", "timeout: -1s").Replace(validConfig),
+			[]string{"pipelines[0].bucket.capacity", "pipelines[0].rate.limit", "pipelines[0].sink.http.timeout"}},
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := runMain(t, "validate", "--config", writeConfig(t, tt.give))
+			if code != exitUsage {
+				t.Errorf("validate exit = %d; want %d (stderr %q)", code, exitUsage, errs)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(errs, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errs)
+				}
+			}
+		})
+	}
+}
+
+func TestExampleConfigsPassValidate(t *testing.T) {
+	t.Setenv("SHAPER_ADMIN_TOKEN", "example-token")
+	t.Setenv("PSP_API_TOKEN", "example-psp-token")
+	paths, err := filepath.Glob("../../configs/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no example configs found: %v", err)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			if code, _, errs := runMain(t, "validate", "--config", path); code != exitOK {
+				t.Errorf("validate %s = %d; want 0:\n%s", path, code, errs)
+			}
+		})
+	}
+}
+
+func TestCommandLineUsageErrorsExitTwo(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "Usage:"},
+		{"unknown command", []string{"launch"}, `unknown command "launch"`},
+		{"missing config", []string{"run"}, "--config is required"},
+		{"missing file", []string{"validate", "--config", "/nonexistent/shaper.yaml"}, "no such file"},
+		{"bad log level", []string{"--log-level", "loud", "run", "--config", "x"}, "--log-level"},
+		{"bad flag", []string{"demo", "--rate"}, "flag needs an argument"},
+		{"bad demo messages", []string{"demo", "--messages", "0"}, "--messages must be >= 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := runMain(t, tt.args...)
+			if code != exitUsage || !strings.Contains(errs, tt.want) {
+				t.Errorf("shaper %v = %d, %q; want %d and %q", tt.args, code, errs, exitUsage, tt.want)
+			}
+		})
+	}
+}
+
+func TestVersionPrintsTheStampedVersion(t *testing.T) {
+	code, out, _ := runMain(t, "version")
+	if code != exitOK || out != "shaper dev\n" {
+		t.Errorf("version = %d, %q; want 0, \"shaper dev\\n\"", code, out)
+	}
+}

@@ -1,0 +1,283 @@
+package shaper_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/limiter"
+	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
+	"github.com/shaper-dev/shaper/sources"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// request is one request the recording sink received.
+type request struct {
+	at     time.Time
+	key    string
+	body   string
+	header http.Header
+}
+
+// recorder is a real HTTP sink on 127.0.0.1 that records every request and
+// answers what respond says (200 when respond is nil).
+type recorder struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	reqs    []request
+	respond func(w http.ResponseWriter, r *http.Request, attempt int) // attempt counts per Idempotency-Key, from 1
+}
+
+func newRecorder(t *testing.T, respond func(w http.ResponseWriter, r *http.Request, attempt int)) *recorder {
+	rec := &recorder{respond: respond}
+	rec.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body strings.Builder
+		_, _ = fmt.Fprint(&body, readAll(r))
+		rec.mu.Lock()
+		req := request{at: time.Now(), key: r.Header.Get("Idempotency-Key"), body: body.String(), header: r.Header.Clone()}
+		rec.reqs = append(rec.reqs, req)
+		attempt := 0
+		for _, q := range rec.reqs {
+			if q.key == req.key {
+				attempt++
+			}
+		}
+		rec.mu.Unlock()
+		if rec.respond != nil {
+			rec.respond(w, r, attempt)
+		}
+	}))
+	t.Cleanup(rec.srv.Close)
+	return rec
+}
+
+func readAll(r *http.Request) string {
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}
+
+func (rec *recorder) requests() []request {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]request(nil), rec.reqs...)
+}
+
+// delivered returns the Idempotency-Keys of requests answered 2xx, assuming
+// respond answers by attempt number; callers that need more use requests.
+func (rec *recorder) count() int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return len(rec.reqs)
+}
+
+// env is a JetStream stream with a message subject and a dead-letter
+// subject, on an embedded nats-server.
+type env struct {
+	t    *testing.T
+	url  string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	dead chan *nats.Msg // messages published to the dead-letter subject
+}
+
+const (
+	stream      = "CALLBACKS"
+	subject     = "callbacks.psp"
+	deadSubject = "dlq.psp"
+)
+
+func newEnv(t *testing.T) *env {
+	s := natstest.Start(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"callbacks.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, url: s.ClientURL(), nc: nc, js: js, dead: make(chan *nats.Msg, 1000)}
+	sub, err := nc.ChanSubscribe(deadSubject, e.dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return e
+}
+
+// publish puts n messages with bodies "msg-0".. into the stream.
+func (e *env) publish(n int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range n {
+		if _, err := e.js.Publish(ctx, subject, []byte(fmt.Sprintf("msg-%d", i))); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// consumer returns the durable consumer's state: what was delivered and acked.
+func (e *env) consumer(name string) *jetstream.ConsumerInfo {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := e.js.Consumer(ctx, stream, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info
+}
+
+// config returns a pipeline config from the stream to sinkURL with a
+// dead-letter subject, after mutate, defaulted and validated.
+func (e *env) config(sinkURL string, mutate func(*shaper.PipelineConfig)) shaper.PipelineConfig {
+	e.t.Helper()
+	cfg := shaper.Config{Pipelines: []shaper.PipelineConfig{{
+		Name:       "test",
+		Source:     shaper.SourceConfig{NATS: &shaper.NATSSourceConfig{URL: e.url, Subject: subject, Stream: stream, AckWait: 5 * time.Second}},
+		Bucket:     shaper.BucketConfig{Capacity: 1000, MaxQueueTime: time.Minute},
+		Rate:       shaper.RateConfig{Limit: 100},
+		Sink:       shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{URL: sinkURL}},
+		DeadLetter: &shaper.DeadLetterConfig{NATS: &shaper.NATSPublisherConfig{URL: e.url, Subject: deadSubject}},
+	}}}
+	if mutate != nil {
+		mutate(&cfg.Pipelines[0])
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		e.t.Fatalf("config: %v", err)
+	}
+	return cfg.Pipelines[0]
+}
+
+// running is a pipeline running in the background of a test.
+type running struct {
+	*shaper.Pipeline
+	registry *prometheus.Registry
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+// start wires real parts for cfg and runs the pipeline until the test ends.
+func (e *env) start(cfg shaper.PipelineConfig) *running {
+	e.t.Helper()
+	lim, err := limiter.New(limiter.Config{Mode: limiter.Mode(cfg.Rate.Mode), Limit: cfg.Rate.Limit, Burst: *cfg.Rate.Burst, Warmup: cfg.Rate.Warmup}, time.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	src, err := sources.NewNATS(*cfg.Source.NATS, cfg.Bucket.Capacity, "test", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sink, err := sinks.NewHTTP(*cfg.Sink.HTTP)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var dl shaper.Sink
+	if cfg.DeadLetter != nil {
+		if dl, err = sinks.NewNATS(*cfg.DeadLetter.NATS, "test-dlq"); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	p := shaper.New(cfg, shaper.Parts{
+		Source: src, Sink: sink, DeadLetter: dl, Limiter: lim,
+		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Pipeline: p, registry: reg, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(ctx) }()
+	e.t.Cleanup(func() { r.stop(e.t) })
+	return r
+}
+
+// stop drains the pipeline and waits for Run to return; it is safe to call twice.
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.Drain()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
+		r.done <- nil // for a second stop
+	case <-time.After(30 * time.Second):
+		r.cancel()
+		t.Fatal("pipeline did not drain within 30s")
+	}
+	r.cancel()
+}
+
+// waitFor polls cond every 20ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// deadLetters collects n dead letters, failing the test after timeout.
+func (e *env) deadLetters(n int, timeout time.Duration) []*nats.Msg {
+	e.t.Helper()
+	var out []*nats.Msg
+	deadline := time.After(timeout)
+	for len(out) < n {
+		select {
+		case m := <-e.dead:
+			out = append(out, m)
+		case <-deadline:
+			e.t.Fatalf("got %d dead letters within %v; want %d", len(out), timeout, n)
+		}
+	}
+	return out
+}
+
+// maxInWindow returns the most requests whose arrival falls in any window of
+// length w.
+func maxInWindow(reqs []request, w time.Duration) int {
+	most, j := 0, 0
+	for i := range reqs {
+		for reqs[i].at.Sub(reqs[j].at) >= w {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
+}

@@ -1,0 +1,277 @@
+package shaper_test
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+func TestLeakyModeNeverExceedsATenthOfTheLimitPerHundredMilliseconds(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	const n, limit = 120, 50
+	e.publish(n) // a burst, all waiting before the pipeline starts
+	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = limit }))
+	waitFor(t, 30*time.Second, "every message delivered", func() bool { return rec.count() == n })
+
+	reqs := rec.requests()
+	if got, most := maxInWindow(reqs, 100*time.Millisecond), limit/10+1; got > most {
+		t.Errorf("most requests in a 100ms window = %d; want <= %d", got, most)
+	}
+	// n requests 1/limit apart span (n-1)/limit seconds; the bound is generous
+	// below (a slow machine only stretches it) and loose above.
+	span := reqs[n-1].at.Sub(reqs[0].at)
+	if want := time.Duration(n-1) * time.Second / limit; span < want-100*time.Millisecond {
+		t.Errorf("%d requests at %d/s spanned %v; want about %v", n, limit, span, want)
+	}
+}
+
+func TestTokenModeSendsTheBurstAtOnceThenHoldsTheAverage(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	const n, limit, burst = 60, 20, 10
+	e.publish(n)
+	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.Rate.Mode, c.Rate.Limit = shaper.ModeToken, limit
+		b := burst
+		c.Rate.Burst = &b
+		c.Sink.HTTP.MaxInFlight = burst
+	}))
+	waitFor(t, 30*time.Second, "every message delivered", func() bool { return rec.count() == n })
+
+	reqs := rec.requests()
+	if got := reqs[burst-1].at.Sub(reqs[0].at); got > 250*time.Millisecond {
+		t.Errorf("the first %d requests (the burst) spanned %v; want them at once", burst, got)
+	}
+	// After the burst, the rest go at the limit: (n-burst) more need about
+	// (n-burst)/limit seconds.
+	rest := reqs[n-1].at.Sub(reqs[burst-1].at)
+	if want := time.Duration(n-burst) * time.Second / limit; rest < want-150*time.Millisecond {
+		t.Errorf("the %d after the burst took %v; want about %v (limit %d/s)", n-burst, rest, want, limit)
+	}
+	if got, most := maxInWindow(reqs, time.Second), burst+limit+1; got > most {
+		t.Errorf("most requests in any second = %d; want <= burst + limit + 1 = %d", got, most)
+	}
+}
+
+func TestNothingIsAckedBeforeItsOutcomeIsFinal(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		w.WriteHeader(http.StatusServiceUnavailable) // fails every request, forever
+	})
+	const n = 20
+	e.publish(n)
+	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 1000, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxElapsed: time.Hour}
+	}))
+	waitFor(t, 30*time.Second, "every message attempted three times", func() bool { return rec.count() >= 3*n })
+
+	info := e.consumer("shaper-test")
+	if info.AckFloor.Stream != 0 || info.NumAckPending != n {
+		t.Errorf("while the sink fails: ack floor %d, ack pending %d; want 0 and %d (nothing acked)",
+			info.AckFloor.Stream, info.NumAckPending, n)
+	}
+	p.stop(t)
+	info = e.consumer("shaper-test")
+	if info.AckFloor.Stream != 0 {
+		t.Errorf("after the drain: ack floor %d; want 0 (unfinished messages are nacked, not acked)", info.AckFloor.Stream)
+	}
+	if st := p.Status(); st.Outcomes[shaper.OutcomeDelivered]+st.Outcomes[shaper.OutcomeDeadLettered] != 0 {
+		t.Errorf("outcomes = %v; want none final", st.Outcomes)
+	}
+	if len(e.dead) != 0 {
+		t.Errorf("%d dead letters; want 0", len(e.dead))
+	}
+}
+
+func TestRetriesBackOffExponentiallyAndThenDeliver(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		if attempt <= 3 {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	})
+	e.publish(1)
+	backoff := 200 * time.Millisecond
+	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 5, InitialBackoff: backoff, MaxBackoff: time.Second, MaxElapsed: time.Minute}
+	}))
+	waitFor(t, 30*time.Second, "the fourth attempt", func() bool { return rec.count() == 4 })
+
+	reqs := rec.requests()
+	// Full jitter: the wait after attempt k is uniform in [0, backoff × 2^(k-1)];
+	// add slack for scheduling.
+	for k := 1; k < 4; k++ {
+		gap := reqs[k].at.Sub(reqs[k-1].at)
+		bound := backoff << (k - 1)
+		if gap > bound+150*time.Millisecond {
+			t.Errorf("gap after attempt %d = %v; want <= %v", k, gap, bound)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := rec.count(); got != 4 {
+		t.Errorf("requests = %d; want 4 (3 failures, then delivered and never sent again)", got)
+	}
+}
+
+func TestRetryAfterIsHonouredInSecondsAndHTTPDateForm(t *testing.T) {
+	tests := []struct {
+		name string
+		give func() string
+		min  time.Duration
+	}{
+		{"seconds", func() string { return "2" }, 2 * time.Second},
+		// An HTTP date has whole seconds: 3s ahead is at least 2s ahead.
+		{"http-date", func() string { return time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat) }, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+				if attempt == 1 {
+					w.Header().Set("Retry-After", tt.give())
+					w.WriteHeader(http.StatusTooManyRequests)
+				}
+			})
+			e.publish(1)
+			e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+				c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Second, MaxElapsed: time.Minute}
+			}))
+			waitFor(t, 30*time.Second, "the second attempt", func() bool { return rec.count() == 2 })
+			reqs := rec.requests()
+			if gap := reqs[1].at.Sub(reqs[0].at); gap < tt.min || gap > tt.min+2*time.Second {
+				t.Errorf("gap after 429 with Retry-After %s = %v; want >= %v and not much more", tt.name, gap, tt.min)
+			}
+		})
+	}
+}
+
+func TestA400IsDeadLetteredAsRejectedWithoutRetry(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		http.Error(w, "unknown payment", http.StatusBadRequest)
+	})
+	const n = 5
+	e.publish(n)
+	p := e.start(e.config(rec.srv.URL, nil))
+	dead := e.deadLetters(n, 30*time.Second)
+
+	for i, m := range dead {
+		h := m.Header
+		checks := map[string]string{
+			"Shaper-Reason":   "rejected",
+			"Shaper-Attempts": "1",
+			"Shaper-Pipeline": "test",
+			"Shaper-Source":   stream + "/" + strconv.Itoa(i+1),
+		}
+		for k, want := range checks {
+			if got := h.Get(k); got != want {
+				t.Errorf("dead letter %d: %s = %q; want %q", i, k, got, want)
+			}
+		}
+		if got := h.Get("Shaper-Error"); got != "status 400: unknown payment" {
+			t.Errorf("dead letter %d: Shaper-Error = %q; want the status and body", i, got)
+		}
+		if got, want := string(m.Data), "msg-"+strconv.Itoa(i); got != want {
+			t.Errorf("dead letter %d: payload %q; want the original %q", i, got, want)
+		}
+	}
+	waitFor(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == n })
+	if got := rec.count(); got != n {
+		t.Errorf("sink requests = %d; want %d (no retry of a 400)", got, n)
+	}
+	if got := p.Status().Outcomes[shaper.OutcomeDeadLettered]; got != n {
+		t.Errorf("dead_lettered = %d; want %d", got, n)
+	}
+}
+
+func TestAMessagePastMaxQueueTimeIsDeadLetteredAsExpired(t *testing.T) {
+	e := newEnv(t)
+	// The first request hangs 2s with max_in_flight 1, so the others wait
+	// longer than max_queue_time for their departure.
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		if r.Header.Get("Idempotency-Key") == stream+"/1" {
+			time.Sleep(2 * time.Second)
+		}
+	})
+	const n = 5
+	e.publish(n)
+	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.Bucket.MaxQueueTime = time.Second
+		c.Sink.HTTP.MaxInFlight = 1
+		c.Sink.HTTP.Timeout = 5 * time.Second
+	}))
+	dead := e.deadLetters(n-1, 30*time.Second)
+	for _, m := range dead {
+		if got := m.Header.Get("Shaper-Reason"); got != "expired" {
+			t.Errorf("dead letter %s: Shaper-Reason = %q; want expired", m.Header.Get("Shaper-Source"), got)
+		}
+		if got := m.Header.Get("Shaper-Attempts"); got != "0" {
+			t.Errorf("dead letter %s: Shaper-Attempts = %q; want 0", m.Header.Get("Shaper-Source"), got)
+		}
+	}
+	waitFor(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == n })
+	st := p.Status()
+	if st.Outcomes[shaper.OutcomeDelivered] != 1 || st.Outcomes[shaper.OutcomeExpired] != n-1 {
+		t.Errorf("outcomes = %v; want 1 delivered, %d expired", st.Outcomes, n-1)
+	}
+	if got := rec.count(); got != 1 {
+		t.Errorf("sink requests = %d; want 1 (expired messages are not sent late)", got)
+	}
+}
+
+func TestAnOversizedMessageIsDeadLetteredAsMalformedUnsent(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	e.publish(1) // "msg-0": 5 bytes
+	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Sink.HTTP.MaxBodyBytes = 4 }))
+	dead := e.deadLetters(1, 30*time.Second)
+	if got := dead[0].Header.Get("Shaper-Reason"); got != "malformed" {
+		t.Errorf("Shaper-Reason = %q; want malformed", got)
+	}
+	if got := rec.count(); got != 0 {
+		t.Errorf("sink requests = %d; want 0", got)
+	}
+}
+
+func TestWithoutADeadLetterTargetAFailedMessageIsNackedNotAcked(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		w.WriteHeader(http.StatusBadRequest)
+	})
+	e.publish(1)
+	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.DeadLetter = nil
+		c.Sink.HTTP.Retry.MaxBackoff = 200 * time.Millisecond // the nack delay
+	}))
+	// Nacked with a delay, the message comes back and is attempted again.
+	waitFor(t, 30*time.Second, "a redelivery", func() bool { return rec.count() >= 2 })
+	if floor := e.consumer("shaper-test").AckFloor.Stream; floor != 0 {
+		t.Errorf("ack floor = %d; want 0 (never acked without an outcome)", floor)
+	}
+}
+
+func TestEveryRequestCarriesTheIdempotencyKeyAndConfiguredHeaders(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	e.publish(3)
+	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.Sink.HTTP.Method = http.MethodPut
+		c.Sink.HTTP.Headers = map[string]string{"Content-Type": "application/json", "X-Psp": "acme"}
+	}))
+	waitFor(t, 30*time.Second, "3 requests", func() bool { return rec.count() == 3 })
+	for i, r := range rec.requests() {
+		if want := stream + "/" + strconv.Itoa(i+1); r.key != want {
+			t.Errorf("request %d: Idempotency-Key = %q; want %q", i, r.key, want)
+		}
+		if r.header.Get("X-Psp") != "acme" || r.header.Get("Content-Type") != "application/json" {
+			t.Errorf("request %d: headers %v; want the configured ones", i, r.header)
+		}
+		if want := "msg-" + strconv.Itoa(i); r.body != want {
+			t.Errorf("request %d: body %q; want %q", i, r.body, want)
+		}
+	}
+}
