@@ -53,7 +53,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"pipeline"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "queue_wait_seconds", Help: "Time from entering the bucket to departure.",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+			// Fine around the usual max_queue_time values (1s to 30s), where
+			// the early overload signal matters.
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60, 120, 300},
 		}, []string{"pipeline"}),
 		retries:   counter("retries_total", "Attempts scheduled again."),
 		depth:     gauge("bucket_depth", "Messages held by the bucket: queued, waiting for a retry, or in flight."),
