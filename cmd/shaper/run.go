@@ -68,7 +68,13 @@ func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	return d.run(ctx, force)
+	if err := d.run(ctx, force); err != nil {
+		return err
+	}
+	if force.Err() != nil {
+		return errors.New("forced to stop before the drain finished; unfinished messages were nacked")
+	}
+	return nil
 }
 
 // daemon is a running set of pipelines with their admin server.

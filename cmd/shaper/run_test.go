@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shaper-dev/shaper/internal/natstest"
+)
+
+// sinkLog is a real HTTP sink that counts requests per Idempotency-Key.
+type sinkLog struct {
+	mu    sync.Mutex
+	byKey map[string]int
+	total int
+}
+
+func newSinkLog(t *testing.T) (*sinkLog, *httptest.Server) {
+	s := &sinkLog{byKey: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.byKey[r.Header.Get("Idempotency-Key")]++
+		s.total++
+		s.mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	return s, srv
+}
+
+func (s *sinkLog) counts() (unique, total int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byKey), s.total
+}
+
+func (s *sinkLog) duplicates() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k, n := range s.byKey {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("%s×%d", k, n))
+		}
+	}
+	return out
+}
+
+// startJetStream starts an embedded nats-server with a stream holding n messages.
+func startJetStream(t *testing.T, n int) string {
+	s := natstest.Start(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "CALLBACKS", Subjects: []string{"callbacks.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := js.Publish(ctx, "callbacks.psp", []byte(fmt.Sprintf(`{"n":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s.ClientURL()
+}
+
+// child is a real `shaper run` process: the test binary re-executed (see TestMain).
+type child struct {
+	cmd    *exec.Cmd
+	stderr *strings.Builder
+	exited chan struct{}
+	err    error
+}
+
+func startChild(t *testing.T, config string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "run", "--config", config)
+	cmd.Env = append(os.Environ(), "SHAPER_TEST_MAIN=1")
+	c := &child{cmd: cmd, stderr: &strings.Builder{}, exited: make(chan struct{})}
+	cmd.Stderr = c.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.err = cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-c.exited
+	})
+	return c
+}
+
+// wait waits for the child to exit and returns its exit code.
+func (c *child) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-c.exited:
+		return c.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		t.Fatalf("shaper did not exit within %v; stderr:\n%s", timeout, c.stderr)
+		return -1
+	}
+}
+
+func runConfig(natsURL, sinkURL string, limit int, drain time.Duration) string {
+	return fmt.Sprintf(`
+admin: {listen: "127.0.0.1:0"}
+shutdown: {drain_timeout: %s}
+pipelines:
+  - name: psp
+    source:
+      nats: {url: "%s", subject: callbacks.psp, stream: CALLBACKS, durable: shaper-psp}
+    bucket: {capacity: 1000, max_queue_time: 1m}
+    rate: {limit: %d}
+    sink:
+      http: {url: "%s", max_in_flight: 4}
+`, drain, natsURL, limit, sinkURL)
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T) {
+	const n = 150
+	natsURL := startJetStream(t, n)
+	sink, srv := newSinkLog(t)
+	config := writeConfig(t, runConfig(natsURL, srv.URL, 50, time.Second))
+
+	first := startChild(t, config)
+	waitUntil(t, 30*time.Second, "30 deliveries", func() bool { u, _ := sink.counts(); return u >= 30 })
+	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	signalled := time.Now()
+	if code := first.wait(t, 15*time.Second); code != exitOK {
+		t.Fatalf("exit code after SIGTERM = %d; want 0; stderr:\n%s", code, first.stderr)
+	}
+	// drain_timeout 1s, plus closing; generous for a loaded machine.
+	if took := time.Since(signalled); took > 5*time.Second {
+		t.Errorf("drain took %v; want about drain_timeout (1s)", took)
+	}
+	delivered, _ := sink.counts()
+	if delivered >= n {
+		t.Fatalf("the first run delivered all %d; the test needs a remainder", n)
+	}
+	if !strings.Contains(first.stderr.String(), "nacked unfinished messages") {
+		t.Errorf("stderr does not report nacking the unfinished messages:\n%s", first.stderr)
+	}
+
+	second := startChild(t, config)
+	waitUntil(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.counts(); return u == n })
+	time.Sleep(300 * time.Millisecond) // room for a duplicate to show
+	_ = second.cmd.Process.Signal(syscall.SIGTERM)
+	if code := second.wait(t, 15*time.Second); code != exitOK {
+		t.Errorf("second run exit code = %d; want 0; stderr:\n%s", code, second.stderr)
+	}
+	unique, total := sink.counts()
+	if unique != n || total != n {
+		t.Errorf("delivered %d unique in %d requests (first run %d); want exactly %d, no duplicates: %v",
+			unique, total, delivered, n, sink.duplicates())
+	}
+}
+
+func TestASecondSignalForcesExitAndLosesNothing(t *testing.T) {
+	const n = 100
+	natsURL := startJetStream(t, n)
+	sink, srv := newSinkLog(t)
+	config := writeConfig(t, runConfig(natsURL, srv.URL, 10, time.Minute))
+
+	first := startChild(t, config)
+	waitUntil(t, 30*time.Second, "5 deliveries", func() bool { u, _ := sink.counts(); return u >= 5 })
+	_ = first.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond)
+	_ = first.cmd.Process.Signal(syscall.SIGTERM)
+	forced := time.Now()
+	code := first.wait(t, 15*time.Second)
+	if took := time.Since(forced); took > 5*time.Second {
+		t.Errorf("forced exit took %v; want well under drain_timeout (1m)", took)
+	}
+	if code != exitRuntime {
+		t.Errorf("exit code after a second signal = %d; want %d (not a graceful drain)", code, exitRuntime)
+	}
+
+	startChild(t, config)
+	waitUntil(t, 60*time.Second, "every message delivered after the restart", func() bool { u, _ := sink.counts(); return u == n })
+}
