@@ -13,8 +13,8 @@
 //     "rejected";
 //   - an error wrapping [shaper.ErrMalformed]: the message can never become a
 //     request (larger than the sink accepts, an id that is not a valid
-//     header value). No request was made, the code is "", and the message is
-//     dead-lettered as "malformed" at once;
+//     header value). The code is "" when, as usual, no request was made. The
+//     message is dead-lettered as "malformed" at once;
 //   - any other error: the network, a timeout, a broker that is down. The
 //     code is "error" and the attempt is retried.
 //

@@ -49,7 +49,7 @@ type HTTP struct {
 	method  string
 	host    string      // the Host header, when configured
 	header  http.Header // configured headers, cloned into every request
-	target  string      // scheme://host/path for errors: no userinfo, no query
+	target  string      // scheme://host for errors: no userinfo, path or query
 	maxBody int64
 
 	transport *http.Transport
@@ -79,10 +79,12 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 		return nil, fmt.Errorf("http: invalid method %q", method)
 	}
 	h := &HTTP{
-		url:     cfg.URL,
-		method:  method,
-		header:  make(http.Header, len(cfg.Headers)+1),
-		target:  u.Scheme + "://" + u.Host + u.EscapedPath(),
+		url:    cfg.URL,
+		method: method,
+		header: make(http.Header, len(cfg.Headers)+1),
+		// Webhook URLs often carry a token in the path or query, and errors
+		// end up in logs and dead-letter headers.
+		target:  u.Scheme + "://" + u.Host,
 		maxBody: cfg.MaxBodyBytes,
 	}
 	for name, value := range cfg.Headers {
@@ -144,8 +146,10 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 		return "", fmt.Errorf("http: message id %q is not a valid Idempotency-Key: %w", m.ID, shaper.ErrMalformed)
 	}
 
-	// bytes.Reader lets NewRequest set ContentLength and GetBody, so the
-	// transport can resend the body on a stale keep-alive connection.
+	// bytes.Reader lets NewRequest set ContentLength and GetBody. With
+	// GetBody and an Idempotency-Key, net/http may replay the request when
+	// a keep-alive connection turns out to be closed by the server before
+	// it read anything.
 	req, err := http.NewRequestWithContext(ctx, h.method, h.url, bytes.NewReader(m.Payload))
 	if err != nil {
 		return "", fmt.Errorf("http: new request: %w", withoutURL(err))
@@ -188,7 +192,7 @@ func (h *HTTP) Close() error {
 }
 
 // withoutURL unwraps a *url.Error, whose message repeats the whole URL with
-// its query string, which may carry a credential. The cause is kept, so
+// its path and query string, which may carry a credential. The cause is kept, so
 // errors.Is still finds context.DeadlineExceeded and the like.
 func withoutURL(err error) error {
 	var ue *url.Error

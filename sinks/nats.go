@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,8 +89,8 @@ const (
 // cfg.Subject. It does not wait for the server: with the server down it
 // succeeds and keeps trying to connect in the background.
 func NewNATS(cfg shaper.NATSPublisherConfig, name string) (*NATS, error) {
-	if cfg.Subject == "" {
-		return nil, errors.New("nats: subject is required")
+	if !literalSubject(cfg.Subject) {
+		return nil, fmt.Errorf("nats: cannot publish to subject %q: want dot-separated tokens without wildcards or spaces", cfg.Subject)
 	}
 	n := &NATS{subject: cfg.Subject, closed: make(chan struct{})}
 	nc, err := nats.Connect(cfg.URL,
@@ -104,7 +105,8 @@ func NewNATS(cfg shaper.NATSPublisherConfig, name string) (*NATS, error) {
 		nats.ClosedHandler(func(*nats.Conn) { close(n.closed) }),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("nats: connect to %s: %w", cfg.URL, err)
+		// Not the URL: it may carry a user and password.
+		return nil, fmt.Errorf("nats: connect: %w", err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -117,9 +119,10 @@ func NewNATS(cfg shaper.NATSPublisherConfig, name string) (*NATS, error) {
 
 // Send publishes m.Payload with m.Header to the subject and returns "ok" once
 // the stream has stored it or, with no stream, once the server has received
-// it; otherwise "error" and why. A message the server can never take (over
-// its max_payload or the stream's max_msg_size, a header name that is not
-// valid) is shaper.ErrMalformed.
+// it; otherwise "error" and why. A message the server can never take is
+// shaper.ErrMalformed: over its max_payload or with a header name that is not
+// valid (refused by the client, code ""), or over the stream's max_msg_size
+// (refused by the stream, code "error").
 func (n *NATS) Send(ctx context.Context, m *shaper.Message) (string, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -201,6 +204,20 @@ func (n *NATS) forget() {
 	n.mu.Lock()
 	n.route = routeUnknown
 	n.mu.Unlock()
+}
+
+// literalSubject reports whether s is a subject a message can be published
+// to: non-empty tokens separated by dots, no wildcard, no white space.
+func literalSubject(s string) bool {
+	if s == "" {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n\f\x00") {
+			return false
+		}
+	}
+	return true
 }
 
 // malformed reports whether a publish failed because of the message itself,

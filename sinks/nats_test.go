@@ -1,0 +1,379 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"net"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+// deadLetter is a message as the core hands it to a dead-letter target.
+func deadLetter(payload string) *shaper.Message {
+	return &shaper.Message{
+		ID:      "psp.callbacks/0/7",
+		Payload: []byte(payload),
+		Header: map[string][]string{
+			"Shaper-Reason":   {"rejected"},
+			"Shaper-Error":    {"status 400: bad signature"},
+			"Shaper-Attempts": {"1"},
+			"Shaper-Pipeline": {"psp-callbacks"},
+			"Shaper-Source":   {"psp.callbacks/0/7"},
+			"X-Multi":         {"one", "two"},
+		},
+	}
+}
+
+func newNATS(t *testing.T, url, subject string) *NATS {
+	t.Helper()
+	n, err := NewNATS(shaper.NATSPublisherConfig{URL: url, Subject: subject}, "sinks-test")
+	if err != nil {
+		t.Fatalf("NewNATS: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return n
+}
+
+// connect returns a plain client of s for the test's own checks.
+func connect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// subscribe returns a core subscription to subject, in place on the server.
+func subscribe(t *testing.T, nc *nats.Conn, subject string) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", subject, err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	return sub
+}
+
+// expectOnce checks that sub receives want next, and then next; as the two
+// were sent in order on one connection, a second copy of want would arrive
+// between them.
+func expectOnce(t *testing.T, sub *nats.Subscription, want, next *shaper.Message) {
+	t.Helper()
+	for i, m := range []*shaper.Message{want, next} {
+		got, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("message %d: %v", i+1, err)
+		}
+		if string(got.Data) != string(m.Payload) {
+			t.Fatalf("message %d = %q; want %q (the first sent exactly once, then the second)", i+1, got.Data, m.Payload)
+		}
+		if !reflect.DeepEqual(got.Header, nats.Header(m.Header)) {
+			t.Errorf("message %d header = %v; want %v", i+1, got.Header, m.Header)
+		}
+	}
+}
+
+func send(t *testing.T, n *NATS, m *shaper.Message) {
+	t.Helper()
+	if code, err := n.Send(testCtx(t), m); code != "ok" || err != nil {
+		t.Fatalf("Send(%q) = %q, %v; want \"ok\", nil", m.Payload, code, err)
+	}
+}
+
+func TestNATSSendToStreamSubjectStoresPayloadAndHeadersOnce(t *testing.T) {
+	s := natstest.Start(t)
+	nc := connect(t, s.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.>"}})
+	if err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	// A core subscriber sees the JetStream publish too: it must see it once.
+	sub := subscribe(t, nc, "dlq.psp")
+	n := newNATS(t, s.ClientURL(), "dlq.psp")
+
+	first, second := deadLetter("payload \x00 one"), deadLetter("payload two")
+	send(t, n, first)
+	if n.route != routeStream {
+		t.Errorf("route = %d; want routeStream (%d): a stream covers the subject", n.route, routeStream)
+	}
+	// Send returned after the PubAck: the message is in the stream now.
+	got, err := stream.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("GetMsg(1) right after Send: %v", err)
+	}
+	if string(got.Data) != string(first.Payload) {
+		t.Errorf("stored payload = %q; want %q", got.Data, first.Payload)
+	}
+	if !reflect.DeepEqual(got.Header, nats.Header(first.Header)) {
+		t.Errorf("stored header = %v; want %v", got.Header, first.Header)
+	}
+	send(t, n, second)
+
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Errorf("stream holds %d messages; want 2", info.State.Msgs)
+	}
+	expectOnce(t, sub, first, second)
+}
+
+func TestNATSSendToPlainSubjectReachesCoreSubscriberOnceWithHeaders(t *testing.T) {
+	s := natstest.Start(t)
+	nc := connect(t, s.ClientURL())
+	sub := subscribe(t, nc, "callbacks.smooth")
+	n := newNATS(t, s.ClientURL(), "callbacks.smooth")
+
+	first, second := deadLetter("one"), deadLetter("two")
+	send(t, n, first)
+	if n.route != routeCore {
+		t.Errorf("route = %d; want routeCore (%d): no stream covers the subject", n.route, routeCore)
+	}
+	send(t, n, second)
+	expectOnce(t, sub, first, second)
+}
+
+func TestNATSSendWithoutHeadersPublishesPayloadOnly(t *testing.T) {
+	s := natstest.Start(t)
+	nc := connect(t, s.ClientURL())
+	sub := subscribe(t, nc, "plain")
+	n := newNATS(t, s.ClientURL(), "plain")
+
+	send(t, n, &shaper.Message{ID: "1", Payload: []byte("bare")})
+	got, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Data) != "bare" || len(got.Header) != 0 {
+		t.Errorf("got %q with header %v; want \"bare\" and no header", got.Data, got.Header)
+	}
+}
+
+func TestNATSSendOverMaxPayloadIsMalformed(t *testing.T) {
+	s := natstest.Start(t) // default max_payload: 1 MiB
+	n := newNATS(t, s.ClientURL(), "big")
+	code, err := n.Send(testCtx(t), &shaper.Message{ID: "1", Payload: make([]byte, 2<<20)})
+	if code != "" || !errors.Is(err, shaper.ErrMalformed) {
+		t.Errorf("Send(2 MiB) = %q, %v; want \"\", ErrMalformed", code, err)
+	}
+}
+
+func TestNATSSendOverStreamMaxMsgSizeIsMalformed(t *testing.T) {
+	s := natstest.Start(t)
+	js, err := jetstream.New(connect(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "SMALL", Subjects: []string{"small"}, MaxMsgSize: 64}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	n := newNATS(t, s.ClientURL(), "small")
+	code, err := n.Send(testCtx(t), &shaper.Message{ID: "1", Payload: make([]byte, 128)})
+	if code != "error" || !errors.Is(err, shaper.ErrMalformed) {
+		t.Errorf("Send(128 bytes) = %q, %v; want \"error\", ErrMalformed", code, err)
+	}
+}
+
+// freePort returns a loopback port that nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
+	port := freePort(t)
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	n, err := NewNATS(shaper.NATSPublisherConfig{URL: url, Subject: "late"}, "sinks-test")
+	if err != nil {
+		t.Fatalf("NewNATS with the server down = %v; want nil", err)
+	}
+	defer func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if code, err := n.Send(ctx, deadLetter("while down")); code != "error" || err == nil {
+		t.Fatalf("Send with the server down = %q, %v; want \"error\" and an error", code, err)
+	} else {
+		t.Logf("Send with the server down: %v", err)
+	}
+
+	s := natstest.StartAt(t, port, t.TempDir())
+	sub := subscribe(t, connect(t, s.ClientURL()), "late")
+	want := deadLetter("after start")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		code, err := n.Send(ctx, want)
+		cancel()
+		if err == nil && code == "ok" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Send 30s after the server started = %q, %v; want \"ok\"", code, err)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for the reconnect
+	}
+	got, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Data) != "after start" {
+		t.Errorf("received %q; want \"after start\"", got.Data)
+	}
+}
+
+func TestNATSCloseReturnsWhileServerDown(t *testing.T) {
+	url := "nats://127.0.0.1:" + strconv.Itoa(freePort(t))
+	n, err := NewNATS(shaper.NATSPublisherConfig{URL: url, Subject: "x"}, "sinks-test")
+	if err != nil {
+		t.Fatalf("NewNATS: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Close = %v; want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close still running after 30s")
+	}
+}
+
+func TestNATSSendFailedWhileDisconnectedIsNotPublishedLater(t *testing.T) {
+	port, dir := freePort(t), t.TempDir()
+	s := natstest.StartAt(t, port, dir)
+	js, err := jetstream.New(connect(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream records every publish that reaches the server, whenever
+	// it comes, and survives the restart in dir.
+	if _, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "OBS", Subjects: []string{"obs"}}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	n := newNATS(t, s.ClientURL(), "obs")
+	send(t, n, deadLetter("before"))
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	// Wait until the client knows: that is when a publish could be buffered.
+	deadline := time.Now().Add(30 * time.Second)
+	for !n.nc.IsReconnecting() {
+		if time.Now().After(deadline) {
+			t.Fatalf("connection status %v 30s after the server stopped; want RECONNECTING", n.nc.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	code, err := n.Send(ctx, deadLetter("while down"))
+	cancel()
+	if code != "error" || err == nil {
+		t.Fatalf("Send while down = %q, %v; want \"error\" and an error", code, err)
+	}
+
+	s = natstest.StartAt(t, port, dir)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		code, err := n.Send(ctx, deadLetter("after"))
+		cancel()
+		if err == nil && code == "ok" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Send 30s after the restart = %q, %v; want \"ok\"", code, err)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for the reconnect
+	}
+
+	js, err = jetstream.New(connect(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(testCtx(t), "OBS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for seq := uint64(1); seq <= stream.CachedInfo().State.LastSeq; seq++ {
+		m, err := stream.GetMsg(testCtx(t), seq)
+		if err != nil {
+			t.Fatalf("GetMsg(%d): %v", seq, err)
+		}
+		got = append(got, string(m.Data))
+	}
+	if want := []string{"before", "after"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("stream holds %q; want %q: a failed Send must not go out later", got, want)
+	}
+}
+
+func TestNewNATSRejectsSubjectsThatCannotBePublishedTo(t *testing.T) {
+	for _, subject := range []string{"", "dlq.*", "dlq.>", "dlq..psp", ".dlq", "dlq.", "dlq psp"} {
+		n, err := NewNATS(shaper.NATSPublisherConfig{URL: "nats://127.0.0.1:1", Subject: subject}, "sinks-test")
+		if err == nil {
+			n.Close()
+			t.Errorf("NewNATS(subject %q) = nil error; want one", subject)
+		}
+	}
+}
+
+func TestNATSLooksUpTheStreamAgainAfterAFailure(t *testing.T) {
+	s := natstest.Start(t)
+	js, err := jetstream.New(connect(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "GONE", Subjects: []string{"gone"}}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	n := newNATS(t, s.ClientURL(), "gone")
+	send(t, n, deadLetter("stored"))
+	if n.route != routeStream {
+		t.Fatalf("route = %d; want routeStream (%d)", n.route, routeStream)
+	}
+
+	if err := js.DeleteStream(testCtx(t), "GONE"); err != nil {
+		t.Fatalf("delete stream: %v", err)
+	}
+	// The cached route still says JetStream: nobody acks, the Send fails.
+	if code, err := n.Send(testCtx(t), deadLetter("no ack")); code != "error" || err == nil {
+		t.Fatalf("Send after the stream was deleted = %q, %v; want \"error\" and an error", code, err)
+	}
+	// The failure dropped the cached route: the next Send finds no stream.
+	send(t, n, deadLetter("core"))
+	if n.route != routeCore {
+		t.Errorf("route = %d; want routeCore (%d) once the stream is gone", n.route, routeCore)
+	}
+}
