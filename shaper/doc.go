@@ -1,0 +1,21 @@
+// Package shaper is the core of the shaper daemon: it moves messages from a
+// Source through a bounded bucket to a Sink at the rate a Limiter gives, and
+// settles every message with its source only once its outcome is final.
+//
+// The package knows no concrete broker or endpoint. It owns the contracts
+// (Message, Receipt, Source, Sink, Limiter) that packages sources, sinks and
+// limiter implement, and everything between them:
+//
+//   - config.go, load.go, validate.go: the config file, ${VAR} expansion,
+//     defaults and validation with key paths;
+//   - bucket.go: the bounded FIFO and retry heap, and back-pressure;
+//   - pipeline.go: fetcher, scheduler, dispatcher, expiry, dead letters,
+//     acks and the graceful drain — the whole life of a message, top to bottom;
+//   - retry.go: the retry policy (backoff with full jitter, Retry-After,
+//     retryable and permanent statuses);
+//   - metrics.go, status.go, admin.go: Prometheus metrics, pipeline status,
+//     run-time rate changes and the admin HTTP API.
+//
+// A program wires a pipeline by building its parts from a PipelineConfig and
+// calling New, then Run; cmd/shaper does exactly that.
+package shaper
