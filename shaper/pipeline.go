@@ -55,8 +55,11 @@ type Pipeline struct {
 	log          *slog.Logger
 	drainTimeout time.Duration
 
-	// inFlight holds one token per attempt in flight; its size is max_in_flight.
+	// inFlight holds one token per attempt in flight, and one for the task
+	// the scheduler is about to send; its size is max_in_flight.
 	inFlight chan struct{}
+	// attempting counts attempts in flight, for Status.
+	attempting atomic.Int64
 	// drain is closed by Drain; draining mirrors it for cheap checks.
 	drain     chan struct{}
 	drainOnce sync.Once
@@ -320,12 +323,14 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // sends it back to the retry heap, or dead-letters it.
 func (p *Pipeline) attempt(ctx context.Context, t *task) {
 	p.m.inFlight.Inc()
+	p.attempting.Add(1)
 	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, p.delivery.Timeout)
 	code, err := p.sink.Send(actx, t.msg)
 	cancel()
 	end := time.Now()
 	p.m.inFlight.Dec()
+	p.attempting.Add(-1)
 	<-p.inFlight
 
 	if code != "" {

@@ -41,7 +41,7 @@ func (p *Pipeline) Status() Status {
 		Depth:    p.bucket.Held(),
 		Queued:   p.bucket.Queued(),
 		Capacity: p.bucket.Capacity(),
-		InFlight: len(p.inFlight),
+		InFlight: int(p.attempting.Load()),
 		Ready:    true,
 		Outcomes: map[string]int64{},
 	}
