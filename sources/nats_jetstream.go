@@ -1,0 +1,485 @@
+package sources
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+const (
+	// natsIdleWait is how long one pull request for the first message waits
+	// at the server. A waiting request gets a new message as soon as it is
+	// published, so this sets no latency; it sets how often an idle source
+	// asks again (once a second) and how long an abandoned request lingers.
+	natsIdleWait = time.Second
+	// natsGatherWait bounds the request that gathers the messages already in
+	// the stream after the first one. That request asks for no more than the
+	// server said were pending, so it normally completes at once; the wait
+	// matters only when MaxAckPending holds it back (a NoWait request would
+	// then stall a full second with a message in hand).
+	natsGatherWait = 100 * time.Millisecond
+	// natsReconnectPoll is how often Fetch looks at the connection while it
+	// is down. It sends no pull request then: one buffered during the outage
+	// would be flushed after the reconnect, and the server would deliver to
+	// an inbox nobody reads, holding those messages for AckWait.
+	natsReconnectPoll = 100 * time.Millisecond
+	// natsDefaultAckWait is the server's own default, used when the config
+	// leaves AckWait unset.
+	natsDefaultAckWait = 30 * time.Second
+)
+
+// jetStreamSource fetches from a JetStream durable pull consumer it creates or
+// updates on an existing stream.
+//
+// Every message it hands out is held until its receipt settles it. One
+// goroutine (keepHeld) sends InProgress for held messages every AckWait/3, so
+// the server never redelivers a message that is waiting in the bucket.
+type jetStreamSource struct {
+	nc            *nats.Conn
+	js            jetstream.JetStream
+	cfg           shaper.NATSSourceConfig
+	consumerCfg   jetstream.ConsumerConfig
+	progressEvery time.Duration
+	log           *slog.Logger
+
+	fetching chan struct{} // size 1: the token of the one Fetch running
+	done     chan struct{} // closed by close
+	wg       sync.WaitGroup
+
+	mu       sync.Mutex
+	consumer jetstream.Consumer // nil until set up, and again after a fetch fails
+	setupErr error              // why consumer is nil
+	held     map[*jsReceipt]struct{}
+	closed   bool // no goroutine may start once set
+}
+
+func newJetStreamSource(nc *nats.Conn, cfg shaper.NATSSourceConfig, capacity int, log *slog.Logger) *jetStreamSource {
+	ackWait := cfg.AckWait
+	if ackWait <= 0 {
+		ackWait = natsDefaultAckWait
+	}
+	js, _ := jetstream.New(nc) // fails only for a nil connection
+	s := &jetStreamSource{
+		nc:  nc,
+		js:  js,
+		cfg: cfg,
+		consumerCfg: jetstream.ConsumerConfig{
+			Durable:       cfg.Durable,
+			FilterSubject: cfg.Subject,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       ackWait,
+			// The server hands out no more than the bucket can hold.
+			MaxAckPending: capacity,
+			// Redelivered until acked: only the pipeline decides a
+			// message's fate (dead letters are its business).
+			MaxDeliver:    -1,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		},
+		progressEvery: max(ackWait/3, time.Millisecond),
+		log:           log,
+		fetching:      make(chan struct{}, 1),
+		done:          make(chan struct{}),
+		held:          make(map[*jsReceipt]struct{}),
+	}
+	s.wg.Add(1)
+	go s.keepHeld()
+	return s
+}
+
+// streamNotFoundError reports a missing stream by name. It matches
+// jetstream.ErrStreamNotFound with errors.Is.
+type streamNotFoundError struct{ stream string }
+
+func (e *streamNotFoundError) Error() string {
+	return fmt.Sprintf("nats: stream %q not found", e.stream)
+}
+
+func (e *streamNotFoundError) Unwrap() error { return jetstream.ErrStreamNotFound }
+
+// setup returns the consumer, creating or updating it first if it is not set
+// up. A failure is kept for ready.
+func (s *jetStreamSource) setup(ctx context.Context) (jetstream.Consumer, error) {
+	s.mu.Lock()
+	c, hadErr := s.consumer, s.setupErr != nil
+	s.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	c, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, s.consumerCfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // says nothing about the consumer
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			err = &streamNotFoundError{stream: s.cfg.Stream}
+		} else {
+			err = fmt.Errorf("nats: create or update consumer %q on stream %q: %w", s.cfg.Durable, s.cfg.Stream, err)
+		}
+		c = nil
+	} else if hadErr {
+		s.log.Info("nats: consumer set up")
+	}
+	s.mu.Lock()
+	s.consumer, s.setupErr = c, err
+	s.mu.Unlock()
+	return c, err
+}
+
+// fail records a failed fetch so that the next one sets the consumer up
+// again (it may have been deleted, or its stream), and returns the error.
+func (s *jetStreamSource) fail(err error) error {
+	err = fmt.Errorf("nats: fetch from consumer %q on stream %q: %w", s.cfg.Durable, s.cfg.Stream, err)
+	s.mu.Lock()
+	s.consumer, s.setupErr = nil, err
+	s.mu.Unlock()
+	return err
+}
+
+func (s *jetStreamSource) ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.consumer != nil:
+		return nil
+	case s.setupErr != nil:
+		return s.setupErr
+	}
+	return fmt.Errorf("nats: consumer %q on stream %q not set up yet", s.cfg.Durable, s.cfg.Stream)
+}
+
+// fetch takes a message in two requests. The first asks for one message and
+// waits at the server up to natsIdleWait, again and again until one comes or
+// ctx ends: an idle source sends one request a second and a new message is
+// handed out as soon as it is published. The second gathers what is already
+// in the stream behind the first (its metadata says how many), up to max-1,
+// in one round trip. Neither asks for more than max, so no request lingers
+// holding messages nobody asked for.
+func (s *jetStreamSource) fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
+	select {
+	case s.fetching <- struct{}{}:
+		defer func() { <-s.fetching }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for {
+		if s.isClosed() || s.nc.IsClosed() {
+			return nil, errClosed
+		}
+		if !s.nc.IsConnected() {
+			if err := s.sleep(ctx, natsReconnectPoll); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		c, err := s.setup(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, err := c.Fetch(1, jetstream.FetchMaxWait(natsIdleWait))
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		msgs, err := s.receive(ctx, b)
+		if err != nil {
+			nakAll(msgs)
+			return nil, err
+		}
+		if len(msgs) == 0 {
+			if err := b.Error(); err != nil {
+				return nil, s.fail(err)
+			}
+			continue // the request expired: ask again
+		}
+		if n := gatherCount(msgs[0], max-1); n > 0 {
+			if b, err := c.Fetch(n, jetstream.FetchMaxWait(natsGatherWait)); err == nil {
+				more, err := s.receive(ctx, b)
+				msgs = append(msgs, more...)
+				if err != nil {
+					nakAll(msgs)
+					return nil, err
+				}
+				// A failed gather is left for the next first request to
+				// find: the messages in hand are good.
+			}
+		}
+		return s.hold(msgs), nil
+	}
+}
+
+// gatherCount is how many more messages to ask for after m: those the server
+// said were pending behind it, at most room.
+func gatherCount(m jetstream.Msg, room int) int {
+	if room < 1 {
+		return 0
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return int(min(md.NumPending, uint64(room)))
+}
+
+// receive reads b until the request completes. If ctx ends or the source
+// closes first, it returns the messages received so far with the reason, and
+// leaves the request to a goroutine that Naks whatever still arrives for it.
+func (s *jetStreamSource) receive(ctx context.Context, b jetstream.MessageBatch) ([]jetstream.Msg, error) {
+	var msgs []jetstream.Msg
+	for {
+		select {
+		case m, ok := <-b.Messages():
+			if !ok {
+				return msgs, nil
+			}
+			msgs = append(msgs, m)
+		case <-ctx.Done():
+			s.abandon(b)
+			return msgs, ctx.Err()
+		case <-s.done:
+			s.abandon(b)
+			return msgs, errClosed
+		}
+	}
+}
+
+// abandon Naks, in a goroutine, every message still delivered for a request
+// nobody waits for any more. The request ends by itself within its wait.
+func (s *jetStreamSource) abandon(b jetstream.MessageBatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		// Closing: what still arrives comes back after AckWait.
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for m := range b.Messages() {
+			_ = m.Nak() // if lost, the server redelivers after AckWait
+		}
+	}()
+}
+
+// nakAll hands back messages received for a Fetch that cannot return them.
+func nakAll(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		_ = m.Nak() // if lost, the server redelivers after AckWait
+	}
+}
+
+func (s *jetStreamSource) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errClosed
+	}
+}
+
+func (s *jetStreamSource) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// hold turns msgs into pipeline messages and holds them until settled.
+func (s *jetStreamSource) hold(msgs []jetstream.Msg) []*shaper.Message {
+	now := time.Now()
+	out := make([]*shaper.Message, len(msgs))
+	rs := make([]*jsReceipt, len(msgs))
+	for i, m := range msgs {
+		// The client parsed this reply subject when the message arrived,
+		// so Metadata does not fail; the fallback only keeps Origin sane.
+		origin, seq := s.cfg.Stream+"/?", uint64(0)
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+			origin = md.Stream + "/" + strconv.FormatUint(seq, 10)
+		}
+		h := m.Headers()
+		id := h.Get(nats.MsgIdHdr)
+		if id == "" {
+			id = origin
+		}
+		rs[i] = &jsReceipt{src: s, msg: m, seq: seq, origin: origin, touched: now}
+		out[i] = &shaper.Message{
+			ID:      id,
+			Origin:  origin,
+			Header:  h,
+			Payload: m.Data(),
+			Receipt: rs[i],
+		}
+	}
+	s.mu.Lock()
+	for _, r := range rs {
+		s.held[r] = struct{}{}
+	}
+	s.mu.Unlock()
+	return out
+}
+
+func (s *jetStreamSource) release(r *jsReceipt) {
+	s.mu.Lock()
+	delete(s.held, r)
+	s.mu.Unlock()
+}
+
+// keepHeld sends InProgress for every held message whose AckWait timer was
+// last restarted more than progressEvery/2 ago, every progressEvery
+// (AckWait/3). A message is thus touched at most 1.5×progressEvery = AckWait/2
+// after it arrived or was last touched, and one fetched and settled within
+// AckWait/6 costs nothing. It runs until close.
+func (s *jetStreamSource) keepHeld() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.progressEvery)
+	defer t.Stop()
+	var rs []*jsReceipt
+	for {
+		select {
+		case <-s.done:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			for r := range s.held {
+				rs = append(rs, r)
+			}
+			s.mu.Unlock()
+			cutoff := now.Add(-s.progressEvery / 2)
+			var failed int
+			var firstErr error
+			for _, r := range rs {
+				if err := r.progress(now, cutoff); err != nil {
+					if failed == 0 {
+						firstErr = err
+					}
+					failed++
+				}
+			}
+			if failed > 0 {
+				s.log.Warn("nats: could not send InProgress; these messages may be redelivered",
+					"messages", failed, "err", firstErr)
+			}
+			clear(rs) // keep no settled receipt alive
+			rs = rs[:0]
+		}
+	}
+}
+
+// close stops keepHeld, Naks what is still held (the pipeline settles
+// everything before Close, so this is a forced shutdown), and waits for
+// the goroutines until ctx ends.
+func (s *jetStreamSource) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	var left []*jsReceipt
+	for r := range s.held {
+		left = append(left, r)
+	}
+	s.mu.Unlock()
+	close(s.done)
+	if len(left) > 0 {
+		// In stream order, which is the order they come back in.
+		slices.SortFunc(left, func(a, b *jsReceipt) int { return cmp.Compare(a.seq, b.seq) })
+		s.log.Warn("nats: closing with unsettled messages; nak'ed for redelivery", "messages", len(left))
+		for _, r := range left {
+			_ = r.Nack(ctx, 0) // if lost, the server redelivers after AckWait
+		}
+	}
+	waited := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("nats: close: %w", ctx.Err())
+	}
+}
+
+// jsReceipt settles one JetStream message. Its mutex orders settling after
+// any InProgress in flight, so the server never sees an InProgress after a
+// Nak (which would replace the Nak's delay with a full AckWait).
+type jsReceipt struct {
+	src    *jetStreamSource
+	msg    jetstream.Msg
+	seq    uint64 // stream sequence
+	origin string
+
+	mu      sync.Mutex
+	settled bool
+	touched time.Time // when the server's AckWait timer last restarted, about
+}
+
+// Ack acks the message and waits for the server to confirm it, so an Ack that
+// returns nil is never redelivered. If the confirmation is lost the message is
+// redelivered after AckWait: a duplicate, never a loss.
+func (r *jsReceipt) Ack(ctx context.Context) error {
+	if !r.settle() {
+		return ErrAlreadySettled
+	}
+	if err := r.msg.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("nats: ack %s: %w", r.origin, err)
+	}
+	return nil
+}
+
+// Nack asks the server to redeliver the message after delay (NakWithDelay),
+// or at once when delay <= 0 (Nak). If the Nak is lost the message is
+// redelivered after AckWait.
+func (r *jsReceipt) Nack(_ context.Context, delay time.Duration) error {
+	if !r.settle() {
+		return ErrAlreadySettled
+	}
+	var err error
+	if delay > 0 {
+		err = r.msg.NakWithDelay(delay)
+	} else {
+		err = r.msg.Nak()
+	}
+	if err != nil {
+		return fmt.Errorf("nats: nak %s: %w", r.origin, err)
+	}
+	return nil
+}
+
+// settle marks r settled and releases it, and reports whether it was the
+// first call.
+func (r *jsReceipt) settle() bool {
+	r.mu.Lock()
+	first := !r.settled
+	r.settled = true
+	r.mu.Unlock()
+	if first {
+		r.src.release(r)
+	}
+	return first
+}
+
+// progress sends InProgress unless r is settled or was touched after cutoff.
+func (r *jsReceipt) progress(now, cutoff time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.settled || r.touched.After(cutoff) {
+		return nil
+	}
+	if err := r.msg.InProgress(); err != nil {
+		return fmt.Errorf("nats: in progress %s: %w", r.origin, err)
+	}
+	r.touched = now
+	return nil
+}
