@@ -43,7 +43,7 @@ type recorder struct {
 	respond func(w http.ResponseWriter, r *http.Request, attempt int) // attempt counts per Idempotency-Key, from 1
 }
 
-func newRecorder(t *testing.T, respond func(w http.ResponseWriter, r *http.Request, attempt int)) *recorder {
+func newRecorder(t testing.TB, respond func(w http.ResponseWriter, r *http.Request, attempt int)) *recorder {
 	rec := &recorder{respond: respond}
 	rec.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body strings.Builder
@@ -95,7 +95,7 @@ func (rec *recorder) count() int {
 // env is a JetStream stream with a message subject and a dead-letter
 // subject, on an embedded nats-server.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	nc   *nats.Conn
 	js   jetstream.JetStream
@@ -108,7 +108,7 @@ const (
 	deadSubject = "dlq.psp"
 )
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	s := natstest.Start(t)
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
@@ -225,7 +225,7 @@ func (e *env) start(cfg shaper.PipelineConfig) *running {
 }
 
 // stop drains the pipeline and waits for Run to return; it is safe to call twice.
-func (r *running) stop(t *testing.T) {
+func (r *running) stop(t testing.TB) {
 	t.Helper()
 	r.Drain()
 	select {
@@ -242,7 +242,7 @@ func (r *running) stop(t *testing.T) {
 }
 
 // waitFor polls cond every 20ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
