@@ -3,6 +3,7 @@ package shaper_test
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,5 +274,31 @@ func TestEveryRequestCarriesTheIdempotencyKeyAndConfiguredHeaders(t *testing.T) 
 		if want := "msg-" + strconv.Itoa(i); r.body != want {
 			t.Errorf("request %d: body %q; want %q", i, r.body, want)
 		}
+	}
+}
+
+func TestAnUnreachableSinkIsRetriedThenDeadLetteredAsExhausted(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	url := rec.srv.URL
+	rec.srv.Close() // nothing listens there any more: connection refused
+	e.publish(2)
+	p := e.start(e.config(url, func(c *shaper.PipelineConfig) {
+		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxElapsed: time.Minute}
+	}))
+	for _, m := range e.deadLetters(2, 30*time.Second) {
+		if got := m.Header.Get("Shaper-Reason"); got != "exhausted" {
+			t.Errorf("Shaper-Reason = %q; want exhausted", got)
+		}
+		if got := m.Header.Get("Shaper-Attempts"); got != "3" {
+			t.Errorf("Shaper-Attempts = %q; want 3", got)
+		}
+		if got := m.Header.Get("Shaper-Error"); !strings.Contains(got, "connection refused") {
+			t.Errorf("Shaper-Error = %q; want the network error", got)
+		}
+	}
+	waitFor(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == 2 })
+	if got := p.counter("shaper_retries_total"); got != 4 {
+		t.Errorf("shaper_retries_total = %v; want 4 (2 messages × 2 retries)", got)
 	}
 }
