@@ -14,8 +14,11 @@ run:
 test: lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 
+# Limiter overhead beside golang.org/x/time/rate (feed the output to benchstat),
+# then shaping precision through the real pipeline (3 s of traffic per run).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./limiter/ ./shaper/
+	$(GO) test -run '^$$' -bench . -benchmem -count 10 ./limiter/
+	$(GO) test -run '^$$' -bench ShapingPrecision -benchtime 1x -count 3 ./shaper/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
