@@ -142,6 +142,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	schedCtx, stopSched := context.WithCancel(ctx)
 	defer stopSched()
 
+	p.log.Info("pipeline running", "mode", p.cfg.Rate.Mode, "limit", p.cfg.Rate.Limit, "burst", *p.cfg.Rate.Burst,
+		"capacity", p.bucket.Capacity(), "max_queue_time", p.cfg.Bucket.MaxQueueTime, "max_in_flight", p.delivery.MaxInFlight,
+		"dead_letter", p.deadLetter != nil)
 	var wg sync.WaitGroup // the fetcher, the drain timer, attempts and settlements
 	wg.Go(func() { p.fetch(fetchCtx) })
 	wg.Go(func() {
