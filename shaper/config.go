@@ -49,8 +49,87 @@ type PipelineConfig struct {
 
 // SourceConfig selects the source of a pipeline.
 type SourceConfig struct {
+	// Kafka consumes a topic as a member of a consumer group.
+	Kafka *KafkaSourceConfig `yaml:"kafka"`
 	// NATS consumes a subject: JetStream when Stream is set, else core NATS.
 	NATS *NATSSourceConfig `yaml:"nats"`
+}
+
+// Values of KafkaSourceConfig.Start.
+const (
+	StartEarliest = "earliest"
+	StartLatest   = "latest"
+)
+
+// KafkaSourceConfig configures a Kafka consumer-group source.
+type KafkaSourceConfig struct {
+	KafkaConnConfig `yaml:",inline"`
+	// Topic to consume. Required.
+	Topic string `yaml:"topic"`
+	// Group is the consumer group id. Required. Replicas with the same
+	// group split the topic's partitions.
+	Group string `yaml:"group"`
+	// Start is where a group with no committed offset begins: earliest
+	// (default) or latest.
+	Start string `yaml:"start"`
+	// CommitInterval is how often finished offsets are committed. Offsets
+	// are also committed on drain and when a rebalance revokes partitions.
+	// Default 1s.
+	CommitInterval time.Duration `yaml:"commit_interval"`
+}
+
+// KafkaConnConfig is how to reach a Kafka cluster: its brokers and security.
+type KafkaConnConfig struct {
+	// Brokers are host:port bootstrap addresses. Required.
+	Brokers []string `yaml:"brokers"`
+	// TLS, when present (even empty: tls: {}), encrypts connections; an
+	// empty TLS uses the system's CAs.
+	TLS *TLSConfig `yaml:"tls"`
+	// SASL, when present, authenticates the connection.
+	SASL *SASLConfig `yaml:"sasl"`
+}
+
+// TLSConfig configures TLS to a server.
+type TLSConfig struct {
+	// CAFile is a PEM bundle of CAs to trust instead of the system's.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a PEM client certificate and its key, for
+	// mutual TLS. Both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name checked in the server's certificate.
+	ServerName string `yaml:"server_name"`
+}
+
+// SASL mechanisms of SASLConfig.Mechanism.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// SASLConfig configures SASL authentication. Use ${VAR} for the password.
+type SASLConfig struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Required.
+	Mechanism string `yaml:"mechanism"`
+	// Username and Password are the credentials. Required.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+}
+
+// KafkaPublisherConfig is a Kafka topic to publish to.
+type KafkaPublisherConfig struct {
+	KafkaConnConfig `yaml:",inline"`
+	// Topic to publish to. Required. Writes wait for every in-sync replica
+	// (acks=all).
+	Topic string `yaml:"topic"`
+}
+
+// KafkaSinkConfig configures a Kafka publisher used as a sink (shaping one
+// topic into another).
+type KafkaSinkConfig struct {
+	KafkaPublisherConfig `yaml:",inline"`
+	DeliveryConfig       `yaml:",inline"`
 }
 
 // NATSSourceConfig configures a NATS source.
@@ -120,6 +199,8 @@ type RateConfig struct {
 type SinkConfig struct {
 	// HTTP sends each message as one HTTP request.
 	HTTP *HTTPSinkConfig `yaml:"http"`
+	// Kafka publishes each message to a topic (shaping into a topic).
+	Kafka *KafkaSinkConfig `yaml:"kafka"`
 	// NATS publishes each message to a subject (shaping into a subject).
 	NATS *NATSSinkConfig `yaml:"nats"`
 }
@@ -159,6 +240,15 @@ type HTTPSinkConfig struct {
 	// MaxBodyBytes: a larger payload is dead-lettered as malformed instead of
 	// sent. Default 10485760 (10 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ForwardHeaders sends the broker message's headers (Kafka record
+	// headers, NATS headers) as HTTP headers of the same name. A header whose
+	// name or value is not valid in HTTP is left out; Headers and
+	// Idempotency-Key take precedence. Default false.
+	ForwardHeaders bool `yaml:"forward_headers"`
+	// KeyHeader, when set, names the HTTP header that carries the message key
+	// (the Kafka record key). A key that is not a valid header value makes
+	// the message malformed. Default: the key is not sent.
+	KeyHeader string `yaml:"key_header"`
 
 	DeliveryConfig `yaml:",inline"`
 }
@@ -180,6 +270,8 @@ type NATSPublisherConfig struct {
 
 // DeadLetterConfig selects the dead-letter target.
 type DeadLetterConfig struct {
+	// Kafka publishes dead letters to a topic.
+	Kafka *KafkaPublisherConfig `yaml:"kafka"`
 	// NATS publishes dead letters to a subject.
 	NATS *NATSPublisherConfig `yaml:"nats"`
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ const (
 	DefaultMaxElapsed     = 10 * time.Minute
 	DefaultMaxBodyBytes   = 10 << 20
 	DefaultAckWait        = 30 * time.Second
+	DefaultCommitInterval = time.Second
 )
 
 // SetDefaults fills every field left out with its default. Load calls it
@@ -48,6 +50,14 @@ func (p *PipelineConfig) setDefaults() {
 		}
 		if n.AckWait == 0 {
 			n.AckWait = DefaultAckWait
+		}
+	}
+	if k := p.Source.Kafka; k != nil {
+		if k.Start == "" {
+			k.Start = StartEarliest
+		}
+		if k.CommitInterval == 0 {
+			k.CommitInterval = DefaultCommitInterval
 		}
 	}
 	if p.Bucket.Capacity == 0 {
@@ -81,6 +91,9 @@ func (p *PipelineConfig) setDefaults() {
 	if n := p.Sink.NATS; n != nil {
 		n.DeliveryConfig.setDefaults()
 	}
+	if k := p.Sink.Kafka; k != nil {
+		k.DeliveryConfig.setDefaults()
+	}
 }
 
 func (d *DeliveryConfig) setDefaults() {
@@ -112,6 +125,8 @@ func (s SinkConfig) Delivery() DeliveryConfig {
 		return s.HTTP.DeliveryConfig
 	case s.NATS != nil:
 		return s.NATS.DeliveryConfig
+	case s.Kafka != nil:
+		return s.Kafka.DeliveryConfig
 	}
 	return DeliveryConfig{}
 }
@@ -163,9 +178,24 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 		ps.add(path+".name", "want letters, digits, '-', '_' or '.', got %q", p.Name)
 	}
 
-	if n := p.Source.NATS; n == nil {
-		ps.add(path+".source", "exactly one of nats is required")
-	} else {
+	if k := p.Source.Kafka; k != nil {
+		sp := path + ".source.kafka"
+		k.KafkaConnConfig.validate(sp, ps)
+		validateKafkaTopic(sp+".topic", k.Topic, ps)
+		if k.Group == "" {
+			ps.add(sp+".group", "required")
+		}
+		if k.Start != StartEarliest && k.Start != StartLatest {
+			ps.add(sp+".start", "want earliest or latest, got %q", k.Start)
+		}
+		if k.CommitInterval <= 0 {
+			ps.add(sp+".commit_interval", "must be > 0, got %s", k.CommitInterval)
+		}
+	}
+	if (p.Source.Kafka == nil) == (p.Source.NATS == nil) {
+		ps.add(path+".source", "exactly one of kafka or nats is required")
+	}
+	if n := p.Source.NATS; n != nil {
 		sp := path + ".source.nats"
 		validateNATSURL(sp+".url", n.URL, ps)
 		if n.Subject == "" {
@@ -241,6 +271,9 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 				ps.add(sp+".headers."+name, "is set by shaper to the message id")
 			}
 		}
+		if h.KeyHeader != "" && !headerName.MatchString(h.KeyHeader) {
+			ps.add(sp+".key_header", "invalid header name %q", h.KeyHeader)
+		}
 		if h.MaxBodyBytes < 0 {
 			ps.add(sp+".max_body_bytes", "must be >= 0, got %d", h.MaxBodyBytes)
 		}
@@ -251,15 +284,79 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 		n.NATSPublisherConfig.validate(path+".sink.nats", ps)
 		n.DeliveryConfig.validate(path+".sink.nats", ps)
 	}
+	if k := p.Sink.Kafka; k != nil {
+		sinks++
+		k.KafkaPublisherConfig.validate(path+".sink.kafka", ps)
+		k.DeliveryConfig.validate(path+".sink.kafka", ps)
+	}
 	if sinks != 1 {
-		ps.add(path+".sink", "exactly one of http or nats is required")
+		ps.add(path+".sink", "exactly one of http, kafka or nats is required")
 	}
 
 	if dl := p.DeadLetter; dl != nil {
-		if dl.NATS == nil {
-			ps.add(path+".dead_letter", "exactly one of nats is required (or leave dead_letter out)")
-		} else {
+		if (dl.NATS == nil) == (dl.Kafka == nil) {
+			ps.add(path+".dead_letter", "exactly one of kafka or nats is required (or leave dead_letter out)")
+		}
+		if dl.NATS != nil {
 			dl.NATS.validate(path+".dead_letter.nats", ps)
+		}
+		if dl.Kafka != nil {
+			dl.Kafka.validate(path+".dead_letter.kafka", ps)
+		}
+	}
+}
+
+func (k KafkaPublisherConfig) validate(path string, ps *problems) {
+	k.KafkaConnConfig.validate(path, ps)
+	validateKafkaTopic(path+".topic", k.Topic, ps)
+}
+
+var kafkaTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func validateKafkaTopic(path, topic string, ps *problems) {
+	switch {
+	case topic == "":
+		ps.add(path, "required")
+	case !kafkaTopic.MatchString(topic) || topic == "." || topic == "..":
+		ps.add(path, "want 1 to 249 letters, digits, '.', '_' or '-', got %q", topic)
+	}
+}
+
+func (k KafkaConnConfig) validate(path string, ps *problems) {
+	if len(k.Brokers) == 0 {
+		ps.add(path+".brokers", "at least one host:port is required")
+	}
+	for i, b := range k.Brokers {
+		if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
+			ps.add(fmt.Sprintf("%s.brokers[%d]", path, i), "want host:port, got %q", b)
+		}
+	}
+	if t := k.TLS; t != nil {
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			ps.add(path+".tls", "cert_file and key_file go together: set both or neither")
+		}
+		for key, file := range map[string]string{"ca_file": t.CAFile, "cert_file": t.CertFile, "key_file": t.KeyFile} {
+			if file == "" {
+				continue
+			}
+			if _, err := os.Stat(file); err != nil {
+				ps.add(path+".tls."+key, "cannot read %q: %v", file, errors.Unwrap(err))
+			}
+		}
+	}
+	if s := k.SASL; s != nil {
+		switch s.Mechanism {
+		case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		case "":
+			ps.add(path+".sasl.mechanism", "required: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		default:
+			ps.add(path+".sasl.mechanism", "want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", s.Mechanism)
+		}
+		if s.Username == "" {
+			ps.add(path+".sasl.username", "required")
+		}
+		if s.Password == "" {
+			ps.add(path+".sasl.password", "required")
 		}
 	}
 }
