@@ -113,3 +113,11 @@ type DropCounter interface {
 	// Dropped returns how many messages the source has dropped since it started.
 	Dropped() uint64
 }
+
+// LagReporter is implemented by sources that know how far behind the broker
+// they are (Kafka). The pipeline exports it as shaper_source_lag{partition}.
+type LagReporter interface {
+	// Lag returns, per partition, how many messages lie between the last
+	// one fetched and the end of the partition, as last seen.
+	Lag() map[string]int64
+}

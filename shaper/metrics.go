@@ -1,6 +1,8 @@
 package shaper
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,7 +30,7 @@ type Metrics struct {
 	inFlight        *prometheus.GaugeVec
 	rateLimit       *prometheus.GaugeVec
 	dropped         *prometheus.CounterVec
-	reg             prometheus.Registerer
+	lag             *lagCollector
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -63,11 +65,40 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		inFlight:  gauge("in_flight", "Sink requests in flight."),
 		rateLimit: gauge("rate_limit", "Rate limit in force, requests per second (after warm-up or a run-time change)."),
 		dropped:   counter("source_dropped_total", "Messages a core NATS source dropped because the bucket was full (at-most-once)."),
-		reg:       reg,
+		lag: &lagCollector{
+			desc: prometheus.NewDesc("shaper_source_lag", "Messages between the last one fetched and the end of the partition (Kafka).",
+				[]string{"pipeline", "partition"}, nil),
+			sources: map[string]LagReporter{},
+		},
 	}
 	reg.MustRegister(m.received, m.completed, m.nacked, m.requests, m.requestDuration, m.queueWait,
-		m.retries, m.depth, m.capacity, m.inFlight, m.rateLimit, m.dropped)
+		m.retries, m.depth, m.capacity, m.inFlight, m.rateLimit, m.dropped, m.lag)
 	return m
+}
+
+// lagCollector asks each source that reports lag for it at scrape time.
+type lagCollector struct {
+	desc    *prometheus.Desc
+	mu      sync.Mutex
+	sources map[string]LagReporter // by pipeline
+}
+
+func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pipeline, src := range c.sources {
+		for partition, lag := range src.Lag() {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(lag), pipeline, partition)
+		}
+	}
+}
+
+func (c *lagCollector) add(pipeline string, src LagReporter) {
+	c.mu.Lock()
+	c.sources[pipeline] = src
+	c.mu.Unlock()
 }
 
 // pipelineMetrics are the metrics of one pipeline, with its label bound, so

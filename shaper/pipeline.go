@@ -97,6 +97,9 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	}
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
 	p.m.rate.Set(p.lim.Limit(time.Now()))
+	if lr, ok := parts.Source.(LagReporter); ok {
+		parts.Metrics.lag.add(cfg.Name, lr)
+	}
 	return p
 }
 
