@@ -76,6 +76,19 @@ type KafkaSourceConfig struct {
 	// are also committed on drain and when a rebalance revokes partitions.
 	// Default 1s.
 	CommitInterval time.Duration `yaml:"commit_interval"`
+	// SessionTimeout is how long the group coordinator waits for a
+	// heartbeat before it gives this member's partitions to another.
+	// Default 30s.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// HeartbeatInterval is how often this member heartbeats; well below
+	// SessionTimeout. Default 3s.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// RebalanceTimeout is how long a rebalance waits for members to rejoin.
+	// Default 30s.
+	RebalanceTimeout time.Duration `yaml:"rebalance_timeout"`
+	// MaxWait is the longest one fetch waits at the broker for new records;
+	// it also bounds how long closing the consumer takes. Default 500ms.
+	MaxWait time.Duration `yaml:"max_wait"`
 }
 
 // KafkaConnConfig is how to reach a Kafka cluster: its brokers and security.

@@ -27,6 +27,11 @@ const (
 	DefaultMaxBodyBytes   = 10 << 20
 	DefaultAckWait        = 30 * time.Second
 	DefaultCommitInterval = time.Second
+
+	DefaultSessionTimeout    = 30 * time.Second
+	DefaultHeartbeatInterval = 3 * time.Second
+	DefaultRebalanceTimeout  = 30 * time.Second
+	DefaultKafkaMaxWait      = 500 * time.Millisecond
 )
 
 // SetDefaults fills every field left out with its default. Load calls it
@@ -58,6 +63,18 @@ func (p *PipelineConfig) setDefaults() {
 		}
 		if k.CommitInterval == 0 {
 			k.CommitInterval = DefaultCommitInterval
+		}
+		if k.SessionTimeout == 0 {
+			k.SessionTimeout = DefaultSessionTimeout
+		}
+		if k.HeartbeatInterval == 0 {
+			k.HeartbeatInterval = DefaultHeartbeatInterval
+		}
+		if k.RebalanceTimeout == 0 {
+			k.RebalanceTimeout = DefaultRebalanceTimeout
+		}
+		if k.MaxWait == 0 {
+			k.MaxWait = DefaultKafkaMaxWait
 		}
 	}
 	if p.Bucket.Capacity == 0 {
@@ -190,6 +207,18 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 		}
 		if k.CommitInterval <= 0 {
 			ps.add(sp+".commit_interval", "must be > 0, got %s", k.CommitInterval)
+		}
+		if k.SessionTimeout <= 0 {
+			ps.add(sp+".session_timeout", "must be > 0, got %s", k.SessionTimeout)
+		}
+		if k.HeartbeatInterval <= 0 || k.HeartbeatInterval >= k.SessionTimeout {
+			ps.add(sp+".heartbeat_interval", "must be > 0 and below session_timeout (%s), got %s", k.SessionTimeout, k.HeartbeatInterval)
+		}
+		if k.RebalanceTimeout <= 0 {
+			ps.add(sp+".rebalance_timeout", "must be > 0, got %s", k.RebalanceTimeout)
+		}
+		if k.MaxWait <= 0 {
+			ps.add(sp+".max_wait", "must be > 0, got %s", k.MaxWait)
 		}
 	}
 	if (p.Source.Kafka == nil) == (p.Source.NATS == nil) {
