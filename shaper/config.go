@@ -206,6 +206,46 @@ type RateConfig struct {
 	// Warmup ramps the limit from Limit/3 to Limit over this time after
 	// start. Default 0 (no ramp).
 	Warmup time.Duration `yaml:"warmup"`
+	// Shared, when set, makes Limit one global limit for every replica with
+	// the same Shared.Key, kept in Redis.
+	Shared *SharedRateConfig `yaml:"shared"`
+}
+
+// SharedRateConfig configures a global limit shared across replicas through
+// Redis.
+type SharedRateConfig struct {
+	// Redis is where the shared limiter state lives.
+	Redis RedisConfig `yaml:"redis"`
+	// Key is the Redis key of the shared state; replicas with the same key
+	// share one limit. Default "shaper:<pipeline name>".
+	Key string `yaml:"key"`
+	// FallbackLimit is this replica's own limit while Redis cannot be
+	// reached (never unlimited). Required, > 0 and <= limit; set it to
+	// limit / replicas to keep the total within the contract.
+	FallbackLimit float64 `yaml:"fallback_limit"`
+	// Timeout bounds each Redis call; past it the replica falls back.
+	// Default 50ms.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// RedisConfig is how to reach Redis: one server, a Sentinel set, or a Cluster.
+type RedisConfig struct {
+	// Addr is host:port of a single Redis server. Exactly one of Addr and
+	// Addrs is required.
+	Addr string `yaml:"addr"`
+	// Addrs are Sentinel addresses (with MasterName) or Cluster seed nodes
+	// (without it).
+	Addrs []string `yaml:"addrs"`
+	// MasterName is the Sentinel master's name; it makes Addrs Sentinels.
+	MasterName string `yaml:"master_name"`
+	// Username and Password authenticate (Redis 6 ACL; Password alone for
+	// requirepass). Use ${VAR} for the password.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// DB is the database number; 0 (the default) with a Cluster.
+	DB int `yaml:"db"`
+	// TLS, when present (even empty), encrypts the connection.
+	TLS *TLSConfig `yaml:"tls"`
 }
 
 // SinkConfig selects the sink of a pipeline.

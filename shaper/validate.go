@@ -32,6 +32,8 @@ const (
 	DefaultHeartbeatInterval = 3 * time.Second
 	DefaultRebalanceTimeout  = 30 * time.Second
 	DefaultKafkaMaxWait      = 500 * time.Millisecond
+
+	DefaultRedisTimeout = 50 * time.Millisecond
 )
 
 // SetDefaults fills every field left out with its default. Load calls it
@@ -88,6 +90,14 @@ func (p *PipelineConfig) setDefaults() {
 	}
 	if p.Rate.Mode == "" {
 		p.Rate.Mode = ModeLeaky
+	}
+	if sh := p.Rate.Shared; sh != nil {
+		if sh.Key == "" {
+			sh.Key = "shaper:" + p.Name
+		}
+		if sh.Timeout == 0 {
+			sh.Timeout = DefaultRedisTimeout
+		}
 	}
 	if p.Rate.Burst == nil {
 		burst := 1
@@ -276,6 +286,21 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 	if r.Warmup < 0 {
 		ps.add(path+".rate.warmup", "must be >= 0, got %s", r.Warmup)
 	}
+	if sh := r.Shared; sh != nil {
+		sp := path + ".rate.shared"
+		sh.Redis.validate(sp+".redis", ps)
+		if sh.Key == "" {
+			ps.add(sp+".key", "required")
+		}
+		if !(sh.FallbackLimit > 0) || math.IsInf(sh.FallbackLimit, 0) {
+			ps.add(sp+".fallback_limit", "must be > 0 (a replica never sends unlimited), got %v", sh.FallbackLimit)
+		} else if sh.FallbackLimit > r.Limit {
+			ps.add(sp+".fallback_limit", "must be <= rate.limit (%v), got %v", r.Limit, sh.FallbackLimit)
+		}
+		if sh.Timeout <= 0 {
+			ps.add(sp+".timeout", "must be > 0, got %s", sh.Timeout)
+		}
+	}
 
 	sinks := 0
 	if h := p.Sink.HTTP; h != nil {
@@ -335,6 +360,54 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 	}
 }
 
+func (r RedisConfig) validate(path string, ps *problems) {
+	switch {
+	case r.Addr == "" && len(r.Addrs) == 0:
+		ps.add(path, "exactly one of addr or addrs is required")
+	case r.Addr != "" && len(r.Addrs) > 0:
+		ps.add(path, "exactly one of addr or addrs is allowed, got both")
+	}
+	if r.Addr != "" {
+		validateHostPort(path+".addr", r.Addr, ps)
+	}
+	for i, a := range r.Addrs {
+		validateHostPort(fmt.Sprintf("%s.addrs[%d]", path, i), a, ps)
+	}
+	if r.MasterName != "" && len(r.Addrs) == 0 {
+		ps.add(path+".master_name", "needs addrs: the Sentinel addresses")
+	}
+	if r.DB < 0 {
+		ps.add(path+".db", "must be >= 0, got %d", r.DB)
+	} else if r.DB != 0 && len(r.Addrs) > 0 && r.MasterName == "" {
+		ps.add(path+".db", "must be 0 with a Cluster (addrs without master_name), got %d", r.DB)
+	}
+	r.TLS.validate(path+".tls", ps)
+}
+
+// validate checks a TLS config; nil (TLS off) is valid.
+func (t *TLSConfig) validate(path string, ps *problems) {
+	if t == nil {
+		return
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		ps.add(path, "cert_file and key_file go together: set both or neither")
+	}
+	for _, f := range []struct{ key, file string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile}, {"key_file", t.KeyFile}} {
+		if f.file == "" {
+			continue
+		}
+		if _, err := os.Stat(f.file); err != nil {
+			ps.add(path+"."+f.key, "cannot read %q: %v", f.file, errors.Unwrap(err))
+		}
+	}
+}
+
+func validateHostPort(path, addr string, ps *problems) {
+	if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
+		ps.add(path, "want host:port, got %q", addr)
+	}
+}
+
 func (k KafkaPublisherConfig) validate(path string, ps *problems) {
 	k.KafkaConnConfig.validate(path, ps)
 	validateKafkaTopic(path+".topic", k.Topic, ps)
@@ -356,23 +429,9 @@ func (k KafkaConnConfig) validate(path string, ps *problems) {
 		ps.add(path+".brokers", "at least one host:port is required")
 	}
 	for i, b := range k.Brokers {
-		if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
-			ps.add(fmt.Sprintf("%s.brokers[%d]", path, i), "want host:port, got %q", b)
-		}
+		validateHostPort(fmt.Sprintf("%s.brokers[%d]", path, i), b, ps)
 	}
-	if t := k.TLS; t != nil {
-		if (t.CertFile == "") != (t.KeyFile == "") {
-			ps.add(path+".tls", "cert_file and key_file go together: set both or neither")
-		}
-		for key, file := range map[string]string{"ca_file": t.CAFile, "cert_file": t.CertFile, "key_file": t.KeyFile} {
-			if file == "" {
-				continue
-			}
-			if _, err := os.Stat(file); err != nil {
-				ps.add(path+".tls."+key, "cannot read %q: %v", file, errors.Unwrap(err))
-			}
-		}
-	}
+	k.TLS.validate(path+".tls", ps)
 	if s := k.SASL; s != nil {
 		switch s.Mechanism {
 		case SASLPlain, SASLScramSHA256, SASLScramSHA512:
