@@ -50,8 +50,8 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 		t.Fatalf("GET /v1/pipelines = %d %q (%v); want one pipeline", code, body, err)
 	}
 	st := list[0]
-	if st.Name != "test" || st.Mode != "leaky" || st.Limit != 10 || st.Capacity != 600 || st.Depth == 0 || !st.Ready {
-		t.Errorf("status = %+v; want test, leaky, 10/s, capacity 600 (10/s × 1m), depth > 0, ready", st)
+	if st.Name != "test" || st.Mode != "leaky" || st.Limit != 10 || st.Capacity != 600 || st.Depth == 0 || !st.Ready || st.Limiter != "local" {
+		t.Errorf("status = %+v; want test, leaky, 10/s, capacity 600 (10/s × 1m), depth > 0, ready, local limiter", st)
 	}
 
 	tests := []struct {
@@ -103,6 +103,7 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 		`shaper_bucket_capacity{pipeline="test"} 1000`,
 		"shaper_queue_wait_seconds_bucket", "shaper_request_duration_seconds_bucket",
 		`shaper_in_flight{pipeline="test"} 0`, `shaper_bucket_depth{pipeline="test"} 0`,
+		`shaper_limiter_fallback{pipeline="test"} 0`,
 	} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("GET /metrics lacks %q", want)

@@ -121,3 +121,11 @@ type LagReporter interface {
 	// one fetched and the end of the partition, as last seen.
 	Lag() map[string]int64
 }
+
+// FallbackReporter is implemented by limiters that share a limit across
+// replicas and can fall back to a local one (limiter.Shared). The pipeline
+// exports it as shaper_limiter_fallback and in its status.
+type FallbackReporter interface {
+	// Fallback reports whether the limiter has fallen back to its local limit.
+	Fallback() bool
+}

@@ -2,6 +2,7 @@ package shaper
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -28,9 +29,8 @@ type Metrics struct {
 	depth           *prometheus.GaugeVec
 	capacity        *prometheus.GaugeVec
 	inFlight        *prometheus.GaugeVec
-	rateLimit       *prometheus.GaugeVec
 	dropped         *prometheus.CounterVec
-	lag             *lagCollector
+	live            *liveCollector
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -59,58 +59,82 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			// the early overload signal matters.
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, .75, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60, 120, 300},
 		}, []string{"pipeline"}),
-		retries:   counter("retries_total", "Attempts scheduled again."),
-		depth:     gauge("bucket_depth", "Messages held by the bucket: queued, waiting for a retry, or in flight."),
-		capacity:  gauge("bucket_capacity", "Effective bucket capacity: min(capacity, limit × max_queue_time)."),
-		inFlight:  gauge("in_flight", "Sink requests in flight."),
-		rateLimit: gauge("rate_limit", "Rate limit in force, requests per second (after warm-up or a run-time change)."),
-		dropped:   counter("source_dropped_total", "Messages a core NATS source dropped because the bucket was full (at-most-once)."),
-		lag: &lagCollector{
-			desc: prometheus.NewDesc("shaper_source_lag", "Messages between the last one fetched and the end of the partition (Kafka).",
-				[]string{"pipeline", "partition"}, nil),
-			sources: map[string]LagReporter{},
-		},
+		retries:  counter("retries_total", "Attempts scheduled again."),
+		depth:    gauge("bucket_depth", "Messages held by the bucket: queued, waiting for a retry, or in flight."),
+		capacity: gauge("bucket_capacity", "Effective bucket capacity: min(capacity, limit × max_queue_time)."),
+		inFlight: gauge("in_flight", "Sink requests in flight."),
+		dropped:  counter("source_dropped_total", "Messages a core NATS source dropped because the bucket was full (at-most-once)."),
+		live:     newLiveCollector(),
 	}
 	reg.MustRegister(m.received, m.completed, m.nacked, m.requests, m.requestDuration, m.queueWait,
-		m.retries, m.depth, m.capacity, m.inFlight, m.rateLimit, m.dropped, m.lag)
+		m.retries, m.depth, m.capacity, m.inFlight, m.dropped, m.live)
 	return m
 }
 
-// lagCollector asks each source that reports lag for it at scrape time.
-type lagCollector struct {
-	desc    *prometheus.Desc
-	mu      sync.Mutex
-	sources map[string]LagReporter // by pipeline
+// liveCollector reads, at scrape time, what pipelines know better than any
+// counter could: the limit in force (it moves during warm-up and fallback),
+// whether a shared limiter has fallen back, and the source's lag.
+type liveCollector struct {
+	rateLimit, fallback, lag *prometheus.Desc
+
+	mu        sync.Mutex
+	pipelines []*Pipeline
 }
 
-func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func newLiveCollector() *liveCollector {
+	return &liveCollector{
+		rateLimit: prometheus.NewDesc("shaper_rate_limit",
+			"Rate limit in force, requests per second (after warm-up, a run-time change or a fallback).", []string{"pipeline"}, nil),
+		fallback: prometheus.NewDesc("shaper_limiter_fallback",
+			"1 while the shared limiter has fallen back to its local fallback_limit, else 0.", []string{"pipeline"}, nil),
+		lag: prometheus.NewDesc("shaper_source_lag",
+			"Messages between the last one fetched and the end of the partition (Kafka).", []string{"pipeline", "partition"}, nil),
+	}
+}
 
-func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.rateLimit
+	ch <- c.fallback
+	ch <- c.lag
+}
+
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for pipeline, src := range c.sources {
-		for partition, lag := range src.Lag() {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(lag), pipeline, partition)
+	pipelines := append([]*Pipeline(nil), c.pipelines...)
+	c.mu.Unlock()
+	now := time.Now()
+	for _, p := range pipelines {
+		name := p.cfg.Name
+		ch <- prometheus.MustNewConstMetric(c.rateLimit, prometheus.GaugeValue, p.lim.Limit(now), name)
+		fallback := 0.0
+		if fr, ok := p.lim.(FallbackReporter); ok && fr.Fallback() {
+			fallback = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.GaugeValue, fallback, name)
+		if lr, ok := p.src.(LagReporter); ok {
+			for partition, lag := range lr.Lag() {
+				ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(lag), name, partition)
+			}
 		}
 	}
 }
 
-func (c *lagCollector) add(pipeline string, src LagReporter) {
+func (c *liveCollector) add(p *Pipeline) {
 	c.mu.Lock()
-	c.sources[pipeline] = src
+	c.pipelines = append(c.pipelines, p)
 	c.mu.Unlock()
 }
 
 // pipelineMetrics are the metrics of one pipeline, with its label bound, so
 // the hot path does no label lookups.
 type pipelineMetrics struct {
-	received, retries               prometheus.Counter
-	completed                       map[string]prometheus.Counter
-	nacked                          *prometheus.CounterVec
-	requests                        *prometheus.CounterVec
-	requestDuration, queueWait      prometheus.Observer
-	depth, capacity, inFlight, rate prometheus.Gauge
-	dropped                         prometheus.Counter
+	received, retries          prometheus.Counter
+	completed                  map[string]prometheus.Counter
+	nacked                     *prometheus.CounterVec
+	requests                   *prometheus.CounterVec
+	requestDuration, queueWait prometheus.Observer
+	depth, capacity, inFlight  prometheus.Gauge
+	dropped                    prometheus.Counter
 }
 
 func (m *Metrics) forPipeline(name string) *pipelineMetrics {
@@ -126,7 +150,6 @@ func (m *Metrics) forPipeline(name string) *pipelineMetrics {
 		depth:           m.depth.With(l),
 		capacity:        m.capacity.With(l),
 		inFlight:        m.inFlight.With(l),
-		rate:            m.rateLimit.With(l),
 		dropped:         m.dropped.With(l),
 	}
 	for _, o := range []string{OutcomeDelivered, OutcomeDeadLettered, OutcomeExpired, OutcomeDropped} {

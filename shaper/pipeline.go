@@ -96,10 +96,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		rate:         cfg.Rate,
 	}
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
-	p.m.rate.Set(p.lim.Limit(time.Now()))
-	if lr, ok := parts.Source.(LagReporter); ok {
-		parts.Metrics.lag.add(cfg.Name, lr)
-	}
+	parts.Metrics.live.add(p)
 	return p
 }
 
@@ -273,7 +270,6 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 			return
 		}
 		p.m.queueWait.Observe(time.Since(t.queued).Seconds())
-		p.m.rate.Set(p.lim.Limit(slot))
 		wg.Go(func() { p.attempt(ctx, t) })
 	}
 }

@@ -16,6 +16,9 @@ type Status struct {
 	Limit    float64 `json:"limit"`
 	LimitNow float64 `json:"limit_now"`
 	Burst    int     `json:"burst"`
+	// Limiter is local, shared (through Redis), or fallback (shared, but
+	// Redis cannot be reached and the local fallback_limit is in force).
+	Limiter string `json:"limiter"`
 	// Depth is every message held (queued, retrying, in flight); Queued
 	// those waiting for a departure.
 	Depth    int              `json:"depth"`
@@ -42,8 +45,15 @@ func (p *Pipeline) Status() Status {
 		Queued:   p.bucket.Queued(),
 		Capacity: p.bucket.Capacity(),
 		InFlight: int(p.attempting.Load()),
+		Limiter:  "local",
 		Ready:    true,
 		Outcomes: map[string]int64{},
+	}
+	if fr, ok := p.lim.(FallbackReporter); ok {
+		s.Limiter = "shared"
+		if fr.Fallback() {
+			s.Limiter = "fallback"
+		}
 	}
 	if err := p.Ready(); err != nil {
 		s.Ready, s.NotReady = false, err.Error()
@@ -78,7 +88,6 @@ func (p *Pipeline) SetRate(limit float64, burst int) error {
 	p.rate.Limit, p.rate.Burst = limit, &burst
 	p.bucket.SetCapacity(effectiveCapacity(p.cfg.Bucket, limit))
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
-	p.m.rate.Set(limit)
 	p.log.Info("rate changed", "limit", limit, "burst", burst, "capacity", p.bucket.Capacity())
 	return nil
 }
