@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -186,6 +187,9 @@ func (p *Pipeline) close(ctx context.Context) error {
 	errs := []error{p.src.Close(cctx), p.sink.Close()}
 	if p.deadLetter != nil {
 		errs = append(errs, p.deadLetter.Close())
+	}
+	if c, ok := p.lim.(io.Closer); ok { // a shared limiter and its Redis client
+		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
 }
