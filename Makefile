@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build run test bench lint
+.PHONY: build run test bench lint test-deps
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/shaper ./cmd/shaper
@@ -11,8 +11,17 @@ build:
 run:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/shaper demo
 
-test: lint
+test: lint test-deps
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+# The Redis-shared limiter is tested against a real redis-server process,
+# started by the tests themselves; install it where it is missing (Debian).
+test-deps:
+	@command -v redis-server >/dev/null || { \
+		echo "installing redis-server (the shared-limiter tests start real ones)"; \
+		SUDO=$$(command -v sudo || true); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@redis-server --version
 
 # Limiter overhead beside golang.org/x/time/rate (feed the output to benchstat),
 # then shaping precision through the real pipeline (3 s of traffic per run).
