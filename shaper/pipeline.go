@@ -44,21 +44,22 @@ type Parts struct {
 // bucket's retry heap or to the dead-letter target (fail); the source is told
 // the final outcome (settle).
 type Pipeline struct {
-	cfg          PipelineConfig
-	delivery     DeliveryConfig
+	cfg          PipelineConfig // as built; what Reconfigure may change is in settings and rate
 	src          Source
 	sink         Sink
 	deadLetter   Sink
 	lim          Limiter
-	policy       *RetryPolicy
 	bucket       *bucket
 	m            *pipelineMetrics
 	log          *slog.Logger
 	drainTimeout time.Duration
 
+	// settings are the bucket and delivery settings in force; Reconfigure
+	// swaps them, and each use takes one snapshot.
+	settings atomic.Pointer[settings]
 	// inFlight holds one token per attempt in flight, and one for the task
 	// the scheduler is about to send; its size is max_in_flight.
-	inFlight chan struct{}
+	inFlight *semaphore
 	// attempting counts attempts in flight, for Status.
 	attempting atomic.Int64
 	// drain is closed by Drain; draining mirrors it for cheap checks.
@@ -82,20 +83,19 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	d := cfg.Sink.Delivery()
 	p := &Pipeline{
 		cfg:          cfg,
-		delivery:     d,
 		src:          parts.Source,
 		sink:         parts.Sink,
 		deadLetter:   parts.DeadLetter,
 		lim:          parts.Limiter,
-		policy:       NewRetryPolicy(d.Retry),
 		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit)),
 		m:            parts.Metrics.forPipeline(cfg.Name),
 		log:          log.With("pipeline", cfg.Name),
 		drainTimeout: parts.DrainTimeout,
-		inFlight:     make(chan struct{}, d.MaxInFlight),
+		inFlight:     newSemaphore(d.MaxInFlight),
 		drain:        make(chan struct{}),
 		rate:         cfg.Rate,
 	}
+	p.settings.Store(&settings{bucket: cfg.Bucket, delivery: d, policy: NewRetryPolicy(d.Retry)})
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
 	parts.Metrics.live.add(p)
 	return p
@@ -144,8 +144,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	defer stopSched()
 
 	p.log.Info("pipeline running", "mode", p.cfg.Rate.Mode, "limit", p.cfg.Rate.Limit, "burst", *p.cfg.Rate.Burst,
-		"capacity", p.bucket.Capacity(), "max_queue_time", p.cfg.Bucket.MaxQueueTime, "max_in_flight", p.delivery.MaxInFlight,
-		"dead_letter", p.deadLetter != nil)
+		"capacity", p.bucket.Capacity(), "max_queue_time", p.cfg.Bucket.MaxQueueTime,
+		"max_in_flight", p.cfg.Sink.Delivery().MaxInFlight, "dead_letter", p.deadLetter != nil)
 	var wg sync.WaitGroup // the fetcher, the drain timer, attempts and settlements
 	wg.Go(func() { p.fetch(fetchCtx) })
 	wg.Go(func() {
@@ -245,31 +245,30 @@ func (p *Pipeline) fetch(ctx context.Context) {
 // returns when the drain is complete or schedCtx ends.
 func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 	for {
-		select {
-		case p.inFlight <- struct{}{}:
-		case <-schedCtx.Done():
+		if !p.inFlight.acquire(schedCtx) {
 			return
 		}
 		t := p.next(schedCtx)
 		if t == nil {
-			<-p.inFlight
+			p.inFlight.release()
 			return
 		}
+		bucket := p.settings.Load().bucket
 		now := time.Now()
 		slot := p.lim.Reserve(now)
 		// A task whose slot comes past its deadline expires at once; the next
 		// task takes the slot instead.
-		for t != nil && p.cfg.Bucket.OnExpire != OnExpireDeliver && slot.After(t.queued.Add(p.cfg.Bucket.MaxQueueTime)) {
+		for t != nil && bucket.OnExpire != OnExpireDeliver && slot.After(t.queued.Add(bucket.MaxQueueTime)) {
 			expired := t
 			wg.Go(func() { p.expire(ctx, expired) })
 			t, _ = p.bucket.take(now)
 		}
 		if t == nil {
-			<-p.inFlight
+			p.inFlight.release()
 			continue
 		}
 		if !sleepUntil(schedCtx, slot) {
-			<-p.inFlight
+			p.inFlight.release()
 			p.bucket.retry(t, time.Time{}) // back into the bucket, nacked with the rest
 			return
 		}
@@ -328,16 +327,17 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // attempt sends a task once under the per-attempt timeout, then settles it,
 // sends it back to the retry heap, or dead-letters it.
 func (p *Pipeline) attempt(ctx context.Context, t *task) {
+	set := p.settings.Load()
 	p.m.inFlight.Inc()
 	p.attempting.Add(1)
 	start := time.Now()
-	actx, cancel := context.WithTimeout(ctx, p.delivery.Timeout)
+	actx, cancel := context.WithTimeout(ctx, set.delivery.Timeout)
 	code, err := p.sink.Send(actx, t.msg)
 	cancel()
 	end := time.Now()
 	p.m.inFlight.Dec()
 	p.attempting.Add(-1)
-	<-p.inFlight
+	p.inFlight.release()
 
 	if code != "" {
 		p.m.requests.WithLabelValues(code).Inc()
@@ -352,7 +352,7 @@ func (p *Pipeline) attempt(ctx context.Context, t *task) {
 		return
 	}
 	t.err = err
-	d := p.policy.Decide(err, t.attempts, t.first, end)
+	d := set.policy.Decide(err, t.attempts, t.first, end)
 	if d.Retry {
 		p.m.retries.Inc()
 		p.log.Debug("attempt failed; retrying", "id", t.msg.ID, "attempt", t.attempts, "err", err, "at", d.At)
@@ -364,10 +364,11 @@ func (p *Pipeline) attempt(ctx context.Context, t *task) {
 
 // expire applies on_expire to a task whose departure would come too late.
 func (p *Pipeline) expire(ctx context.Context, t *task) {
+	bucket := p.settings.Load().bucket
 	if t.err == nil {
-		t.err = fmt.Errorf("would wait longer than max_queue_time %s", p.cfg.Bucket.MaxQueueTime)
+		t.err = fmt.Errorf("would wait longer than max_queue_time %s", bucket.MaxQueueTime)
 	}
-	if p.cfg.Bucket.OnExpire == OnExpireDrop {
+	if bucket.OnExpire == OnExpireDrop {
 		p.log.Warn("message expired; dropped by on_expire: drop", "id", t.msg.ID)
 		p.ack(ctx, t, OutcomeDropped)
 		return
@@ -380,13 +381,14 @@ func (p *Pipeline) expire(ctx context.Context, t *task) {
 // it comes back later and is never silently lost.
 func (p *Pipeline) fail(ctx context.Context, t *task, reason, outcome string) {
 	log := p.log.With("id", t.msg.ID, "source", t.msg.Origin, "reason", reason, "attempts", t.attempts, "err", t.err)
-	delay := p.delivery.Retry.MaxBackoff
+	delivery := p.settings.Load().delivery
+	delay := delivery.Retry.MaxBackoff
 	if p.deadLetter == nil {
 		log.Warn("undeliverable message nacked for redelivery: no dead_letter target is configured")
 		p.nack(ctx, t, "no_dead_letter", delay)
 		return
 	}
-	dctx, cancel := context.WithTimeout(ctx, p.delivery.Timeout)
+	dctx, cancel := context.WithTimeout(ctx, delivery.Timeout)
 	_, err := p.deadLetter.Send(dctx, p.deadLetterMessage(t, reason))
 	cancel()
 	if err != nil {
@@ -461,4 +463,41 @@ func (p *Pipeline) released() {
 	if p.draining.Load() {
 		signal(p.bucket.ready) // the scheduler checks whether the drain is done
 	}
+}
+
+// settings are a pipeline's bucket and delivery settings, replaced whole by
+// Reconfigure.
+type settings struct {
+	bucket   BucketConfig
+	delivery DeliveryConfig
+	policy   *RetryPolicy
+}
+
+// ErrNeedsRestart is returned by Reconfigure for a change it cannot make in
+// place; the caller replaces the pipeline instead (drain the old, start a
+// new one).
+var ErrNeedsRestart = errors.New("change needs a new pipeline")
+
+// Reconfigure applies a new config to a running pipeline in place: the rate
+// (limit and burst), the bucket (capacity, max_queue_time, on_expire) and
+// the delivery settings (timeout, max_in_flight, retry). Messages held keep
+// going; the next departure uses the new settings. It returns
+// ErrNeedsRestart, changing nothing, when cfg differs in what the pipeline
+// was built with: its name or rate mode. The parts themselves (source, sink
+// target, dead letter) are the caller's to compare and reconfigure.
+func (p *Pipeline) Reconfigure(cfg PipelineConfig) error {
+	if cfg.Name != p.cfg.Name || cfg.Rate.Mode != p.cfg.Rate.Mode {
+		return fmt.Errorf("%w: name or rate.mode changed", ErrNeedsRestart)
+	}
+	if err := p.SetRate(cfg.Rate.Limit, *cfg.Rate.Burst); err != nil {
+		return err
+	}
+	d := cfg.Sink.Delivery()
+	p.settings.Store(&settings{bucket: cfg.Bucket, delivery: d, policy: NewRetryPolicy(d.Retry)})
+	p.inFlight.resize(d.MaxInFlight)
+	p.bucket.SetCapacity(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit))
+	p.m.capacity.Set(float64(p.bucket.Capacity()))
+	p.log.Info("pipeline reconfigured", "limit", cfg.Rate.Limit, "capacity", p.bucket.Capacity(),
+		"max_queue_time", cfg.Bucket.MaxQueueTime, "max_in_flight", d.MaxInFlight, "timeout", d.Timeout)
+	return nil
 }

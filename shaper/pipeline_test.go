@@ -1,6 +1,7 @@
 package shaper_test
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -300,5 +301,42 @@ func TestAnUnreachableSinkIsRetriedThenDeadLetteredAsExhausted(t *testing.T) {
 	waitFor(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == 2 })
 	if got := p.counter("shaper_retries_total"); got != 4 {
 		t.Errorf("shaper_retries_total = %v; want 4 (2 messages × 2 retries)", got)
+	}
+}
+
+func TestReconfigureChangesTheRateInPlaceWithoutLosingMessages(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	const n = 100
+	e.publish(n)
+	cfg := e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 })
+	p := e.start(cfg)
+	waitFor(t, 10*time.Second, "a few requests", func() bool { return rec.count() >= 5 })
+
+	faster := cfg
+	faster.Rate.Limit = 50
+	faster.Sink.HTTP = new(shaper.HTTPSinkConfig)
+	*faster.Sink.HTTP = *cfg.Sink.HTTP
+	faster.Sink.HTTP.MaxInFlight = 32
+	faster.Sink.HTTP.Timeout = 5 * time.Second
+	if err := p.Reconfigure(faster); err != nil {
+		t.Fatalf("Reconfigure = %v", err)
+	}
+	if st := p.Status(); st.Limit != 50 {
+		t.Errorf("limit after Reconfigure = %v; want 50", st.Limit)
+	}
+	changed := time.Now()
+	waitFor(t, 20*time.Second, "every message delivered", func() bool { return p.Status().Outcomes[shaper.OutcomeDelivered] == n })
+	if took := time.Since(changed); took > 4*time.Second {
+		t.Errorf("the rest took %v after the change to 50/s; want about 2s", took)
+	}
+	if got := rec.count(); got != n {
+		t.Errorf("sink requests = %d; want %d: nothing lost or repeated by the change", got, n)
+	}
+
+	modeChange := faster
+	modeChange.Rate.Mode = shaper.ModeToken
+	if err := p.Reconfigure(modeChange); !errors.Is(err, shaper.ErrNeedsRestart) {
+		t.Errorf("Reconfigure(mode change) = %v; want ErrNeedsRestart", err)
 	}
 }

@@ -86,7 +86,7 @@ func (p *Pipeline) SetRate(limit float64, burst int) error {
 	}
 	p.lim.SetRate(limit, burst)
 	p.rate.Limit, p.rate.Burst = limit, &burst
-	p.bucket.SetCapacity(effectiveCapacity(p.cfg.Bucket, limit))
+	p.bucket.SetCapacity(effectiveCapacity(p.settings.Load().bucket, limit))
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
 	p.log.Info("rate changed", "limit", limit, "burst", burst, "capacity", p.bucket.Capacity())
 	return nil
