@@ -1,5 +1,6 @@
-// Package sinks is where a pipeline's messages go: an HTTP endpoint ([HTTP])
-// or a NATS subject ([NATS]), which also serves as the dead-letter target.
+// Package sinks is where a pipeline's messages go: an HTTP endpoint ([HTTP]),
+// a Kafka topic ([Kafka]) or a NATS subject ([NATS]). The Kafka and NATS
+// publishers also serve as the dead-letter target.
 //
 // Each sink implements [shaper.Sink]. Send makes exactly one attempt and
 // never retries on its own: backoff, retries and the rate belong to the core.
@@ -12,11 +13,58 @@
 //     429, 500, 502, 503 and 504 and dead-letters every other status as
 //     "rejected";
 //   - an error wrapping [shaper.ErrMalformed]: the message can never become a
-//     request (larger than the sink accepts, an id that is not a valid
-//     header value). The code is "" when, as usual, no request was made. The
-//     message is dead-lettered as "malformed" at once;
-//   - any other error: the network, a timeout, a broker that is down. The
-//     code is "error" and the attempt is retried.
+//     request (larger than the sink or the broker accepts, an id or key that
+//     is not a valid header value). The code is "" when no request was made,
+//     "error" when the broker refused it. The message is dead-lettered as
+//     "malformed" at once;
+//   - any other error: the network, a timeout, a broker that is down, a
+//     Kafka topic that does not exist (yet). The code is "error" and the
+//     attempt is retried.
 //
-// Both sinks are safe for concurrent use by the dispatcher's workers.
+// All sinks are safe for concurrent use by the dispatcher's workers.
+//
+// # Keys and headers
+//
+// A message carries its broker's key and headers ([shaper.Message] Key and
+// Header): a Kafka source fills both from the record, a NATS source fills
+// Header from the NATS headers and has no key. The core adds the dead-letter
+// headers Shaper-Reason, Shaper-Error, Shaper-Attempts, Shaper-Pipeline and
+// Shaper-Source to a dead letter's Header.
+//
+// The Kafka and NATS publishers pass them on as they are. [Kafka] writes the
+// key as the record key (which also picks the partition) and every value of
+// every header as one record header, case kept: values of one name in their
+// order, names in sorted order (Header is a map, so the order of different
+// names in the original record is gone). [NATS] sends Header as the NATS
+// headers and has nowhere to put a key.
+//
+// [HTTP] sends neither unless its config asks:
+//
+//   - forward_headers: true sends each message header as an HTTP header of the
+//     same name, whether it came from a Kafka record header or a NATS header:
+//     "trace-id: abc" arrives as "Trace-Id: abc". HTTP header names are
+//     case-insensitive while Kafka and NATS ones are not, so names that differ
+//     only in case become one HTTP header carrying all their values (in the
+//     sorted order of the names), and a header repeated in the record is
+//     repeated in the request, in order. Spaces and tabs at the ends of a
+//     value are trimmed, as an HTTP receiver would. Left out, silently, name
+//     by name and value by value: a name that is not an HTTP token (white
+//     space, ':', non-ASCII, empty); a value with a control character (CR, LF,
+//     NUL, DEL...), so no header can ever inject another; the headers that
+//     describe one connection or the framing of one request and not the
+//     message (Host, Content-Length, Transfer-Encoding, Connection,
+//     Keep-Alive, Proxy-Connection, Proxy-Authenticate, Proxy-Authorization,
+//     TE, Trailer, Upgrade, Expect, HTTP2-Settings); Idempotency-Key, which is
+//     always the message id; any header named in headers, since the configured
+//     value wins; and the key_header. Every other name is forwarded,
+//     Authorization and Cookie included: configure the ones a producer must
+//     not choose.
+//   - key_header: NAME sends the message key (the Kafka record key) as the
+//     value of header NAME, over any forwarded header of that name. A
+//     message without a key sends no such header. A key that would not
+//     arrive unchanged as a header value (a control character, which binary
+//     keys usually hold, a tab, or a space at either end) makes the message
+//     malformed: it is dead-lettered without a request. NewHTTP refuses a
+//     key_header that is Idempotency-Key, one of the connection headers
+//     above, or also set in headers.
 package sinks

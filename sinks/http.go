@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,14 +45,20 @@ const (
 // StatusError, because following one would turn a POST into a body-less GET
 // and could carry the configured headers to another host.
 //
+// With ForwardHeaders, the message's headers go along as HTTP headers of
+// the same name; see the package documentation for what is left out. With
+// KeyHeader, the message key goes in that header.
+//
 // HTTP is safe for concurrent use by multiple goroutines.
 type HTTP struct {
-	url     string
-	method  string
-	host    string      // the Host header, when configured
-	header  http.Header // configured headers, cloned into every request
-	target  string      // scheme://host for errors: no userinfo, path or query
-	maxBody int64
+	url       string
+	method    string
+	host      string      // the Host header, when configured
+	header    http.Header // configured headers, cloned into every request
+	target    string      // scheme://host for errors: no userinfo, path or query
+	maxBody   int64
+	forward   bool   // send m.Header as HTTP headers
+	keyHeader string // canonical name of the header carrying m.Key, or ""
 
 	transport *http.Transport
 	client    *http.Client
@@ -102,6 +110,19 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 		}
 		h.header.Set(name, value)
 	}
+	h.forward = cfg.ForwardHeaders
+	if cfg.KeyHeader != "" {
+		name := http.CanonicalHeaderKey(cfg.KeyHeader)
+		switch {
+		case !validToken(cfg.KeyHeader):
+			return nil, fmt.Errorf("http: invalid key_header name %q", cfg.KeyHeader)
+		case name == "Idempotency-Key" || unforwardable[name]:
+			return nil, fmt.Errorf("http: key_header %q is a header shaper or net/http owns", cfg.KeyHeader)
+		case h.header[name] != nil:
+			return nil, fmt.Errorf("http: key_header %q is also set in headers", cfg.KeyHeader)
+		}
+		h.keyHeader = name
+	}
 
 	conns := max(cfg.MaxInFlight, 1)
 	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
@@ -130,11 +151,12 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 }
 
 // Send makes one request carrying m.Payload unchanged, the configured
-// headers and Idempotency-Key: m.ID (left out when m.ID is empty). It returns
-// the status code as the label; a non-2xx status comes back as a
-// *shaper.StatusError, a payload over MaxBodyBytes or an id that is not a
-// valid header value as shaper.ErrMalformed without any request, and a
-// network error or timeout as "error" and the wrapped cause.
+// headers and Idempotency-Key: m.ID (left out when m.ID is empty), and, when
+// configured, the key header and the message's own headers. It returns the
+// status code as the label; a non-2xx status comes back as a
+// *shaper.StatusError; a payload over MaxBodyBytes, or an id or key that is
+// not a valid header value, as shaper.ErrMalformed without any request; and
+// a network error or timeout as "error" and the wrapped cause.
 func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 	if h.maxBody > 0 && int64(len(m.Payload)) > h.maxBody {
 		return "", fmt.Errorf("http: payload of %d bytes is over max_body_bytes %d: %w", len(m.Payload), h.maxBody, shaper.ErrMalformed)
@@ -144,6 +166,12 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 	// looks retryable.
 	if !validHeaderValue(m.ID, false) {
 		return "", fmt.Errorf("http: message id %q is not a valid Idempotency-Key: %w", m.ID, shaper.ErrMalformed)
+	}
+	// Keys are often binary (a serializer's magic byte, a hash). The key is
+	// left out of the error: it may be long, and it is in the dead letter.
+	sendKey := h.keyHeader != "" && len(m.Key) > 0
+	if sendKey && !validKey(m.Key) {
+		return "", fmt.Errorf("http: message key of %d bytes is not a valid %s value (control characters, or white space at an end): %w", len(m.Key), h.keyHeader, shaper.ErrMalformed)
 	}
 
 	// bytes.Reader lets NewRequest set ContentLength and GetBody. With
@@ -155,6 +183,12 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 		return "", fmt.Errorf("http: new request: %w", withoutURL(err))
 	}
 	req.Header = h.header.Clone()
+	if h.forward {
+		h.forwardHeaders(req.Header, m.Header)
+	}
+	if sendKey {
+		req.Header.Set(h.keyHeader, string(m.Key))
+	}
 	if m.ID != "" {
 		req.Header.Set("Idempotency-Key", m.ID)
 	}
@@ -189,6 +223,60 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 func (h *HTTP) Close() error {
 	h.transport.CloseIdleConnections()
 	return nil
+}
+
+// unforwardable holds the headers a message may never set: they describe
+// the connection or the framing of this one request (hop-by-hop headers,
+// RFC 9110 section 7.6.1, and the length, host and expectations), not the
+// message, and a forged one could desynchronize the connection, reach a
+// proxy, or send the request elsewhere.
+var unforwardable = map[string]bool{
+	"Host":                true,
+	"Content-Length":      true,
+	"Transfer-Encoding":   true,
+	"Connection":          true,
+	"Keep-Alive":          true,
+	"Proxy-Connection":    true,
+	"Proxy-Authenticate":  true,
+	"Proxy-Authorization": true,
+	"Te":                  true,
+	"Trailer":             true,
+	"Upgrade":             true,
+	"Expect":              true,
+	"Http2-Settings":      true,
+}
+
+// forwardHeaders adds the message headers src to the request headers dst,
+// leaving out what is not valid HTTP, what may never be forwarded, and what
+// shaper sets itself: the configured headers, Idempotency-Key and the key
+// header. Names that differ only in case become one header, their values
+// in the sorted order of the names.
+func (h *HTTP) forwardHeaders(dst http.Header, src map[string][]string) {
+	for _, name := range slices.Sorted(maps.Keys(src)) {
+		if !validToken(name) {
+			continue
+		}
+		key := http.CanonicalHeaderKey(name)
+		if unforwardable[key] || key == "Idempotency-Key" || key == h.keyHeader || h.header[key] != nil {
+			continue
+		}
+		for _, v := range src[name] {
+			// Receivers ignore white space at the ends; a CR, LF or NUL
+			// would end the header or the request early.
+			v = strings.Trim(v, " \t")
+			if validHeaderValue(v, true) {
+				dst[key] = append(dst[key], v)
+			}
+		}
+	}
+}
+
+// validKey reports whether a message key can be sent as a header value and
+// arrive unchanged: no control characters, and no white space at either end,
+// which receivers trim.
+func validKey(key []byte) bool {
+	s := string(key)
+	return validHeaderValue(s, false) && strings.Trim(s, " ") == s
 }
 
 // withoutURL unwraps a *url.Error, whose message repeats the whole URL with

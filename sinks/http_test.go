@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -513,5 +514,276 @@ func TestExcerptIsPrintableSingleLineAndNoLongerThanInput(t *testing.T) {
 		if len(got) > len(tt.give) {
 			t.Errorf("excerpt(%q) is %d bytes; want at most %d", tt.give, len(got), len(tt.give))
 		}
+	}
+}
+
+// headerServer starts a server that hands over the headers, host, length and
+// remote address of each request it receives.
+type seenRequest struct {
+	header        http.Header
+	host          string
+	contentLength int64
+	chunked       bool
+	remote        string
+	body          []byte
+}
+
+func headerServer(t *testing.T) (*httptest.Server, chan seenRequest, *atomic.Int64) {
+	t.Helper()
+	got := make(chan seenRequest, 16)
+	srv, n := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- seenRequest{r.Header.Clone(), r.Host, r.ContentLength, len(r.TransferEncoding) > 0, r.RemoteAddr, body}
+	})
+	return srv, got, n
+}
+
+func sendHTTP(t *testing.T, h *HTTP, m *shaper.Message) {
+	t.Helper()
+	if code, err := h.Send(testCtx(t), m); code != "200" || err != nil {
+		t.Fatalf("Send = %q, %v; want \"200\", nil", code, err)
+	}
+}
+
+func TestHTTPForwardHeadersSendsMessageHeadersUnderTheirNames(t *testing.T) {
+	srv, got, _ := headerServer(t)
+	cfg := httpConfig(srv.URL)
+	cfg.ForwardHeaders = true
+	h := newHTTP(t, cfg)
+
+	sendHTTP(t, h, &shaper.Message{ID: "topic/0/1", Payload: []byte("{}"), Header: map[string][]string{
+		"traceparent":  {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		"Content-Type": {"application/json"},
+		"X-Multi":      {"one", "two"},
+		"x-multi":      {"three"}, // differs in case only: the same HTTP header
+		"X-Padded":     {"  value \t"},
+		"X-Utf8":       {"café"},
+		"X-Empty":      {""},
+	}})
+	s := <-got
+	tests := []struct {
+		name string
+		want []string
+	}{
+		{"Traceparent", []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		{"Content-Type", []string{"application/json"}},
+		{"X-Multi", []string{"one", "two", "three"}},
+		{"X-Padded", []string{"value"}},
+		{"X-Utf8", []string{"café"}},
+		{"X-Empty", []string{""}},
+		{"Idempotency-Key", []string{"topic/0/1"}},
+	}
+	for _, tt := range tests {
+		if got := s.header.Values(tt.name); !slices.Equal(got, tt.want) {
+			t.Errorf("%s = %q; want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestHTTPWithoutForwardHeadersSendsNoMessageHeaders(t *testing.T) {
+	srv, got, _ := headerServer(t)
+	h := newHTTP(t, httpConfig(srv.URL))
+	sendHTTP(t, h, &shaper.Message{ID: "1", Payload: []byte("x"), Header: map[string][]string{"X-Trace": {"abc"}}})
+	if s := <-got; s.header.Get("X-Trace") != "" {
+		t.Errorf("X-Trace = %q with forward_headers off; want none", s.header.Get("X-Trace"))
+	}
+}
+
+func TestHTTPForwardHeadersSkipsInvalidNamesAndValuesAndNeverInjects(t *testing.T) {
+	srv, got, _ := headerServer(t)
+	cfg := httpConfig(srv.URL)
+	cfg.ForwardHeaders = true
+	h := newHTTP(t, cfg)
+
+	sendHTTP(t, h, &shaper.Message{ID: "1", Payload: []byte("x"), Header: map[string][]string{
+		"X-Crlf":              {"a\r\nX-Injected: 1", "kept"},
+		"X-Lf":                {"a\nX-Injected: 2"},
+		"X-Cr":                {"a\rX-Injected: 3"},
+		"X-Nul":               {"a\x00b"},
+		"X-Del":               {"a\x7fb"},
+		"X-Bad\r\nX-Injected": {"4"},
+		"Bad Name":            {"5"},
+		"Bad:Name":            {"6"},
+		"":                    {"7"},
+		":authority":          {"evil.example"},
+		"X-Ünicode":           {"8"},
+		"X-Ok":                {"fine"},
+	}})
+	s := <-got
+	if v := s.header.Values("X-Injected"); len(v) != 0 {
+		t.Errorf("X-Injected = %q; a header value or name injected a header", v)
+	}
+	if v := s.header.Values("X-Crlf"); !slices.Equal(v, []string{"kept"}) {
+		t.Errorf("X-Crlf = %q; want only the valid value \"kept\"", v)
+	}
+	if v := s.header.Get("X-Ok"); v != "fine" {
+		t.Errorf("X-Ok = %q; want \"fine\"", v)
+	}
+	for name := range s.header {
+		switch name {
+		case "X-Crlf", "X-Ok", "Idempotency-Key", "Content-Length", "Accept-Encoding", "User-Agent":
+		default:
+			t.Errorf("server saw header %q = %q; want it left out", name, s.header[name])
+		}
+	}
+	if !strings.HasPrefix(s.host, "127.0.0.1:") {
+		t.Errorf("Host = %q; want the server's address", s.host)
+	}
+}
+
+func TestHTTPForwardHeadersNeverForwardsHopByHopOrFramingHeaders(t *testing.T) {
+	srv, got, _ := headerServer(t)
+	cfg := httpConfig(srv.URL)
+	cfg.ForwardHeaders = true
+	h := newHTTP(t, cfg)
+
+	forged := map[string][]string{
+		"Host":                {"evil.example"},
+		"content-length":      {"999"},
+		"TRANSFER-ENCODING":   {"chunked"},
+		"Connection":          {"close, X-Kept"},
+		"Keep-Alive":          {"timeout=1"},
+		"Proxy-Connection":    {"close"},
+		"Proxy-Authorization": {"Basic Zm9yZ2Vk"},
+		"Proxy-Authenticate":  {"Basic"},
+		"TE":                  {"trailers"},
+		"Trailer":             {"X-Late"},
+		"Upgrade":             {"websocket"},
+		"Expect":              {"100-continue"},
+		"Http2-Settings":      {"AAMAAABkAARAAAAAAAIAAAAA"},
+		"idempotency-key":     {"forged"},
+		"X-Kept":              {"yes"},
+	}
+	payload := []byte("twelve bytes")
+	for range 2 {
+		sendHTTP(t, h, &shaper.Message{ID: "topic/1/9", Payload: payload, Header: forged})
+	}
+	first, second := <-got, <-got
+	for _, s := range []seenRequest{first, second} {
+		if !strings.HasPrefix(s.host, "127.0.0.1:") {
+			t.Errorf("Host = %q; want the server's address", s.host)
+		}
+		if s.contentLength != int64(len(payload)) || s.chunked || string(s.body) != string(payload) {
+			t.Errorf("Content-Length %d, chunked %v, body %q; want %d, false, %q", s.contentLength, s.chunked, s.body, len(payload), payload)
+		}
+		for _, name := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate",
+			"Te", "Trailer", "Upgrade", "Expect", "Http2-Settings", "Transfer-Encoding"} {
+			if v := s.header.Values(name); len(v) != 0 {
+				t.Errorf("%s = %q; want it never forwarded", name, v)
+			}
+		}
+		if v := s.header.Values("Idempotency-Key"); !slices.Equal(v, []string{"topic/1/9"}) {
+			t.Errorf("Idempotency-Key = %q; want only the message id", v)
+		}
+		if v := s.header.Get("X-Kept"); v != "yes" {
+			t.Errorf("X-Kept = %q; want \"yes\"", v)
+		}
+	}
+	// A forwarded "Connection: close" would have closed the first connection.
+	if first.remote != second.remote {
+		t.Errorf("requests came from %s and %s; want one kept-alive connection", first.remote, second.remote)
+	}
+}
+
+func TestHTTPConfiguredHeadersWinOverForwardedOnes(t *testing.T) {
+	srv, got, _ := headerServer(t)
+	cfg := httpConfig(srv.URL)
+	cfg.ForwardHeaders = true
+	cfg.Headers = map[string]string{"Authorization": "Bearer configured", "content-type": "application/json"}
+	h := newHTTP(t, cfg)
+
+	sendHTTP(t, h, &shaper.Message{ID: "1", Payload: []byte("{}"), Header: map[string][]string{
+		"authorization": {"Bearer forged"},
+		"Content-Type":  {"text/plain"},
+		"X-Other":       {"kept"},
+	}})
+	s := <-got
+	if v := s.header.Values("Authorization"); !slices.Equal(v, []string{"Bearer configured"}) {
+		t.Errorf("Authorization = %q; want only the configured value", v)
+	}
+	if v := s.header.Values("Content-Type"); !slices.Equal(v, []string{"application/json"}) {
+		t.Errorf("Content-Type = %q; want only the configured value", v)
+	}
+	if v := s.header.Get("X-Other"); v != "kept" {
+		t.Errorf("X-Other = %q; want \"kept\"", v)
+	}
+}
+
+func TestHTTPKeyHeaderCarriesTheKeyOverAForwardedHeader(t *testing.T) {
+	srv, got, _ := headerServer(t)
+	cfg := httpConfig(srv.URL)
+	cfg.ForwardHeaders = true
+	cfg.KeyHeader = "x-kafka-key"
+	h := newHTTP(t, cfg)
+
+	sendHTTP(t, h, &shaper.Message{ID: "1", Key: []byte("order-42"), Payload: []byte("x"),
+		Header: map[string][]string{"X-Kafka-Key": {"forged"}}})
+	if v := (<-got).header.Values("X-Kafka-Key"); !slices.Equal(v, []string{"order-42"}) {
+		t.Errorf("X-Kafka-Key = %q; want only the message key", v)
+	}
+
+	sendHTTP(t, h, &shaper.Message{ID: "2", Payload: []byte("x")})
+	if v := (<-got).header.Values("X-Kafka-Key"); len(v) != 0 {
+		t.Errorf("X-Kafka-Key of a message without a key = %q; want none", v)
+	}
+}
+
+func TestHTTPInvalidKeyIsMalformedWithoutRequest(t *testing.T) {
+	srv, _, requests := headerServer(t)
+	cfg := httpConfig(srv.URL)
+	cfg.KeyHeader = "X-Key"
+	h := newHTTP(t, cfg)
+
+	tests := []struct {
+		name string
+		key  []byte
+	}{
+		{"CR LF", []byte("a\r\nX-Injected: 1")},
+		{"LF", []byte("a\nb")},
+		{"NUL of a binary key", []byte{0, 0, 0, 0, 42}},
+		{"DEL", []byte("a\x7f")},
+		{"tab", []byte("a\tb")},
+		{"leading space", []byte(" a")},
+		{"trailing space", []byte("a ")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Key: tt.key, Payload: []byte("x")})
+			if code != "" || !errors.Is(err, shaper.ErrMalformed) {
+				t.Errorf("Send(key %q) = %q, %v; want \"\", ErrMalformed", tt.key, code, err)
+			}
+		})
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("server saw %d requests; want 0", n)
+	}
+}
+
+func TestNewHTTPRejectsKeyHeaderThatCannotCarryTheKey(t *testing.T) {
+	tests := []struct {
+		name      string
+		keyHeader string
+		headers   map[string]string
+	}{
+		{"invalid name", "X Key", nil},
+		{"Idempotency-Key", "idempotency-key", nil},
+		{"Host", "Host", nil},
+		{"Content-Length", "Content-Length", nil},
+		{"Connection", "connection", nil},
+		{"also a configured header", "X-Key", map[string]string{"x-key": "static"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := httpConfig("http://127.0.0.1:1/")
+			cfg.KeyHeader, cfg.Headers = tt.keyHeader, tt.headers
+			h, err := NewHTTP(cfg)
+			if err == nil {
+				_ = h.Close()
+				t.Fatalf("NewHTTP(key_header %q) = nil error; want one", tt.keyHeader)
+			}
+			if !strings.Contains(err.Error(), "key_header") {
+				t.Errorf("NewHTTP(key_header %q) = %v; want it to name key_header", tt.keyHeader, err)
+			}
+		})
 	}
 }
