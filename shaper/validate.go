@@ -325,8 +325,16 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 				ps.add(sp+".headers."+name, "is set by shaper to the message id")
 			}
 		}
-		if h.KeyHeader != "" && !headerName.MatchString(h.KeyHeader) {
-			ps.add(sp+".key_header", "invalid header name %q", h.KeyHeader)
+		if h.KeyHeader != "" {
+			_, configured := h.Headers[h.KeyHeader]
+			switch {
+			case !headerName.MatchString(h.KeyHeader):
+				ps.add(sp+".key_header", "invalid header name %q", h.KeyHeader)
+			case strings.EqualFold(h.KeyHeader, "Idempotency-Key"):
+				ps.add(sp+".key_header", "Idempotency-Key is set by shaper to the message id")
+			case configured:
+				ps.add(sp+".key_header", "%q is also set in headers: choose one", h.KeyHeader)
+			}
 		}
 		if h.MaxBodyBytes < 0 {
 			ps.add(sp+".max_body_bytes", "must be >= 0, got %d", h.MaxBodyBytes)
