@@ -20,6 +20,11 @@
 // is redelivered after the consumer's AckWait. Duplicates are possible (a
 // lost ack); each message carries a stable ID for the sink to drop them.
 //
+// A Kafka source is at-least-once too: it commits, per partition, only the
+// offsets below the lowest message not yet acked, so a crash redelivers every
+// unfinished message (and those acked after the last commit), while a nacked
+// message is redelivered by the source itself, its offset held uncommitted.
+//
 // A core NATS source (NATS without a stream) is at-most-once by nature: the
 // server does not keep messages, so what arrives while the bucket and the
 // source's buffer are full is dropped and counted (shaper.DropCounter), what

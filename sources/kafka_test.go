@@ -1,0 +1,976 @@
+package sources
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+const (
+	kafkaTestTopic      = "topic"
+	kafkaTestPartitions = 4
+)
+
+// startKfake starts an in-process Kafka with one broker and the test topic in
+// four partitions, closed when the test ends.
+func startKfake(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(kafkaTestPartitions, kafkaTestTopic)}, opts...)
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// kafkaConfig is a source config for the test topic with the group timings
+// that make kfake group tests take a second or two (TOOLCHAIN.md).
+func kafkaConfig(brokers []string, group string) shaper.KafkaSourceConfig {
+	return shaper.KafkaSourceConfig{
+		KafkaConnConfig:   shaper.KafkaConnConfig{Brokers: brokers},
+		Topic:             kafkaTestTopic,
+		Group:             group,
+		Start:             shaper.StartEarliest,
+		CommitInterval:    100 * time.Millisecond,
+		SessionTimeout:    6 * time.Second, // kfake's minimum
+		HeartbeatInterval: 100 * time.Millisecond,
+		RebalanceTimeout:  2 * time.Second,
+		MaxWait:           200 * time.Millisecond,
+	}
+}
+
+// logBuffer collects a source's log lines for the test to inspect; with
+// SHAPER_TEST_LOG set it also writes them to the test log.
+type logBuffer struct {
+	t  testing.TB
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if os.Getenv("SHAPER_TEST_LOG") != "" {
+		l.t.Log(strings.TrimSpace(string(p)))
+	}
+	return l.b.Write(p)
+}
+
+// count returns how many log lines contain s.
+func (l *logBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+func testLogger(t testing.TB) (*slog.Logger, *logBuffer) {
+	lb := &logBuffer{t: t}
+	level := slog.LevelInfo
+	if os.Getenv("SHAPER_TEST_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: level})), lb
+}
+
+// newKafkaSource starts a source and closes it when the test ends (a no-op
+// if the test closed it already).
+func newKafkaSource(t *testing.T, cfg shaper.KafkaSourceConfig, capacity int) (*Kafka, *logBuffer) {
+	t.Helper()
+	log, lb := testLogger(t)
+	src, err := NewKafka(cfg, capacity, "shaper-test", log)
+	if err != nil {
+		t.Fatalf("NewKafka: %v", err)
+	}
+	t.Cleanup(func() { closeKafka(t, src) })
+	return src, lb
+}
+
+func closeKafka(t testing.TB, src *Kafka) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := src.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// kafkaClient is the test's own franz-go client: it produces to exact
+// partitions and reads committed offsets independently of kafka-go.
+func kafkaClient(t testing.TB, c *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	opts = append([]kgo.Opt{
+		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic(kafkaTestTopic),
+	}, opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatalf("kgo: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// produce writes n records "p<partition>-<i>" to each listed partition, i
+// counting from first, and waits for the broker's acks.
+func produce(t testing.TB, cl *kgo.Client, first, n int, partitions ...int32) {
+	t.Helper()
+	var recs []*kgo.Record
+	for _, p := range partitions {
+		for i := first; i < first+n; i++ {
+			recs = append(recs, &kgo.Record{Partition: p, Value: []byte(fmt.Sprintf("p%d-%d", p, i))})
+		}
+	}
+	produceRecords(t, cl, recs...)
+}
+
+func produceRecords(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+var allPartitions = []int32{0, 1, 2, 3}
+
+// committed returns the group's committed offset per partition of the test
+// topic (-1: none), read with the test's own client.
+func committed(t testing.TB, cl *kgo.Client, group string) map[int]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic = kafkaTestTopic
+	rt.Partitions = allPartitions
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("offset fetch: %v", err)
+	}
+	topics := resp.Topics
+	if len(topics) == 0 && len(resp.Groups) == 1 {
+		for _, gt := range resp.Groups[0].Topics {
+			ot := kmsg.NewOffsetFetchResponseTopic()
+			ot.Topic = gt.Topic
+			for _, gp := range gt.Partitions {
+				op := kmsg.NewOffsetFetchResponseTopicPartition()
+				op.Partition, op.Offset, op.ErrorCode = gp.Partition, gp.Offset, gp.ErrorCode
+				ot.Partitions = append(ot.Partitions, op)
+			}
+			topics = append(topics, ot)
+		}
+	}
+	out := make(map[int]int64)
+	for _, tp := range topics {
+		for _, p := range tp.Partitions {
+			if p.ErrorCode != 0 {
+				t.Fatalf("offset fetch partition %d: error code %d", p.Partition, p.ErrorCode)
+			}
+			out[int(p.Partition)] = p.Offset
+		}
+	}
+	return out
+}
+
+// waitCommitted waits until the group's committed offsets equal want,
+// and fails the test if they do not within 10s.
+func waitCommitted(t *testing.T, cl *kgo.Client, group string, want map[int]int64) {
+	t.Helper()
+	var got map[int]int64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		got = committed(t, cl, group)
+		if mapsEqual(got, want) {
+			return
+		}
+	}
+	t.Fatalf("committed offsets = %v; want %v", got, want)
+}
+
+func mapsEqual(a, b map[int]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func kfetch(src *Kafka, max int, timeout time.Duration) ([]*shaper.Message, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return src.Fetch(ctx, max)
+}
+
+// kfetchN fetches until it has n messages, asking for max at a time, and
+// fails the test if a Fetch returns more than max or an error, or if n do not
+// come within 20s.
+func kfetchN(t *testing.T, src *Kafka, n, max int) []*shaper.Message {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var got []*shaper.Message
+	for len(got) < n && time.Now().Before(deadline) {
+		msgs, err := kfetch(src, max, time.Until(deadline))
+		if err != nil {
+			t.Fatalf("Fetch(%d) after %d messages: %v", max, len(got), err)
+		}
+		if len(msgs) < 1 || len(msgs) > max {
+			t.Fatalf("Fetch(%d) returned %d messages; want 1..%d", max, len(msgs), max)
+		}
+		got = append(got, msgs...)
+	}
+	if len(got) != n {
+		t.Fatalf("fetched %d messages; want %d", len(got), n)
+	}
+	return got
+}
+
+// kexpectNothing checks that Fetch returns no message for d.
+func kexpectNothing(t *testing.T, src *Kafka, d time.Duration) {
+	t.Helper()
+	msgs, err := kfetch(src, 100, d)
+	if !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 {
+		t.Fatalf("Fetch = %d messages (%v), %v; want none and context.DeadlineExceeded", len(msgs), ids(msgs), err)
+	}
+}
+
+func ids(msgs []*shaper.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func kack(t *testing.T, ms ...*shaper.Message) {
+	t.Helper()
+	for _, m := range ms {
+		if err := m.Receipt.Ack(context.Background()); err != nil {
+			t.Fatalf("Ack(%s): %v", m.ID, err)
+		}
+	}
+}
+
+// partitionOffset splits a Kafka message id "topic/partition/offset", and
+// reports a malformed one as a test error (safe from any goroutine).
+func partitionOffset(t testing.TB, id string) (int, int64) {
+	t.Helper()
+	parts := strings.Split(id, "/")
+	if len(parts) == 3 && parts[0] == kafkaTestTopic {
+		p, err1 := strconv.Atoi(parts[1])
+		o, err2 := strconv.ParseInt(parts[2], 10, 64)
+		if err1 == nil && err2 == nil {
+			return p, o
+		}
+	}
+	t.Errorf("message id %q: want %s/partition/offset", id, kafkaTestTopic)
+	return -1, -1
+}
+
+// waitReady waits until src.Ready() returns nil, and fails the test if it
+// does not within 15s.
+func waitReady(t *testing.T, src *Kafka) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err = src.Ready(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("Ready() = %v; want nil", err)
+}
+
+// waitNotReady waits until src.Ready() returns an error containing want, and
+// fails the test if it does not within 15s.
+func waitNotReady(t *testing.T, src *Kafka, want string) error {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err = src.Ready(); err != nil && strings.Contains(err.Error(), want) {
+			return err
+		}
+	}
+	t.Fatalf("Ready() = %v; want an error containing %q", err, want)
+	return nil
+}
+
+func TestKafkaDeliversRecordsWithIDsKeysHeadersAndEmptyPayloadForNilValue(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produceRecords(t, cl,
+		&kgo.Record{Partition: 2, Key: []byte("k1"), Value: []byte("v1"), Headers: []kgo.RecordHeader{
+			{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")}, {Key: "a", Value: []byte("3")},
+		}},
+		&kgo.Record{Partition: 2, Value: nil},
+	)
+	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+
+	got := kfetchN(t, src, 2, 10)
+	m := got[0]
+	if m.ID != "topic/2/0" || m.Origin != "topic/2/0" {
+		t.Errorf("ID, Origin = %q, %q; want topic/2/0 for both", m.ID, m.Origin)
+	}
+	if string(m.Key) != "k1" || string(m.Payload) != "v1" {
+		t.Errorf("Key, Payload = %q, %q; want k1, v1", m.Key, m.Payload)
+	}
+	wantHeader := map[string][]string{"a": {"1", "3"}, "b": {"2"}}
+	if fmt.Sprint(m.Header) != fmt.Sprint(wantHeader) {
+		t.Errorf("Header = %v; want %v", m.Header, wantHeader)
+	}
+	n := got[1]
+	if n.ID != "topic/2/1" {
+		t.Errorf("ID = %q; want topic/2/1", n.ID)
+	}
+	if n.Payload == nil || len(n.Payload) != 0 {
+		t.Errorf("Payload of a nil value = %#v; want empty and non-nil", n.Payload)
+	}
+	if n.Key != nil || n.Header != nil {
+		t.Errorf("Key, Header of a bare record = %q, %v; want nil, nil", n.Key, n.Header)
+	}
+	kack(t, got...)
+	if err := src.Ready(); err != nil {
+		t.Errorf("Ready() = %v; want nil", err)
+	}
+}
+
+// waitGroupStable waits until the group is stable with n members, and fails
+// the test if it is not within 15s.
+func waitGroupStable(t *testing.T, cl *kgo.Client, group string, n int) {
+	t.Helper()
+	var state string
+	var members int
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Groups = []string{group}
+		resp, err := req.RequestWith(ctx, cl)
+		cancel()
+		if err != nil || len(resp.Groups) != 1 {
+			continue
+		}
+		state, members = resp.Groups[0].State, len(resp.Groups[0].Members)
+		if state == "Stable" && members == n {
+			return
+		}
+	}
+	t.Fatalf("group %q: state %q with %d members; want Stable with %d", group, state, members, n)
+}
+
+// marks returns the source's committable offset per partition it fetched
+// from.
+func marks(src *Kafka) map[int]int64 {
+	out := make(map[int]int64)
+	for p := range kafkaTestPartitions {
+		if m, ok := src.marks.markOf(p); ok {
+			out[p] = m
+		}
+	}
+	return out
+}
+
+func TestKafkaUnackedMessageHoldsItsPartitionsCommitWhileOthersAdvance(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 10, allPartitions...)
+	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+
+	got := kfetchN(t, src, 40, 7)
+	var held *shaper.Message
+	for _, m := range slices.Backward(got) { // newest first: out of order
+		if m.ID == "topic/0/3" {
+			held = m
+			continue
+		}
+		kack(t, m)
+	}
+	if held == nil {
+		t.Fatal("topic/0/3 not fetched")
+	}
+	waitCommitted(t, cl, "g", map[int]int64{0: 3, 1: 10, 2: 10, 3: 10})
+
+	kack(t, held)
+	waitCommitted(t, cl, "g", map[int]int64{0: 10, 1: 10, 2: 10, 3: 10})
+}
+
+func TestKafkaGracefulCloseCommitsEverythingSoTheGroupGetsNoDuplicate(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 25, allPartitions...)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	cfg.CommitInterval = time.Hour // only the drain commits
+	a, _ := newKafkaSource(t, cfg, 1000)
+
+	got := kfetchN(t, a, 100, 30)
+	perm := permutation(len(got), 7)
+	for _, i := range perm {
+		kack(t, got[i])
+	}
+	if c := committed(t, cl, "g"); !mapsEqual(c, map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}) {
+		t.Fatalf("committed before Close = %v; want none (CommitInterval is an hour)", c)
+	}
+	closeKafka(t, a)
+	want := map[int]int64{0: 25, 1: 25, 2: 25, 3: 25}
+	if c := committed(t, cl, "g"); !mapsEqual(c, want) || !mapsEqual(c, marks(a)) {
+		t.Fatalf("committed after Close = %v; want %v, the source's contiguous marks %v", c, want, marks(a))
+	}
+
+	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
+	produce(t, cl, 25, 1, 2) // one new message, to know b is consuming
+	next := kfetchN(t, b, 1, 100)
+	if next[0].ID != "topic/2/25" {
+		t.Fatalf("next member's first message = %s; want topic/2/25 (nothing before it again)", next[0].ID)
+	}
+	kexpectNothing(t, b, 500*time.Millisecond)
+}
+
+func TestKafkaCloseCommitsContiguousMarksAndNackedMessagesComeBackAfterRestart(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 10, allPartitions...)
+	a, lb := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+
+	for _, m := range kfetchN(t, a, 40, 100) {
+		switch m.ID {
+		case "topic/1/4", "topic/3/0":
+			if err := m.Receipt.Nack(context.Background(), time.Hour); err != nil {
+				t.Fatalf("Nack(%s): %v", m.ID, err)
+			}
+		default:
+			kack(t, m)
+		}
+	}
+	closeKafka(t, a)
+	// Partition 3 never moved past its first offset: nothing to commit, and
+	// the group starts it from the earliest offset again.
+	wantMarks := map[int]int64{0: 10, 1: 4, 2: 10, 3: 0}
+	want := map[int]int64{0: 10, 1: 4, 2: 10, 3: -1}
+	if m := marks(a); !mapsEqual(m, wantMarks) {
+		t.Fatalf("contiguous marks = %v; want %v", m, wantMarks)
+	}
+	if c := committed(t, cl, "g"); !mapsEqual(c, want) {
+		t.Fatalf("committed after Close = %v; want %v (the contiguous marks)", c, want)
+	}
+	if n := lb.count("nacked messages waiting for redelivery"); n != 1 {
+		t.Errorf("logged %d times that nacked messages were left; want 1", n)
+	}
+
+	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	again := kfetchN(t, b, 6+10, 100)
+	var gotIDs []string
+	for _, m := range again {
+		gotIDs = append(gotIDs, m.ID)
+	}
+	slices.Sort(gotIDs)
+	var wantIDs []string
+	for o := 4; o < 10; o++ {
+		wantIDs = append(wantIDs, fmt.Sprintf("topic/1/%d", o))
+	}
+	for o := range 10 {
+		wantIDs = append(wantIDs, fmt.Sprintf("topic/3/%d", o))
+	}
+	slices.Sort(wantIDs)
+	if !slices.Equal(gotIDs, wantIDs) {
+		t.Fatalf("after restart got %v; want %v", gotIDs, wantIDs)
+	}
+	kexpectNothing(t, b, 300*time.Millisecond)
+}
+
+// rejectCommits makes the cluster close the connection of every OffsetCommit
+// while reject is true, as if the committing process had died before the
+// commit reached the broker.
+func rejectCommits(c *kfake.Cluster, reject *atomic.Bool) {
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !reject.Load() {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		return nil, errors.New("crashed"), true
+	})
+}
+
+// The crash test: a member acks some messages, a later part of them never
+// gets committed (it dies), and the next member of the group must get every
+// message that was not acked, and again no more than those acked after the
+// last commit.
+func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t *testing.T) {
+	t.Parallel()
+	const perPartition = 50
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, perPartition, allPartitions...)
+	var reject atomic.Bool
+	rejectCommits(c, &reject)
+	a, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
+
+	byID := make(map[string]*shaper.Message)
+	for _, m := range kfetchN(t, a, 4*perPartition, 50) {
+		byID[m.ID] = m
+	}
+	acked := make(map[string]bool)
+	ackIDs := func(ids []string) {
+		for _, i := range permutation(len(ids), uint64(len(acked))) {
+			kack(t, byID[ids[i]])
+			acked[ids[i]] = true
+		}
+	}
+	// Committed: offsets 0..19 of every partition but topic/0/7.
+	var first []string
+	for p := range kafkaTestPartitions {
+		for o := range 20 {
+			if id := fmt.Sprintf("topic/%d/%d", p, o); id != "topic/0/7" {
+				first = append(first, id)
+			}
+		}
+	}
+	ackIDs(first)
+	waitCommitted(t, cl, "g", map[int]int64{0: 7, 1: 20, 2: 20, 3: 20})
+
+	// Acked, never committed: offsets 20..34 and topic/0/7. Then the crash.
+	reject.Store(true)
+	second := []string{"topic/0/7"}
+	for p := range kafkaTestPartitions {
+		for o := 20; o < 35; o++ {
+			second = append(second, fmt.Sprintf("topic/%d/%d", p, o))
+		}
+	}
+	ackIDs(second)
+	if err := a.Close(context.Background()); err != nil {
+		t.Logf("Close of the crashed member: %v", err)
+	}
+	atCrash := committed(t, cl, "g")
+	if want := (map[int]int64{0: 7, 1: 20, 2: 20, 3: 20}); !mapsEqual(atCrash, want) {
+		t.Fatalf("committed after the crash = %v; want %v", atCrash, want)
+	}
+	reject.Store(false)
+
+	// The next member gets what is left.
+	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
+	var window int // acked after the last commit
+	for id := range acked {
+		p, o := partitionOffset(t, id)
+		if o >= atCrash[p] {
+			window++
+		}
+	}
+	unacked := 4*perPartition - len(acked)
+	got := kfetchN(t, b, unacked+window, 100)
+	kexpectNothing(t, b, 300*time.Millisecond)
+	seen := make(map[string]bool)
+	var lost, dups int
+	for _, m := range got {
+		if seen[m.ID] {
+			t.Errorf("%s delivered twice by the new member", m.ID)
+		}
+		seen[m.ID] = true
+		if acked[m.ID] {
+			dups++
+		}
+	}
+	for id := range byID {
+		if !acked[id] && !seen[id] {
+			lost++
+		}
+	}
+	t.Logf("crash: %d messages, %d acked (%d of them after the last commit), %d unacked; "+
+		"new member got %d: %d lost, %d duplicates", len(byID), len(acked), window, unacked, len(got), lost, dups)
+	if lost != 0 {
+		t.Errorf("lost %d unacked messages; want 0", lost)
+	}
+	if dups > window {
+		t.Errorf("%d duplicates; want at most %d (acked after the last commit)", dups, window)
+	}
+}
+
+func TestKafkaTwoMembersSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	const perPartition = 25
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	srcs := make([]*Kafka, 2)
+	for i := range srcs {
+		srcs[i], _ = newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	}
+	waitGroupStable(t, cl, "g", 2)
+	produce(t, cl, 0, perPartition, allPartitions...)
+
+	var mu sync.Mutex
+	count := make(map[string]int)
+	partitions := make([]map[int]bool, len(srcs))
+	var wg sync.WaitGroup
+	for i, src := range srcs {
+		partitions[i] = make(map[int]bool)
+		wg.Go(func() {
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+				mu.Lock()
+				done := len(count) == 4*perPartition
+				mu.Unlock()
+				if done {
+					return
+				}
+				msgs, err := kfetch(src, 10, 200*time.Millisecond)
+				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("member %d: Fetch: %v", i, err)
+					return
+				}
+				mu.Lock()
+				for _, m := range msgs {
+					count[m.ID]++
+					p, _ := partitionOffset(t, m.ID)
+					partitions[i][p] = true
+					if err := m.Receipt.Ack(context.Background()); err != nil {
+						t.Errorf("Ack(%s): %v", m.ID, err)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, src := range srcs {
+		closeKafka(t, src)
+	}
+
+	if len(count) != 4*perPartition {
+		t.Fatalf("delivered %d distinct messages; want %d", len(count), 4*perPartition)
+	}
+	for id, n := range count {
+		if n != 1 {
+			t.Errorf("%s delivered %d times; want once", id, n)
+		}
+	}
+	for p := range kafkaTestPartitions {
+		if partitions[0][p] == partitions[1][p] {
+			t.Errorf("partition %d consumed by both members or neither (%v, %v); want exactly one", p, partitions[0], partitions[1])
+		}
+	}
+	if len(partitions[0]) == 0 || len(partitions[1]) == 0 {
+		t.Errorf("members consumed partitions %v and %v; want both some", partitions[0], partitions[1])
+	}
+	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
+}
+
+func TestKafkaNackRedeliversTheSameMessageAfterDelayAndHoldsTheCommit(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 3, 0)
+	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+
+	got := kfetchN(t, src, 3, 10)
+	if got[1].ID != "topic/0/1" {
+		t.Fatalf("second message = %s; want topic/0/1", got[1].ID)
+	}
+	const delay = 300 * time.Millisecond
+	kack(t, got[0])
+	nackedAt := time.Now()
+	if err := got[1].Receipt.Nack(context.Background(), delay); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	kack(t, got[2])
+	if err := got[1].Receipt.Ack(context.Background()); !errors.Is(err, ErrAlreadySettled) {
+		t.Errorf("Ack after Nack = %v; want ErrAlreadySettled", err)
+	}
+	if err := got[0].Receipt.Ack(context.Background()); !errors.Is(err, ErrAlreadySettled) {
+		t.Errorf("second Ack = %v; want ErrAlreadySettled", err)
+	}
+	waitCommitted(t, cl, "g", map[int]int64{0: 1, 1: -1, 2: -1, 3: -1})
+
+	again := kfetchN(t, src, 1, 10)[0]
+	if waited := time.Since(nackedAt); waited < delay {
+		t.Errorf("redelivered after %v; want no sooner than %v", waited, delay)
+	}
+	if again.ID != got[1].ID || string(again.Payload) != "p0-1" {
+		t.Errorf("redelivered %s %q; want %s %q", again.ID, again.Payload, got[1].ID, "p0-1")
+	}
+	if c := committed(t, cl, "g"); c[0] != 1 {
+		t.Errorf("committed offset of partition 0 while redelivered = %d; want 1", c[0])
+	}
+
+	// A message due again comes before newer ones, even those already fetched
+	// by the reader.
+	produce(t, cl, 3, 2, 0)
+	if err := again.Receipt.Nack(context.Background(), 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	next := kfetchN(t, src, 3, 10)
+	if want := []string{"topic/0/1", "topic/0/3", "topic/0/4"}; !slices.Equal(ids(next), want) {
+		t.Fatalf("after Nack(0) fetched %v; want %v", ids(next), want)
+	}
+	kack(t, next...)
+	waitCommitted(t, cl, "g", map[int]int64{0: 5, 1: -1, 2: -1, 3: -1})
+}
+
+func TestKafkaLagCountsMessagesBehindTheLastFetched(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 50, 1)
+	produce(t, cl, 0, 3, 2)
+	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+
+	last := make(map[int]int64) // partition -> last offset fetched
+	for last[1] < 9 {
+		for _, m := range kfetchN(t, src, 1, 1) {
+			p, o := partitionOffset(t, m.ID)
+			last[p] = o
+		}
+	}
+	lag := src.Lag()
+	if lag["1"] != 40 {
+		t.Errorf(`Lag()["1"] after fetching 10 of 50 = %d; want 40 (all: %v)`, lag["1"], lag)
+	}
+	if o, ok := last[2]; ok && lag["2"] != 3-o-1 {
+		t.Errorf(`Lag()["2"] after fetching up to offset %d of 3 = %d; want %d`, o, lag["2"], 3-o-1)
+	}
+	if _, ok := lag["0"]; ok {
+		t.Errorf(`Lag() has partition 0, which holds no message: %v`, lag)
+	}
+}
+
+// Fetch calls whose ctx ends at every moment (before, during and after the
+// reader hands a message over) must never drop a message.
+func TestKafkaFetchLosesNoMessageWhenContextsEnd(t *testing.T) {
+	t.Parallel()
+	const n = 400
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, n/4, allPartitions...)
+	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
+
+	seen := make(map[string]int)
+	timeouts := []time.Duration{0, time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, time.Millisecond}
+	for i := 0; len(seen) < n && i < 200000; i++ {
+		msgs, err := kfetch(src, 1+i%7, timeouts[i%len(timeouts)])
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Fetch: %v", err)
+		}
+		if err != nil && len(msgs) > 0 {
+			t.Fatalf("Fetch returned %d messages with %v; want messages or an error", len(msgs), err)
+		}
+		for _, m := range msgs {
+			seen[m.ID]++
+			kack(t, m)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("fetched %d distinct messages; want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s fetched %d times; want once", id, k)
+		}
+	}
+}
+
+func TestKafkaSurvivesTheBrokerGoingAwayAndComingBack(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	dir := t.TempDir() // kfake keeps the log and the group's offsets here across the restart
+	opts := []kfake.Opt{kfake.Ports(port), kfake.DataDir(dir)}
+	c1 := startKfake(t, opts...)
+	cl1 := kafkaClient(t, c1)
+	produce(t, cl1, 0, 5, 0)
+	src, lb := newKafkaSource(t, kafkaConfig(c1.ListenAddrs(), "g"), 100)
+	kack(t, kfetchN(t, src, 5, 10)...)
+	waitCommitted(t, cl1, "g", map[int]int64{0: 5, 1: -1, 2: -1, 3: -1})
+	waitReady(t, src)
+	cl1.Close()
+
+	c1.Close()
+	err := waitNotReady(t, src, "kafka: brokers unreachable: dial tcp 127.0.0.1:"+strconv.Itoa(port))
+	t.Logf("Ready() during the outage: %v", err)
+	kexpectNothing(t, src, 300*time.Millisecond)
+
+	c2 := startKfake(t, opts...)
+	cl2 := kafkaClient(t, c2)
+	produce(t, cl2, 5, 5, 0)
+	got := kfetchN(t, src, 5, 10)
+	for i, m := range got {
+		if want := fmt.Sprintf("p0-%d", 5+i); string(m.Payload) != want {
+			t.Errorf("after the restart message %d = %s %q; want %q", i, m.ID, m.Payload, want)
+		}
+	}
+	kack(t, got...)
+	waitReady(t, src)
+	waitCommitted(t, cl2, "g", map[int]int64{0: 10, 1: -1, 2: -1, 3: -1})
+
+	notReady, ready := lb.count(`level=WARN msg="kafka: source not ready"`), lb.count(`level=INFO msg="kafka: source ready"`)
+	t.Logf("logged %d times not ready, %d times ready", notReady, ready)
+	if notReady < 1 || ready != notReady+1 {
+		t.Errorf(`logged "not ready" %d times and "ready" %d times; want alternating transitions, at least one outage`, notReady, ready)
+	}
+}
+
+func TestKafkaReadyNamesTheProblemAndNewKafkaDoesNotFail(t *testing.T) {
+	t.Parallel()
+	plain := startKfake(t)
+	secured := startKfake(t, kfake.EnableSASL(), kfake.Superuser(shaper.SASLPlain, "shaper", "right"))
+	tests := []struct {
+		name    string
+		brokers []string
+		topic   string
+		sasl    *shaper.SASLConfig
+		want    string
+	}{
+		{
+			name:    "unknown topic",
+			brokers: plain.ListenAddrs(),
+			topic:   "missing",
+			want:    `kafka: topic "missing" not found`,
+		},
+		{
+			name:    "unreachable brokers",
+			brokers: []string{"127.0.0.1:1"},
+			topic:   kafkaTestTopic,
+			want:    "kafka: brokers unreachable: dial tcp 127.0.0.1:1: connect: connection refused",
+		},
+		{
+			name:    "bad SASL password",
+			brokers: secured.ListenAddrs(),
+			topic:   kafkaTestTopic,
+			sasl:    &shaper.SASLConfig{Mechanism: shaper.SASLPlain, Username: "shaper", Password: "wrong"},
+			want:    "kafka: SASL authentication failed",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := kafkaConfig(tt.brokers, "g")
+			cfg.Topic, cfg.SASL = tt.topic, tt.sasl
+			src, lb := newKafkaSource(t, cfg, 100)
+			err := waitNotReady(t, src, tt.want)
+			t.Logf("Ready() = %v", err)
+			if tt.sasl != nil && strings.Contains(err.Error(), tt.sasl.Password) {
+				t.Errorf("Ready() = %v; must not show the password", err)
+			}
+			kexpectNothing(t, src, 500*time.Millisecond)
+			if err := src.Ready(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Ready() later = %v; want an error containing %q", err, tt.want)
+			}
+			if n := lb.count(`level=WARN msg="kafka: source not ready"`); n != 1 {
+				t.Errorf(`logged "source not ready" %d times; want once`, n)
+			}
+		})
+	}
+}
+
+func TestKafkaConsumesWithSASL(t *testing.T) {
+	t.Parallel()
+	for _, mech := range []string{shaper.SASLPlain, shaper.SASLScramSHA256} {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			c := startKfake(t, kfake.EnableSASL(), kfake.Superuser(mech, "shaper", "right"))
+			cl := kafkaClient(t, c, kgo.SASL(kgoSASL(t, mech, "shaper", "right")))
+			produce(t, cl, 0, 3, 0)
+			cfg := kafkaConfig(c.ListenAddrs(), "g")
+			cfg.SASL = &shaper.SASLConfig{Mechanism: mech, Username: "shaper", Password: "right"}
+			src, _ := newKafkaSource(t, cfg, 100)
+			kack(t, kfetchN(t, src, 3, 10)...)
+			waitReady(t, src)
+		})
+	}
+}
+
+// kgoSASL is the test client's SASL mechanism.
+func kgoSASL(t *testing.T, mech, user, pass string) sasl.Mechanism {
+	t.Helper()
+	switch mech {
+	case shaper.SASLPlain:
+		return plain.Auth{User: user, Pass: pass}.AsMechanism()
+	case shaper.SASLScramSHA256:
+		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()
+	}
+	t.Fatalf("mechanism %s", mech)
+	return nil
+}
+
+// kafka-go commits the staged offsets when a generation ends: a rebalance
+// commits what this member finished before it loses its partitions.
+func TestKafkaRebalanceCommitsWhatIsFinished(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 10, allPartitions...)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	cfg.CommitInterval = time.Hour // only the end of a generation commits
+	a, _ := newKafkaSource(t, cfg, 100)
+	waitGroupStable(t, cl, "g", 1)
+
+	var held *shaper.Message
+	for _, m := range kfetchN(t, a, 40, 100) {
+		if m.ID == "topic/0/3" {
+			held = m
+			continue
+		}
+		kack(t, m)
+	}
+	// Staging is asynchronous: give it a moment before checking that
+	// nothing was committed yet.
+	time.Sleep(200 * time.Millisecond)
+	if got := committed(t, cl, "g"); !mapsEqual(got, map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}) {
+		t.Fatalf("committed before the rebalance = %v; want none (CommitInterval is an hour)", got)
+	}
+
+	newKafkaSource(t, cfg, 100) // joins: a rebalance
+	waitGroupStable(t, cl, "g", 2)
+	waitCommitted(t, cl, "g", map[int]int64{0: 3, 1: 10, 2: 10, 3: 10})
+	kack(t, held)
+}
+
+func TestKafkaStartsConsumingWhenTheMissingTopicAppears(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	cfg.Topic = "late"
+	src, _ := newKafkaSource(t, cfg, 100)
+	waitNotReady(t, src, `kafka: topic "late" not found`)
+	kexpectNothing(t, src, 200*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "late", 2, 1
+	req.Topics = append(req.Topics, rt)
+	if _, err := req.RequestWith(ctx, cl); err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	produceRecords(t, cl, &kgo.Record{Topic: "late", Partition: 1, Value: []byte("hello")})
+	got := kfetchN(t, src, 1, 10)
+	if got[0].ID != "late/1/0" || string(got[0].Payload) != "hello" {
+		t.Fatalf("fetched %s %q; want late/1/0 %q", got[0].ID, got[0].Payload, "hello")
+	}
+	kack(t, got...)
+	waitReady(t, src)
+}
