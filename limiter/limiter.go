@@ -15,6 +15,13 @@
 // and idle time earns no burst. Everything is computed from timestamps when
 // Reserve is called, so no ticker or goroutine runs and an idle limiter uses
 // no CPU.
+//
+// Shared applies the same formula to one limit for several replicas: the
+// TAT, the limit and the burst live in one Redis key moved by a Lua script
+// on the server's clock, each replica leases short runs of slots from it to
+// keep Redis off the hot path, and a replica that cannot reach Redis falls
+// back to a local Limiter at its own fallback limit, never unlimited. It
+// runs one goroutine for its Redis calls, which Close stops.
 package limiter
 
 import (

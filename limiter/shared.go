@@ -1,0 +1,752 @@
+package limiter
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// sharedLua is the one script that reads and moves the shared state. It is
+// sent as EVALSHA and, after a NOSCRIPT (a new or restarted server), once
+// as EVAL, which loads it again.
+//
+//go:embed shared.lua
+var sharedLua string
+
+var sharedScript = redis.NewScript(sharedLua)
+
+const (
+	// DefaultSharedTimeout is SharedConfig.Timeout when it is left zero.
+	DefaultSharedTimeout = 50 * time.Millisecond
+
+	// leaseSpan is how much of the schedule one Redis call reserves: a
+	// lease of limit·leaseSpan slots, so Redis sees about one call per
+	// 20ms of slots from each busy replica whatever the rate.
+	leaseSpan = 20 * time.Millisecond
+	// maxLease caps a lease (above 50 000/s the span shrinks instead).
+	maxLease = 1000
+	// maxLate is the longest a leased slot may be handed out after its
+	// time (or one interval, if shorter); a later caller skips it. It
+	// absorbs a scheduler's wake-up jitter (a millisecond or two on a
+	// busy machine), which would otherwise waste slots, while keeping any
+	// two slots at least 1/limit - 2ms apart.
+	maxLate = 2 * time.Millisecond
+
+	// probeMin and probeMax bound the exponential backoff between probes
+	// of Redis while fallen back.
+	probeMin = 100 * time.Millisecond
+	probeMax = 5 * time.Second
+)
+
+// SharedConfig configures a Shared limiter. NewShared checks it.
+type SharedConfig struct {
+	// Key is the Redis key of the shared state, a hash. Every replica with
+	// the same Key shares one limit. Required.
+	Key string
+	// Mode is Leaky or Token. It is not stored in Redis: each call brings
+	// its own, so replicas sharing a Key must agree on it. Required.
+	Mode Mode
+	// Limit is the rate in slots per second, a finite number > 0. It is
+	// written to Redis only if the key holds no limit yet (see Shared).
+	Limit float64
+	// Burst is how many slots Token mode lets go at once after idle time,
+	// across all replicas together. It must be >= 1; Leaky mode ignores it.
+	// Like Limit, it is written only if the key holds none.
+	Burst int
+	// FallbackLimit is this replica's own rate in slots per second while
+	// Redis cannot be reached: a finite number > 0 and <= Limit, never
+	// unlimited. Set it to Limit divided by the number of replicas to keep
+	// the total within the sink's contract during an outage.
+	FallbackLimit float64
+	// Timeout bounds each Redis call; a call that takes longer counts as a
+	// failure and the replica falls back. Zero means DefaultSharedTimeout
+	// (50ms). Must be >= 0.
+	Timeout time.Duration
+	// Logger receives one warning when the limiter falls back, with the
+	// error, and one info line when it returns. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// validate returns every problem of c at once.
+func (c SharedConfig) validate() error {
+	var errs []error
+	if c.Key == "" {
+		errs = append(errs, errors.New("limiter: shared key must not be empty"))
+	}
+	if c.Mode != Leaky && c.Mode != Token {
+		errs = append(errs, fmt.Errorf("limiter: unknown mode %q (want %q or %q)", c.Mode, Leaky, Token))
+	}
+	if err := ValidateRate(c.Limit, c.Burst); err != nil {
+		errs = append(errs, err)
+	}
+	switch {
+	case !(c.FallbackLimit > 0) || math.IsInf(c.FallbackLimit, 0):
+		errs = append(errs, fmt.Errorf("limiter: fallback limit must be a finite number > 0, got %v", c.FallbackLimit))
+	case c.Limit > 0 && c.FallbackLimit > c.Limit:
+		errs = append(errs, fmt.Errorf("limiter: fallback limit must be <= limit (%v), got %v", c.Limit, c.FallbackLimit))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("limiter: shared timeout must be >= 0, got %v", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Shared is one limit shared by every replica that uses the same Redis key:
+// N replicas together send at most the limit, not N times it.
+//
+// # State
+//
+// The GCRA state of the package comment (the theoretical arrival time) and
+// the limit and burst live in one Redis hash, moved by one Lua script that
+// takes its time from the server's TIME, so replicas' clocks never matter.
+// Token mode's tolerance is global: after idle time all replicas together
+// get burst slots at once, not burst each. The key expires when it has
+// been idle for twice a full refill (at least ten seconds) past the last
+// slot owed: by then a fresh key and the old one mean the same full bucket.
+//
+// # Leases
+//
+// A Redis call costs a round trip (30–40µs on loopback, more across a
+// network), too much for every slot. So one call reserves a lease: k
+// consecutive slots of the global schedule, k = limit × 20ms rounded up
+// (1 to 1000), about one call per 20ms of slots from each busy replica. The replica
+// hands the lease out locally, slot i at its own time on the global
+// schedule; one Reserve in k waits for the call.
+//
+// Slot times come from the server's clock. The reply carries the server's
+// now, and the replica takes that instant as the local time the reply
+// arrived. The server read its clock somewhere within the round trip, so a
+// slot is never handed out before its server time and is late by at most
+// one round trip. Within a lease slots keep their exact spacing; only the
+// seams between leases (this replica's own included) carry the difference
+// of two round trips, microseconds on loopback.
+//
+// A leased slot goes at its time, or at most min(1/limit, 2ms) late to a
+// caller who came late, which absorbs a scheduler's wake-up jitter (in
+// Leaky mode the lease's later slots then keep 1/limit after it). A slot
+// not used by then is wasted, which only under-sends. So slots never bunch
+// more than that: any window holds at most one slot per replica more than
+// the global schedule allows, give or take the round-trip jitter at the
+// seams.
+//
+// The price of leases is elsewhere. A replica that stops asking wastes the
+// rest of its lease (up to 20ms of the global rate); a busy replica holds
+// slots that others cannot take for that long; and after SetRate lowers
+// the rate, leases already taken keep their old spacing, so right after a
+// change the global rate can exceed the new limit by one lease per replica
+// (20ms of slots at the old rate). Bigger leases would mean fewer calls and
+// more of all three.
+//
+// # The limit
+//
+// The limit and burst live in Redis beside the state, and every call uses
+// the ones stored there. SetRate on one replica writes them at once, so
+// every replica's next lease is at the new rate (within about 20ms). At
+// start a replica writes its configured limit only if the key holds none:
+// the first writer wins until someone calls SetRate. Otherwise every
+// restart of a replica, a rolling deploy for instance, would undo a rate
+// set at run time for all of them, and two replicas with different
+// configurations would flip the shared rate back and forth. The flip side:
+// a new limit in the configuration takes effect when the key expires or
+// someone calls SetRate. If the key expires or Redis loses it, the next
+// replica to call writes the limit it last knew, which includes a SetRate
+// made on any replica it heard from.
+//
+// # Fallback
+//
+// Each Redis call runs under Timeout. On any failure (connection refused,
+// timeout, authentication, a key of another type, a script error) the
+// replica falls back to a local Limiter at min(FallbackLimit, limit),
+// never unlimited, with Token mode's burst scaled down in proportion (limit
+// is the shared limit last known). It logs a warning with the error once
+// (after a timeout, a second one with the call's own error if it ends in
+// one), stops calling Redis on the hot path, and probes it from its own
+// goroutine with exponential backoff from 100ms to 5s. The first probe
+// that answers within Timeout brings it back to the shared limit, logged
+// once at info. Reserve never waits longer than about
+// Timeout, whatever Redis or the client do: calls run on the limiter's own
+// goroutine, and Reserve stops waiting for one at Timeout. A client built
+// with ContextTimeoutEnabled also gives up the call itself at Timeout;
+// otherwise the call runs on to the client's read timeout in the
+// background, and Close waits for it. Lease slots still unused when the
+// limiter falls back are dropped; the switch either way may put one slot
+// of the new limiter (Token mode: its burst) right after the last of the
+// old.
+//
+// Reserve needs real time (time.Now) for now, since slots come from the
+// server's clock; Limit and the fallback work from any now.
+//
+// Shared is safe for simultaneous use by multiple goroutines. Close stops
+// its goroutine.
+type Shared struct {
+	client        redis.UniversalClient
+	keys          []string
+	key           string
+	target        string // where Redis is, for the logs
+	mode          Mode
+	modeArg       string
+	timeout       time.Duration
+	fallbackLimit float64
+	log           *slog.Logger
+
+	// wake asks the goroutine to look for work: a lease, a rate to write,
+	// a new probe time. Size one, so that a signal is never lost and a
+	// sender never waits.
+	wake      chan struct{}
+	quit      chan struct{}
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	mu sync.Mutex
+	// limit and burst are the shared rate as last heard from Redis, or as
+	// last set by SetRate while pending.
+	limit float64
+	burst int
+	// pending means SetRate's rate is not yet written to Redis; pendSeq
+	// counts SetRate calls, so that a reply can tell whether it wrote the
+	// latest one.
+	pending bool
+	pendSeq uint64
+	lease   lease
+	// op is the Redis call asked for or running, nil when none is.
+	op *call
+
+	fallback  bool
+	since     time.Time // when fallback began
+	backoff   time.Duration
+	nextProbe time.Time
+	// local is the fallback limiter, at localLimit and localBurst.
+	local      *Limiter
+	localLimit float64
+	localBurst int
+	closed     bool
+}
+
+// lease is a run of consecutive slots of the global schedule.
+type lease struct {
+	// at is the local time taken for the server's now of the reply; off
+	// is slot 0's offset from it and interval the spacing, both in
+	// microseconds. Slot i goes at at + max(0, off + i·interval).
+	at       time.Time
+	off      float64
+	interval float64
+	next, n  int
+	// prev is the last slot handed out of this lease, for Leaky mode's
+	// spacing. Only within a lease: the seam to the next one carries the
+	// round-trip jitter of two clock mappings, and pushing a slot by it
+	// would waste slots for nothing.
+	prev time.Time
+}
+
+// slot returns the local time of slot i.
+func (l *lease) slot(i int) time.Time {
+	us := max(l.off+float64(i)*l.interval, 0)
+	return l.at.Add(time.Duration(math.Min(math.Ceil(us*1e3), maxNanos)))
+}
+
+// call is one Redis call of the script, asked for by Reserve, SetRate or a
+// probe, and run by the limiter's goroutine.
+type call struct {
+	// done is closed once the result has been applied.
+	done    chan struct{}
+	want    int // slots to lease
+	started bool
+	probe   bool
+	// abandoned means a caller gave up waiting for the call and fell
+	// back; its error, when it comes, tells why. cut means the call's own
+	// deadline ended it, which tells nothing more.
+	abandoned bool
+	cut       bool
+
+	// Set when the call starts: the rate it sends, whether it overwrites
+	// the stored one (SetRate), and which SetRate that is.
+	limit float64
+	burst int
+	set   bool
+	seq   uint64
+}
+
+// reply is what the script returns.
+type reply struct {
+	now   float64 // server time, microseconds
+	base  float64 // slot 0's time before the max with now, microseconds
+	limit float64
+	burst int
+}
+
+// NewShared returns a Shared limiter on cfg.Key through client, whose
+// fallback limiter starts at now. It returns an error listing every problem
+// of cfg. It makes one Redis call, waiting at most cfg.Timeout, to learn
+// the shared limit and to write cfg.Limit and cfg.Burst if the key holds
+// none; if Redis does not answer, the limiter starts fallen back, and
+// NewShared still succeeds. The client stays the caller's: Close does not
+// close it. Close the limiter to stop its goroutine.
+func NewShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*Shared, error) {
+	err := cfg.validate()
+	if client == nil {
+		err = errors.Join(errors.New("limiter: shared limiter needs a redis client, got nil"), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultSharedTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Shared{
+		client:        client,
+		keys:          []string{cfg.Key},
+		key:           cfg.Key,
+		target:        target(client),
+		mode:          cfg.Mode,
+		modeArg:       "0",
+		timeout:       cfg.Timeout,
+		fallbackLimit: cfg.FallbackLimit,
+		log:           cfg.Logger,
+		wake:          make(chan struct{}, 1),
+		quit:          make(chan struct{}),
+		limit:         cfg.Limit,
+		burst:         cfg.Burst,
+		backoff:       probeMin,
+	}
+	if cfg.Mode == Token {
+		s.modeArg = "1"
+	}
+	s.localLimit, s.localBurst = s.fallbackRateLocked()
+	s.local, err = New(Config{Mode: cfg.Mode, Limit: s.localLimit, Burst: s.localBurst}, now)
+	if err != nil {
+		return nil, err // not reached: the rate was validated above
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Go(func() { s.run(ctx) })
+
+	s.mu.Lock()
+	op := s.requestLocked(0)
+	s.mu.Unlock()
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
+	select {
+	case <-op.done:
+	case <-timer.C:
+		s.mu.Lock()
+		if s.op == op && !s.fallback {
+			s.timedOutLocked()
+		}
+		s.mu.Unlock()
+	}
+	return s, nil
+}
+
+// Reserve takes the next slot at or after now and returns its time. The
+// caller sends at that time; the slot is used whether or not it does.
+// While the shared limit is in force the slot comes from this replica's
+// lease, and when the lease is used up Reserve waits for the next one,
+// at most Timeout; past it the limiter falls back and the slot comes from
+// the local limiter. now must come from time.Now.
+func (s *Shared) Reserve(now time.Time) time.Time {
+	var timer *time.Timer
+	expired := false
+	s.mu.Lock()
+	for {
+		if s.fallback || s.closed {
+			t := s.local.Reserve(now)
+			s.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			return t
+		}
+		if t, ok := s.takeLocked(now); ok {
+			s.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			return t
+		}
+		if expired {
+			// Redis did not deliver a lease within Timeout: whether the
+			// call hangs or answered too slowly for the leases to keep up,
+			// this caller has waited as long as it may.
+			s.timedOutLocked()
+			continue
+		}
+		op := s.requestLocked(s.leaseSizeLocked())
+		s.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(s.timeout)
+		}
+		select {
+		case <-op.done:
+		case <-timer.C:
+			expired = true
+		}
+		s.mu.Lock()
+	}
+}
+
+// takeLocked hands out the next usable slot of the lease, skipping those
+// too late for now. It requires that s.mu is held.
+func (s *Shared) takeLocked(now time.Time) (time.Time, bool) {
+	l := &s.lease
+	if l.next >= l.n {
+		return time.Time{}, false
+	}
+	interval := time.Duration(math.Min(math.Round(l.interval*1e3), maxNanos))
+	late := max(min(interval, maxLate), 1)
+	for l.next < l.n {
+		at := l.slot(l.next)
+		l.next++
+		t := at
+		if now.After(t) {
+			t = now
+		}
+		if s.mode == Leaky && !l.prev.IsZero() {
+			if next := l.prev.Add(interval); t.Before(next) {
+				t = next
+			}
+		}
+		if t.Sub(at) < late {
+			l.prev = t
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// leaseSizeLocked returns how many slots to lease at the current limit. It
+// requires that s.mu is held.
+func (s *Shared) leaseSizeLocked() int {
+	k := math.Ceil(s.limit * leaseSpan.Seconds())
+	return int(math.Max(1, math.Min(k, maxLease)))
+}
+
+// requestLocked returns the call that will bring a lease of want slots:
+// the one asked for and not yet started, grown to want if need be, or a
+// new one. It requires that s.mu is held.
+func (s *Shared) requestLocked(want int) *call {
+	if s.op == nil {
+		s.op = &call{done: make(chan struct{}), want: want}
+		s.signal()
+	} else if !s.op.started && s.op.want < want {
+		s.op.want = want
+	}
+	return s.op
+}
+
+// signal wakes the goroutine without waiting.
+func (s *Shared) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// SetRate changes the shared limit and burst for every replica on the key.
+// This replica's next Reserve uses them, and its rest of the lease is
+// dropped; the others pick them up with their next lease. The write to
+// Redis happens on the limiter's goroutine, so SetRate does not wait for
+// it; while Redis cannot be reached it is kept and written when Redis
+// answers again. In Redis, slots owed at the time of the change keep their
+// number and are re-spaced at the new interval, as Limiter.SetRate does.
+// The fallback limit follows: min(FallbackLimit, limit).
+//
+// SetRate ignores values that ValidateRate rejects.
+func (s *Shared) SetRate(limit float64, burst int) {
+	if ValidateRate(limit, burst) != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit, s.burst = limit, burst
+	s.pending = true
+	s.pendSeq++
+	s.lease = lease{}
+	s.syncLocalLocked()
+	s.signal()
+}
+
+// Limit returns the limit in force: the shared one as last heard from
+// Redis (or set by SetRate), or the fallback limit while fallen back.
+func (s *Shared) Limit(now time.Time) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fallback || s.closed {
+		return s.local.Limit(now)
+	}
+	return s.limit
+}
+
+// Fallback reports whether the limiter has fallen back to its local limit
+// because Redis cannot be reached, or has been closed.
+func (s *Shared) Fallback() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fallback || s.closed
+}
+
+// Close stops the limiter's goroutine and waits for it, including a Redis
+// call in flight (cut short if the client has ContextTimeoutEnabled).
+// Afterwards Reserve uses the local fallback limiter, so a limiter closed
+// too early still never sends unlimited. Close does not close the client.
+// It always returns nil.
+func (s *Shared) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.cancel()
+		close(s.quit)
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// run is the limiter's goroutine: it makes every Redis call, one at a
+// time, so that no caller ever waits on Redis longer than it chooses to,
+// and probes Redis while fallen back.
+func (s *Shared) run(ctx context.Context) {
+	probe := time.NewTimer(time.Hour)
+	probe.Stop()
+	defer probe.Stop()
+	for {
+		s.mu.Lock()
+		op, wait := s.nextLocked(time.Now())
+		s.mu.Unlock()
+		if op != nil {
+			s.do(ctx, op)
+			continue
+		}
+		if wait > 0 {
+			probe.Reset(wait)
+		}
+		select {
+		case <-s.quit:
+			return
+		case <-s.wake:
+		case <-probe.C:
+		}
+	}
+}
+
+// nextLocked returns the call to make now, or nil and how long until the
+// next probe (0 for none). It requires that s.mu is held.
+func (s *Shared) nextLocked(now time.Time) (*call, time.Duration) {
+	if (s.closed || s.fallback) && s.op != nil && !s.op.started {
+		// Asked for before the fallback or Close; its waiters use the
+		// local limiter now.
+		close(s.op.done)
+		s.op = nil
+	}
+	var op *call
+	switch {
+	case s.closed:
+		return nil, 0
+	case s.fallback:
+		if now.Before(s.nextProbe) {
+			return nil, s.nextProbe.Sub(now)
+		}
+		op = &call{done: make(chan struct{}), probe: true}
+	case s.op != nil && !s.op.started:
+		op = s.op
+	case s.op == nil && s.pending:
+		op = &call{done: make(chan struct{})}
+	default:
+		return nil, 0
+	}
+	op.started = true
+	op.limit, op.burst = s.limit, s.burst
+	op.set, op.seq = s.pending, s.pendSeq
+	s.op = op
+	return op, 0
+}
+
+// do makes one call of the script and applies its result.
+func (s *Shared) do(ctx context.Context, op *call) {
+	set := "0"
+	if op.set {
+		set = "1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	start := time.Now()
+	vals, err := sharedScript.Run(ctx, s.client, s.keys,
+		op.want, s.modeArg, strconv.FormatFloat(op.limit, 'g', -1, 64), op.burst, set).Slice()
+	recv := time.Now()
+	cancel()
+	var r reply
+	if err == nil {
+		r, err = parseReply(vals)
+	}
+	switch {
+	case err != nil && ctx.Err() == context.DeadlineExceeded:
+		op.cut = true
+		err = s.timeoutError()
+	case err == nil && recv.Sub(start) > s.timeout:
+		err = fmt.Errorf("limiter: shared key %q: redis at %s answered after %v, past the timeout %v",
+			s.key, s.target, recv.Sub(start).Round(time.Millisecond), s.timeout)
+	case err != nil:
+		err = fmt.Errorf("limiter: shared key %q: %w", s.key, err)
+	}
+	s.mu.Lock()
+	s.applyLocked(op, r, recv, err)
+	s.mu.Unlock()
+}
+
+// applyLocked takes in the result of op, received at recv. It requires
+// that s.mu is held.
+func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
+	defer func() {
+		if s.op == op {
+			s.op = nil
+		}
+		close(op.done)
+	}()
+	if err != nil {
+		switch {
+		case op.abandoned && !op.cut && !s.closed:
+			// The timeout alone does not say why; this does.
+			s.log.Warn("shared limiter: the redis call that timed out has failed", "key", s.key, "redis", s.target, "err", err)
+		case !s.fallback && !s.closed:
+			s.fallBackLocked(err, recv)
+		case s.fallback && op.probe:
+			s.backoff = min(2*s.backoff, probeMax)
+			s.nextProbe = recv.Add(s.backoff)
+			s.log.Debug("shared limiter: redis probe failed", "key", s.key, "redis", s.target, "next_probe", s.backoff, "err", err)
+		}
+		return
+	}
+	// A SetRate made while the call ran is newer than what it read.
+	newer := s.pending && !(op.set && op.seq == s.pendSeq)
+	if !newer {
+		s.pending = false
+		s.limit, s.burst = r.limit, r.burst
+		s.syncLocalLocked()
+	}
+	if s.fallback {
+		if !op.probe {
+			return // a call from before the fallback; only a probe ends it
+		}
+		s.fallback = false
+		s.backoff = probeMin
+		s.lease = lease{}
+		s.log.Info("shared limiter: redis answers again; back to the shared limit",
+			"key", s.key, "limit", s.limit, "fallback_for", recv.Sub(s.since).Round(time.Millisecond))
+	}
+	if op.want > 0 && !newer && !s.closed {
+		s.lease = lease{
+			at:       recv,
+			off:      r.base - r.now,
+			interval: 1e6 / r.limit,
+			n:        op.want,
+		}
+	}
+}
+
+// fallBackLocked switches to the local limiter because of err, at at. It
+// requires that s.mu is held.
+func (s *Shared) fallBackLocked(err error, at time.Time) {
+	s.fallback = true
+	s.since = at
+	s.lease = lease{}
+	s.backoff = probeMin
+	s.nextProbe = at.Add(probeMin)
+	s.log.Warn("shared limiter: redis failed; falling back to the local limit",
+		"key", s.key, "redis", s.target, "fallback_limit", s.localLimit, "err", err)
+	s.signal() // the goroutine arms the probe
+}
+
+// timedOutLocked falls back because a caller waited Timeout for Redis in
+// vain. The call it waited for is marked, so that its error, when it comes,
+// is logged too: the timeout alone does not say why. It requires that s.mu
+// is held.
+func (s *Shared) timedOutLocked() {
+	if s.op != nil && s.op.started {
+		s.op.abandoned = true
+	}
+	s.fallBackLocked(s.timeoutError(), time.Now())
+}
+
+// timeoutError is the error of a Redis call that did not end within
+// Timeout.
+func (s *Shared) timeoutError() error {
+	return fmt.Errorf("limiter: shared key %q: redis at %s did not answer within the timeout %v", s.key, s.target, s.timeout)
+}
+
+// target describes where client sends its commands, for the logs.
+func target(client redis.UniversalClient) string {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return "cluster " + strings.Join(c.Options().Addrs, ",")
+	case *redis.Ring:
+		return "ring " + strings.Join(slices.Sorted(maps.Keys(c.Options().Addrs)), ",")
+	}
+	return fmt.Sprintf("%T", client)
+}
+
+// fallbackRateLocked returns the fallback limiter's limit, min(FallbackLimit,
+// limit), and its burst, the shared burst scaled by the same ratio (at
+// least 1), so N replicas fallen back together burst no more than the
+// shared limiter would. It requires that s.mu is held.
+func (s *Shared) fallbackRateLocked() (float64, int) {
+	limit := math.Min(s.fallbackLimit, s.limit)
+	if s.mode == Leaky {
+		return limit, 1
+	}
+	return limit, max(1, int(float64(s.burst)*limit/s.limit))
+}
+
+// syncLocalLocked brings the fallback limiter to the current rate. It
+// requires that s.mu is held.
+func (s *Shared) syncLocalLocked() {
+	limit, burst := s.fallbackRateLocked()
+	if limit != s.localLimit || burst != s.localBurst {
+		s.localLimit, s.localBurst = limit, burst
+		s.local.SetRate(limit, burst)
+	}
+}
+
+// parseReply checks and decodes the script's reply.
+func parseReply(vals []any) (reply, error) {
+	var r reply
+	if len(vals) != 5 {
+		return r, fmt.Errorf("unexpected script reply %v", vals)
+	}
+	var strs [4]string
+	for i := range strs {
+		s, ok := vals[i].(string)
+		if !ok {
+			return r, fmt.Errorf("unexpected script reply %v", vals)
+		}
+		strs[i] = s
+	}
+	sec, err1 := strconv.ParseInt(strs[0], 10, 64)
+	usec, err2 := strconv.ParseInt(strs[1], 10, 64)
+	base, err3 := strconv.ParseFloat(strs[2], 64)
+	limit, err4 := strconv.ParseFloat(strs[3], 64)
+	burst, ok := vals[4].(int64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil || !ok {
+		return r, fmt.Errorf("unexpected script reply %v", vals)
+	}
+	if ValidateRate(limit, int(burst)) != nil || math.IsNaN(base) || math.IsInf(base, 0) {
+		return r, fmt.Errorf("script reply holds a bad rate: limit %v, burst %d, base %v", limit, burst, base)
+	}
+	r.now = float64(sec*1_000_000 + usec)
+	r.base, r.limit, r.burst = base, limit, int(burst)
+	return r, nil
+}

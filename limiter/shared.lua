@@ -1,0 +1,88 @@
+-- Shared GCRA: the state of one global limit, kept in one hash, updated
+-- atomically. See Shared in shared.go for the model.
+--
+-- KEYS[1]  the hash: tat (theoretical arrival time, server microseconds),
+--          limit (slots per second), burst (slots)
+-- ARGV[1]  want: how many consecutive slots to reserve (0 reads and
+--          initialises only)
+-- ARGV[2]  "1" for token mode (tolerance (burst-1)/limit), "0" for leaky
+--          (no tolerance)
+-- ARGV[3]  limit and ARGV[4] burst: written when the hash holds none, or
+--          always when ARGV[5] is "1" (a SetRate)
+--
+-- Returns {seconds, microseconds, base, limit, burst}: the server time from
+-- TIME, and base in server microseconds such that slot i of the want
+-- reserved goes at max(now, base + i*1e6/limit). Floats travel as strings,
+-- because Redis truncates Lua numbers in replies to integers.
+
+local key = KEYS[1]
+local want = tonumber(ARGV[1])
+if not want or want < 0 then want = 0 end
+if want > 100000 then want = 100000 end
+local token = ARGV[2] == '1'
+local setrate = ARGV[5] == '1'
+local newlimit = tonumber(ARGV[3])
+local newburst = tonumber(ARGV[4])
+if not (newlimit and newlimit > 0 and newlimit < math.huge) then
+  return redis.error_reply('ERR shaper limiter: bad limit argument ' .. tostring(ARGV[3]))
+end
+if not (newburst and newburst >= 1 and newburst < math.huge) then
+  return redis.error_reply('ERR shaper limiter: bad burst argument ' .. tostring(ARGV[4]))
+end
+newburst = math.floor(newburst)
+
+-- The server's clock, so that replicas' clocks never matter.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- HMGET fails with WRONGTYPE if someone stored something else at key; the
+-- error reaches the caller, which falls back.
+local st = redis.call('HMGET', key, 'tat', 'limit', 'burst')
+local tat = tonumber(st[1])
+local limit = tonumber(st[2])
+local burst = tonumber(st[3])
+
+-- Comparisons are written so that nil and NaN fail them: a field that is
+-- missing or garbage counts as absent.
+local valid = limit and limit > 0 and limit < math.huge and burst and burst >= 1 and burst < math.huge
+if not (tat and tat > -math.huge and tat < math.huge) then
+  tat = now
+end
+if setrate then
+  -- Slots still owed at now keep their number and are re-spaced at the new
+  -- interval, as Limiter.SetRate does locally. A tat in the past means a
+  -- full bucket at any rate.
+  if valid and tat > now then
+    tat = now + (tat - now) * limit / newlimit
+  end
+  limit, burst = newlimit, newburst
+elseif not valid then
+  -- First writer wins: only a hash without a limit takes the caller's.
+  limit, burst = newlimit, newburst
+end
+burst = math.floor(burst)
+
+local interval = 1000000 / limit
+local tau = 0
+if token then
+  tau = (burst - 1) * interval
+end
+if tat < now then
+  tat = now
+end
+-- GCRA applied want times at the same now: slot i goes at
+-- max(now, tat + i*interval - tau), and tat moves by want intervals.
+local base = tat - tau
+tat = tat + want * interval
+
+redis.call('HSET', key,
+  'tat', string.format('%.17g', tat),
+  'limit', string.format('%.17g', limit),
+  'burst', string.format('%d', burst))
+-- Keep the key while slots are owed plus longer than a full refill, and at
+-- least ten seconds: an expired key is a full bucket, which is only right
+-- once a full refill has passed.
+local ttl = (tat - now) + math.max(2 * burst * interval, 10000000)
+redis.call('PEXPIRE', key, math.min(math.ceil(ttl / 1000), 100000000000))
+
+return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), burst}
