@@ -75,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // counter could: the limit in force (it moves during warm-up and fallback),
 // whether a shared limiter has fallen back, and the source's lag.
 type liveCollector struct {
-	rateLimit, fallback, lag *prometheus.Desc
+	rateLimit, maxQueueTime, fallback, lag *prometheus.Desc
 
 	mu        sync.Mutex
 	pipelines []*Pipeline
@@ -85,6 +85,8 @@ func newLiveCollector() *liveCollector {
 	return &liveCollector{
 		rateLimit: prometheus.NewDesc("shaper_rate_limit",
 			"Rate limit in force, requests per second (after warm-up, a run-time change or a fallback).", []string{"pipeline"}, nil),
+		maxQueueTime: prometheus.NewDesc("shaper_max_queue_time_seconds",
+			"The bucket's max_queue_time in force, for alerts on queue wait approaching it.", []string{"pipeline"}, nil),
 		fallback: prometheus.NewDesc("shaper_limiter_fallback",
 			"1 while the shared limiter has fallen back to its local fallback_limit, else 0.", []string{"pipeline"}, nil),
 		lag: prometheus.NewDesc("shaper_source_lag",
@@ -94,6 +96,7 @@ func newLiveCollector() *liveCollector {
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.rateLimit
+	ch <- c.maxQueueTime
 	ch <- c.fallback
 	ch <- c.lag
 }
@@ -106,6 +109,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range pipelines {
 		name := p.cfg.Name
 		ch <- prometheus.MustNewConstMetric(c.rateLimit, prometheus.GaugeValue, p.lim.Limit(now), name)
+		ch <- prometheus.MustNewConstMetric(c.maxQueueTime, prometheus.GaugeValue, p.settings.Load().bucket.MaxQueueTime.Seconds(), name)
 		fallback := 0.0
 		if fr, ok := p.lim.(FallbackReporter); ok && fr.Fallback() {
 			fallback = 1

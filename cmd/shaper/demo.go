@@ -2,30 +2,25 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/shaper-dev/shaper/shaper"
 )
 
-// demoCmd shows shaping live with nothing installed: an embedded NATS
-// JetStream server, an embedded HTTP sink, and a real pipeline between them,
-// fed one burst.
+// demoCmd shows shaping live with nothing installed: an embedded broker
+// (NATS JetStream, or Kafka as kfake), an embedded HTTP sink, and a real
+// pipeline between them, fed one burst.
 func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	rate := fs.Float64("rate", 25, "requests per second to the sink")
@@ -33,6 +28,7 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 	mode := fs.String("mode", shaper.ModeLeaky, "leaky or token")
 	burst := fs.Int("burst", 0, "token mode: requests at once after idle (default: one second's worth)")
 	duration := fs.Duration("duration", 0, "stop after this long (default: when every message is delivered)")
+	source := fs.String("source", "nats", "nats (embedded JetStream) or kafka (in-process kfake)")
 	g.logLevel = "warn" // the demo's own lines tell the story; --log-level info shows the daemon's
 	if err := parseFlags(fs, args, g, stderr); err != nil {
 		return err
@@ -44,21 +40,19 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 	if *messages < 1 {
 		return fmt.Errorf("%w: demo: --messages must be >= 1, got %d", errUsage, *messages)
 	}
-
-	dir, err := os.MkdirTemp("", "shaper-demo-")
+	var broker demoBroker
+	switch *source {
+	case "nats":
+		broker, err = startNATSDemo(ctx)
+	case "kafka":
+		broker, err = startKafkaDemo()
+	default:
+		return fmt.Errorf("%w: demo: --source: want nats or kafka, got %q", errUsage, *source)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("demo: %w", err)
 	}
-	defer os.RemoveAll(dir)
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		return fmt.Errorf("demo: nats server: %w", err)
-	}
-	go ns.Start()
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return errors.New("demo: embedded nats server did not start")
-	}
+	defer broker.close()
 
 	var sink demoSink
 	sinkLn, err := net.Listen("tcp", "127.0.0.1:0")
@@ -76,7 +70,7 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 		Shutdown: shaper.ShutdownConfig{DrainTimeout: 5 * time.Second},
 		Pipelines: []shaper.PipelineConfig{{
 			Name:   "demo",
-			Source: shaper.SourceConfig{NATS: &shaper.NATSSourceConfig{URL: ns.ClientURL(), Subject: "demo.callbacks", Stream: "DEMO"}},
+			Source: broker.source(),
 			Bucket: shaper.BucketConfig{
 				Capacity:     1000,
 				MaxQueueTime: time.Duration(float64(*messages)/(*rate)*float64(time.Second)) + 10*time.Second,
@@ -97,19 +91,6 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 		return fmt.Errorf("%w: demo:\n%v", errUsage, err)
 	}
 
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DEMO", Subjects: []string{"demo.>"}}); err != nil {
-		return fmt.Errorf("demo: create stream: %w", err)
-	}
-
 	d, err := newDaemon(cfg, log)
 	if err != nil {
 		return err
@@ -127,19 +108,19 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 	go func() { served <- d.serve(runCtx, force, adminLn) }()
 
 	start := time.Now()
-	for i := range *messages {
-		body := fmt.Sprintf(`{"payment":%d,"status":"settled"}`, i)
-		if _, err := js.PublishAsync("demo.callbacks", []byte(body)); err != nil {
-			stopRun()
-			<-served
-			return fmt.Errorf("demo: publish: %w", err)
-		}
+	bodies := make([][]byte, *messages)
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `{"payment":%d,"status":"settled"}`, i)
 	}
-	<-js.PublishAsyncComplete()
+	if err := broker.publish(ctx, bodies); err != nil {
+		stopRun()
+		<-served
+		return fmt.Errorf("demo: publish: %w", err)
+	}
 
 	cfgRate := cfg.Pipelines[0].Rate
-	fmt.Fprintf(stdout, "shaper demo: a burst of %d messages, shaped to %g/s (%s mode, burst %d)\n",
-		*messages, cfgRate.Limit, cfgRate.Mode, *cfgRate.Burst)
+	fmt.Fprintf(stdout, "shaper demo: a burst of %d messages from %s, shaped to %g/s (%s mode, burst %d)\n",
+		*messages, broker, cfgRate.Limit, cfgRate.Mode, *cfgRate.Burst)
 	fmt.Fprintf(stdout, "metrics and admin API: http://%s/metrics  (Ctrl-C stops)\n\n", adminLn.Addr())
 	fmt.Fprintf(stdout, "%6s %9s %10s %6s %9s %10s\n", "time", "received", "delivered", "depth", "p99 wait", "sink rate")
 

@@ -33,6 +33,7 @@ Usage:
   shaper validate --config FILE      check a config; print every problem with its key path
   shaper demo     [--rate N] [--messages N] [--mode leaky|token] [--burst N] [--duration D]
                                      embedded NATS + embedded sink, shows shaping live
+  shaper healthcheck [--url URL]     exit 0 if a running shaper's /healthz answers 200 (for containers)
   shaper version
 
 Global flags (before or after the subcommand):
@@ -102,6 +103,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err = validateCmd(rest, &g, stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, rest, &g, stdout, stderr)
+	case "healthcheck":
+		err = healthcheckCmd(ctx, rest, &g, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "shaper %s\n", version)
 	case "help", "-h", "--help":

@@ -79,14 +79,26 @@ func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 		{"bad on_expire", replace("max_queue_time: 5s", "max_queue_time: 5s, on_expire: later"), []string{"pipelines[0].bucket.on_expire: want dead_letter, drop or deliver"}},
 		{"no source", replace(`nats: {url: "nats://127.0.0.1:4222", subject: callbacks.psp, stream: CALLBACKS}`, "{}"), []string{"pipelines[0].source: exactly one of"}},
 		{"bad nats url", replace("nats://127.0.0.1:4222", "http://127.0.0.1:4222"), []string{"pipelines[0].source.nats.url: want scheme nats"}},
-		{"no sink", replace(`http: {url: "https://psp.example.com/notify", timeout: 2s}`, "{}"), []string{"pipelines[0].sink: exactly one of http or nats"}},
+		{"no sink", replace(`http: {url: "https://psp.example.com/notify", timeout: 2s}`, "{}"), []string{"pipelines[0].sink: exactly one of http, kafka or nats"}},
 		{"sink url not http", replace("https://psp.example.com/notify", "psp.example.com/notify"), []string{"pipelines[0].sink.http.url: want an absolute http"}},
 		{"negative timeout", replace("timeout: 2s", "timeout: -2s"), []string{"pipelines[0].sink.http.timeout: must be > 0"}},
 		{"header injection", replace("timeout: 2s", `timeout: 2s, headers: {X-Evil: "a\r\nHost: b"}`), []string{"pipelines[0].sink.http.headers.X-Evil: value must not contain CR, LF or NUL"}},
 		{"unset variable", replace("limit: 50", "limit: '${SHAPER_TEST_UNSET}'"), []string{"pipelines[0].rate.limit: environment variable SHAPER_TEST_UNSET is not set"}},
 		{"duplicate names", validConfig + strings.TrimPrefix(validConfig, "\npipelines:\n"), []string{`pipelines[1].name: "psp" is already the name of pipelines[0]`}},
-		{"dead letter without target", validConfig + "    dead_letter: {}\n", []string{"pipelines[0].dead_letter: exactly one of nats"}},
+		{"dead letter without target", validConfig + "    dead_letter: {}\n", []string{"pipelines[0].dead_letter: exactly one of kafka or nats"}},
 		{"bad admin listen", validConfig + "admin: {listen: 9090}\n", []string{"admin.listen: want host:port"}},
+		{"kafka and nats at once", replace("    source:\n", "    source:\n      kafka: {brokers: [\"127.0.0.1:9092\"], topic: t, group: g}\n"), []string{"pipelines[0].source: exactly one of kafka or nats"}},
+		{"kafka without brokers", kafkaSource(t, "brokers: [], topic: t, group: g"), []string{"pipelines[0].source.kafka.brokers: at least one host:port"}},
+		{"kafka bad broker", kafkaSource(t, `brokers: ["localhost"], topic: t, group: g`), []string{"pipelines[0].source.kafka.brokers[0]: want host:port"}},
+		{"kafka without group", kafkaSource(t, `brokers: ["127.0.0.1:9092"], topic: t`), []string{"pipelines[0].source.kafka.group: required"}},
+		{"kafka bad topic", kafkaSource(t, `brokers: ["127.0.0.1:9092"], topic: "a/b", group: g`), []string{"pipelines[0].source.kafka.topic: want 1 to 249"}},
+		{"kafka bad start", kafkaSource(t, `brokers: ["127.0.0.1:9092"], topic: t, group: g, start: middle`), []string{"pipelines[0].source.kafka.start: want earliest or latest"}},
+		{"sasl without mechanism", kafkaSource(t, `brokers: ["127.0.0.1:9092"], topic: t, group: g, sasl: {username: u, password: p}`), []string{"pipelines[0].source.kafka.sasl.mechanism: required"}},
+		{"sasl unknown mechanism", kafkaSource(t, `brokers: ["127.0.0.1:9092"], topic: t, group: g, sasl: {mechanism: GSSAPI, username: u, password: p}`), []string{"pipelines[0].source.kafka.sasl.mechanism: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"}},
+		{"sasl without password", kafkaSource(t, `brokers: ["127.0.0.1:9092"], topic: t, group: g, sasl: {mechanism: PLAIN, username: u}`), []string{"pipelines[0].source.kafka.sasl.password: required"}},
+		{"tls cert without key", kafkaSource(t, `brokers: ["127.0.0.1:9092"], topic: t, group: g, tls: {cert_file: /etc/hostname}`), []string{"pipelines[0].source.kafka.tls: cert_file and key_file go together"}},
+		{"tls missing ca file", kafkaSource(t, `brokers: ["127.0.0.1:9092"], topic: t, group: g, tls: {ca_file: /nonexistent/ca.pem}`), []string{"pipelines[0].source.kafka.tls.ca_file: cannot read"}},
+		{"kafka dead letter without topic", validConfig + "    dead_letter: {kafka: {brokers: [\"127.0.0.1:9092\"]}}\n", []string{"pipelines[0].dead_letter.kafka.topic: required"}},
 		{"every problem at once", strings.NewReplacer("capacity: 100", "capacity: -1", "limit: 50", "limit: 0", "timeout: 2s", "timeout: -1s").Replace(validConfig),
 			[]string{"pipelines[0].bucket.capacity", "pipelines[0].rate.limit", "pipelines[0].sink.http.timeout"}},
 	}
@@ -106,9 +118,21 @@ func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 	}
 }
 
+// kafkaSource returns validConfig with a Kafka source of the given flow
+// mapping body instead of the NATS one.
+func kafkaSource(t *testing.T, body string) string {
+	t.Helper()
+	old := `nats: {url: "nats://127.0.0.1:4222", subject: callbacks.psp, stream: CALLBACKS}`
+	if !strings.Contains(validConfig, old) {
+		t.Fatal("validConfig has no NATS source")
+	}
+	return strings.Replace(validConfig, old, "kafka: {"+body+"}", 1)
+}
+
 func TestExampleConfigsPassValidate(t *testing.T) {
 	t.Setenv("SHAPER_ADMIN_TOKEN", "example-token")
 	t.Setenv("PSP_API_TOKEN", "example-psp-token")
+	t.Setenv("KAFKA_PASSWORD", "example-kafka-password")
 	paths, err := filepath.Glob("../../configs/*.yaml")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no example configs found: %v", err)

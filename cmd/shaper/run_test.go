@@ -19,11 +19,13 @@ import (
 	"github.com/shaper-dev/shaper/internal/natstest"
 )
 
-// sinkLog is a real HTTP sink that counts requests per Idempotency-Key.
+// sinkLog is a real HTTP sink that counts requests per Idempotency-Key and
+// keeps their arrival times.
 type sinkLog struct {
 	mu    sync.Mutex
 	byKey map[string]int
 	total int
+	times []time.Time
 }
 
 func newSinkLog(t *testing.T) (*sinkLog, *httptest.Server) {
@@ -32,6 +34,7 @@ func newSinkLog(t *testing.T) (*sinkLog, *httptest.Server) {
 		s.mu.Lock()
 		s.byKey[r.Header.Get("Idempotency-Key")]++
 		s.total++
+		s.times = append(s.times, time.Now())
 		s.mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
@@ -42,6 +45,19 @@ func (s *sinkLog) counts() (unique, total int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.byKey), s.total
+}
+
+// between counts the requests that arrived in [from, to).
+func (s *sinkLog) between(from, to time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, at := range s.times {
+		if !at.Before(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *sinkLog) duplicates() []string {

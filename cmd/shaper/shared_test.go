@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shaper-dev/shaper/internal/redistest"
+)
+
+func sharedConfig(natsURL, sinkURL, redisAddr string, limit, fallback float64) string {
+	return fmt.Sprintf(`
+admin: {listen: "127.0.0.1:0"}
+shutdown: {drain_timeout: 1s}
+pipelines:
+  - name: psp
+    source:
+      nats: {url: "%s", subject: callbacks.psp, stream: CALLBACKS, durable: shaper-psp}
+    bucket: {capacity: 50, max_queue_time: 1m}
+    rate:
+      limit: %v
+      shared:
+        redis: {addr: "%s"}
+        key: shaper:test:psp
+        fallback_limit: %v
+    sink:
+      http: {url: "%s", max_in_flight: 4}
+`, natsURL, limit, redisAddr, fallback, sinkURL)
+}
+
+// rateOver measures the sink's aggregate rate over window, starting now.
+func rateOver(sink *sinkLog, window time.Duration) float64 {
+	from := time.Now()
+	time.Sleep(window)
+	return float64(sink.between(from, from.Add(window))) / window.Seconds()
+}
+
+func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T) {
+	const limit, fallback = 60.0, 8.0
+	natsURL := startJetStream(t, 3000)
+	sink, srv := newSinkLog(t)
+	redis := redistest.Start(t)
+	config := writeConfig(t, sharedConfig(natsURL, srv.URL, redis.Addr, limit, fallback))
+
+	var children []*child
+	for range 3 {
+		children = append(children, startChild(t, config))
+	}
+	waitUntil(t, 30*time.Second, "deliveries to start", func() bool { u, _ := sink.counts(); return u >= 60 })
+	time.Sleep(time.Second) // past the start, into the steady state
+
+	shared := rateOver(sink, 4*time.Second)
+	t.Logf("shared: %.1f/s aggregate for 3 replicas (limit %v)", shared, limit)
+	if math.Abs(shared-limit)/limit > 0.03 {
+		t.Errorf("aggregate rate with a shared limit = %.1f/s; want %v ±3%% (not 3×)", shared, limit)
+	}
+
+	redis.Stop()
+	time.Sleep(time.Second) // fallback engages within a second
+	down := rateOver(sink, 3*time.Second)
+	t.Logf("fallback: %.1f/s aggregate (3 × fallback_limit = %v)", down, 3*fallback)
+	if math.Abs(down-3*fallback)/(3*fallback) > 0.15 {
+		t.Errorf("aggregate rate with Redis down = %.1f/s; want about 3 × fallback_limit = %v", down, 3*fallback)
+	}
+
+	redis.Restart()
+	time.Sleep(5 * time.Second) // the probe backs off to at most a few seconds
+	back := rateOver(sink, 4*time.Second)
+	t.Logf("recovered: %.1f/s aggregate", back)
+	if math.Abs(back-limit)/limit > 0.03 {
+		t.Errorf("aggregate rate after Redis came back = %.1f/s; want %v ±3%%", back, limit)
+	}
+
+	for _, c := range children {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, c := range children {
+		if code := c.wait(t, 15*time.Second); code != exitOK {
+			t.Errorf("replica exit code = %d; want 0; stderr:\n%s", code, c.stderr)
+		}
+	}
+}
