@@ -24,10 +24,14 @@ test-deps:
 	@redis-server --version
 
 # Limiter overhead beside golang.org/x/time/rate (feed the output to benchstat),
-# then shaping precision through the real pipeline (3 s of traffic per run).
+# shaping precision through the real pipeline (3 s of traffic per run), the
+# memory of a `shaper run` child working through a 100k Kafka backlog, and
+# the Redis-shared limiter's calls and latency per slot.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 10 ./limiter/
+	$(GO) test -run '^$$' -bench 'Reserve$$|ReserveParallel' -benchmem -count 10 ./limiter/
 	$(GO) test -run '^$$' -bench ShapingPrecision -benchtime 1x -count 3 ./shaper/
+	$(GO) test -run '^$$' -bench KafkaBacklogMemory -benchtime 1x ./cmd/shaper/
+	$(GO) test -run '^$$' -bench SharedReserve -benchtime 2s ./limiter/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -13,7 +13,7 @@ import (
 
 // startKafka starts an in-process Kafka (kfake) with a four-partition topic
 // holding n messages, and returns its bootstrap address.
-func startKafka(t *testing.T, n int) string {
+func startKafka(t testing.TB, n int) string {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "callbacks"))
 	if err != nil {

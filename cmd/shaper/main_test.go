@@ -27,7 +27,7 @@ func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-func writeConfig(t *testing.T, body string) string {
+func writeConfig(t testing.TB, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "shaper.yaml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {

@@ -28,7 +28,7 @@ type sinkLog struct {
 	times []time.Time
 }
 
-func newSinkLog(t *testing.T) (*sinkLog, *httptest.Server) {
+func newSinkLog(t testing.TB) (*sinkLog, *httptest.Server) {
 	s := &sinkLog{byKey: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
@@ -102,7 +102,7 @@ type child struct {
 	err    error
 }
 
-func startChild(t *testing.T, config string) *child {
+func startChild(t testing.TB, config string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "run", "--config", config)
 	cmd.Env = append(os.Environ(), "SHAPER_TEST_MAIN=1")
@@ -120,7 +120,7 @@ func startChild(t *testing.T, config string) *child {
 }
 
 // wait waits for the child to exit and returns its exit code.
-func (c *child) wait(t *testing.T, timeout time.Duration) int {
+func (c *child) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-c.exited:
@@ -146,7 +146,7 @@ pipelines:
 `, drain, natsURL, limit, sinkURL)
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
