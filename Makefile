@@ -28,7 +28,7 @@ test-deps:
 # memory of a `shaper run` child working through a 100k Kafka backlog, and
 # the Redis-shared limiter's calls and latency per slot.
 bench:
-	$(GO) test -run '^$$' -bench 'Reserve$$|ReserveParallel' -benchmem -count 10 ./limiter/
+	$(GO) test -run '^$$' -bench '^BenchmarkReserve' -benchmem -count 10 ./limiter/
 	$(GO) test -run '^$$' -bench ShapingPrecision -benchtime 1x -count 3 ./shaper/
 	$(GO) test -run '^$$' -bench KafkaBacklogMemory -benchtime 1x ./cmd/shaper/
 	$(GO) test -run '^$$' -bench SharedReserve -benchtime 2s ./limiter/
