@@ -129,3 +129,13 @@ type FallbackReporter interface {
 	// Fallback reports whether the limiter has fallen back to its local limit.
 	Fallback() bool
 }
+
+// Revocable is implemented by receipts whose message the source can take
+// back before it is finished: a Kafka partition that a rebalance gave to
+// another member. The pipeline starts no attempt for a revoked message; it
+// nacks it (its offset is not committed) and the partition's new owner
+// delivers it, so a rebalance duplicates only what was in flight.
+type Revocable interface {
+	// Revoked reports whether the message now belongs to someone else.
+	Revoked() bool
+}

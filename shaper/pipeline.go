@@ -248,7 +248,7 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 		if !p.inFlight.acquire(schedCtx) {
 			return
 		}
-		t := p.next(schedCtx)
+		t := p.next(ctx, schedCtx)
 		if t == nil {
 			p.inFlight.release()
 			return
@@ -261,7 +261,7 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 		for t != nil && bucket.OnExpire != OnExpireDeliver && slot.After(t.queued.Add(bucket.MaxQueueTime)) {
 			expired := t
 			wg.Go(func() { p.expire(ctx, expired) })
-			t, _ = p.bucket.take(now)
+			t, _ = p.take(ctx, now)
 		}
 		if t == nil {
 			p.inFlight.release()
@@ -277,11 +277,24 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
+// take is bucket.take without the tasks the source has taken back (a Kafka
+// partition revoked by a rebalance): those are nacked, never sent, and the
+// partition's new owner delivers them.
+func (p *Pipeline) take(ctx context.Context, now time.Time) (*task, time.Time) {
+	for {
+		t, due := p.bucket.take(now)
+		if t == nil || !revoked(t) {
+			return t, due
+		}
+		p.nack(ctx, t, "revoked", 0)
+	}
+}
+
 // next waits for the next task to send, and returns nil when schedCtx ends
 // or, while draining, once the bucket holds nothing more.
-func (p *Pipeline) next(schedCtx context.Context) *task {
+func (p *Pipeline) next(ctx, schedCtx context.Context) *task {
 	for {
-		t, due := p.bucket.take(time.Now())
+		t, due := p.take(ctx, time.Now())
 		if t != nil {
 			return t
 		}
@@ -308,6 +321,12 @@ func (p *Pipeline) next(schedCtx context.Context) *task {
 	}
 }
 
+// revoked reports whether the source has taken t's message back.
+func revoked(t *task) bool {
+	r, ok := t.msg.Receipt.(Revocable)
+	return ok && r.Revoked()
+}
+
 // sleepUntil waits until t, and reports false if ctx ended first.
 func sleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t)
@@ -328,6 +347,11 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // sends it back to the retry heap, or dead-letters it.
 func (p *Pipeline) attempt(ctx context.Context, t *task) {
 	set := p.settings.Load()
+	if revoked(t) { // taken back while it waited for its slot
+		p.inFlight.release()
+		p.nack(ctx, t, "revoked", 0)
+		return
+	}
 	p.m.inFlight.Inc()
 	p.attempting.Add(1)
 	start := time.Now()
