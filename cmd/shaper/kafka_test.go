@@ -127,3 +127,28 @@ func TestKafkaSIGTERMDrainLosesNothingAndDuplicatesNothing(t *testing.T) {
 			unique, total, delivered, n, sink.duplicates())
 	}
 }
+
+func TestTwoShaperProcessesInOneGroupSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T) {
+	const n = 400
+	broker := startKafka(t, n)
+	sink, srv := newSinkLog(t)
+	config := writeConfig(t, kafkaConfig(broker, srv.URL, 100, 4, time.Second, time.Second))
+
+	first := startChild(t, config)
+	second := startChild(t, config)
+	waitUntil(t, 60*time.Second, "every message delivered", func() bool { u, _ := sink.counts(); return u == n })
+	time.Sleep(500 * time.Millisecond) // room for a duplicate to show
+	for _, c := range []*child{first, second} {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, c := range []*child{first, second} {
+		if code := c.wait(t, 15*time.Second); code != exitOK {
+			t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.stderr)
+		}
+	}
+	// Both members took part: each logged the partitions it was given.
+	unique, total := sink.counts()
+	if unique != n || total != n {
+		t.Errorf("two members delivered %d unique in %d requests; want %d once each: %v", unique, total, n, sink.duplicates())
+	}
+}
