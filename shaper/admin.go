@@ -15,15 +15,12 @@ import (
 // maxAdminBody bounds the body of a mutating admin call.
 const maxAdminBody = 4 << 10
 
-// Admin returns the handler of the admin API (SPEC §5) over pipelines:
-// /metrics from gatherer, /healthz, /readyz, GET /v1/pipelines and
+// Admin returns the handler of the admin API (SPEC §5) over the pipelines
+// that list returns at each call (a reload changes them): /metrics from
+// gatherer, /healthz, /readyz, GET /v1/pipelines and
 // PUT /v1/pipelines/{name}/rate. When token is not empty, PUT requires
 // "Authorization: Bearer <token>".
-func Admin(pipelines []*Pipeline, gatherer prometheus.Gatherer, token string) http.Handler {
-	byName := make(map[string]*Pipeline, len(pipelines))
-	for _, p := range pipelines {
-		byName[p.Name()] = p
-	}
+func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -31,7 +28,7 @@ func Admin(pipelines []*Pipeline, gatherer prometheus.Gatherer, token string) ht
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		var notReady []string
-		for _, p := range pipelines {
+		for _, p := range list() {
 			if err := p.Ready(); err != nil {
 				notReady = append(notReady, fmt.Sprintf("%s: %v", p.Name(), err))
 			}
@@ -43,6 +40,7 @@ func Admin(pipelines []*Pipeline, gatherer prometheus.Gatherer, token string) ht
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /v1/pipelines", func(w http.ResponseWriter, r *http.Request) {
+		pipelines := list()
 		out := make([]Status, 0, len(pipelines))
 		for _, p := range pipelines {
 			out = append(out, p.Status())
@@ -55,8 +53,13 @@ func Admin(pipelines []*Pipeline, gatherer prometheus.Gatherer, token string) ht
 			writeError(w, http.StatusUnauthorized, errors.New("a valid bearer token is required"))
 			return
 		}
-		p, ok := byName[r.PathValue("name")]
-		if !ok {
+		var p *Pipeline
+		for _, q := range list() {
+			if q.Name() == r.PathValue("name") {
+				p = q
+			}
+		}
+		if p == nil {
 			writeError(w, http.StatusNotFound, fmt.Errorf("no pipeline named %q", r.PathValue("name")))
 			return
 		}

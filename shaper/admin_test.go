@@ -36,7 +36,7 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 	const n = 200
 	e.publish(n)
 	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 }))
-	admin := httptest.NewServer(shaper.Admin([]*shaper.Pipeline{p.Pipeline}, p.registry, "s3cret"))
+	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "s3cret"))
 	defer admin.Close()
 
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -115,7 +115,7 @@ func TestReadyzIsUnavailableWhileDraining(t *testing.T) {
 	e := newEnv(t)
 	rec := newRecorder(t, nil)
 	p := e.start(e.config(rec.srv.URL, nil))
-	admin := httptest.NewServer(shaper.Admin([]*shaper.Pipeline{p.Pipeline}, p.registry, ""))
+	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, ""))
 	defer admin.Close()
 	waitFor(t, 10*time.Second, "/readyz 200", func() bool { code, _ := call(t, "GET", admin.URL+"/readyz", "", ""); return code == 200 })
 	p.Drain()

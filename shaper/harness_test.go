@@ -224,6 +224,9 @@ func (e *env) start(cfg shaper.PipelineConfig) *running {
 	return r
 }
 
+// list is the running pipeline as the admin API sees it.
+func (r *running) list() []*shaper.Pipeline { return []*shaper.Pipeline{r.Pipeline} }
+
 // counter returns the sum of a counter's values in the pipeline's registry.
 func (r *running) counter(name string) float64 {
 	families, _ := r.registry.Gather() // in-process collectors do not fail

@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -127,6 +128,23 @@ func (c *liveCollector) add(p *Pipeline) {
 	c.mu.Lock()
 	c.pipelines = append(c.pipelines, p)
 	c.mu.Unlock()
+}
+
+func (c *liveCollector) remove(p *Pipeline) {
+	c.mu.Lock()
+	c.pipelines = slices.DeleteFunc(c.pipelines, func(q *Pipeline) bool { return q == p })
+	c.mu.Unlock()
+}
+
+// Forget deletes every series of a pipeline that no longer exists (a
+// reload removed it), so dashboards do not show it frozen at its last value.
+func (m *Metrics) Forget(pipeline string) {
+	l := prometheus.Labels{"pipeline": pipeline}
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.received, m.completed, m.nacked, m.requests, m.requestDuration, m.queueWait, m.retries, m.depth, m.capacity, m.inFlight, m.dropped} {
+		v.DeletePartialMatch(l)
+	}
 }
 
 // pipelineMetrics are the metrics of one pipeline, with its label bound, so

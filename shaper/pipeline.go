@@ -50,6 +50,7 @@ type Pipeline struct {
 	deadLetter   Sink
 	lim          Limiter
 	bucket       *bucket
+	metrics      *Metrics
 	m            *pipelineMetrics
 	log          *slog.Logger
 	drainTimeout time.Duration
@@ -88,6 +89,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		deadLetter:   parts.DeadLetter,
 		lim:          parts.Limiter,
 		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit)),
+		metrics:      parts.Metrics,
 		m:            parts.Metrics.forPipeline(cfg.Name),
 		log:          log.With("pipeline", cfg.Name),
 		drainTimeout: parts.DrainTimeout,
@@ -178,6 +180,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if len(left) > 0 {
 		p.log.Info("nacked unfinished messages for redelivery", "count", len(left))
 	}
+	p.metrics.live.remove(p)
 	return p.close(ctx)
 }
 

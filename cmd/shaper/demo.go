@@ -134,7 +134,7 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 			done = true
 		case <-ticker.C:
 		}
-		st := d.pipelines[0].Status()
+		st := d.list()[0].Status()
 		wait := queueWait(d)
 		sunk := sink.requests.Load()
 		fmt.Fprintf(stdout, "%5.0fs %9.0f %10d %6d %9s %8d/s\n",

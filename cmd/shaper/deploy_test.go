@@ -1414,7 +1414,7 @@ func scrapeRunningShaper(t *testing.T) scrapedMetrics {
 			t.Fatalf("%s: publish: %v", b, err)
 		}
 	}
-	for i, p := range d.pipelines {
+	for i, p := range d.list() {
 		waitUntil(t, 45*time.Second, fmt.Sprintf("%d deliveries from %s", n, brokers[i]), func() bool {
 			return p.Status().Outcomes[shaper.OutcomeDelivered] >= n
 		})

@@ -97,16 +97,22 @@ func startJetStream(t *testing.T, n int) string {
 // child is a real `shaper run` process: the test binary re-executed (see TestMain).
 type child struct {
 	cmd    *exec.Cmd
-	stderr *strings.Builder
+	stderr *syncBuffer
 	exited chan struct{}
 	err    error
 }
 
 func startChild(t testing.TB, config string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "run", "--config", config)
+	return startChildArgs(t, "run", "--config", config)
+}
+
+// startChildArgs starts the shaper binary with args.
+func startChildArgs(t testing.TB, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "SHAPER_TEST_MAIN=1")
-	c := &child{cmd: cmd, stderr: &strings.Builder{}, exited: make(chan struct{})}
+	c := &child{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -117,6 +123,24 @@ func startChild(t testing.TB, config string) *child {
 		<-c.exited
 	})
 	return c
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // wait waits for the child to exit and returns its exit code.

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/limiter"
+	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
+	"github.com/shaper-dev/shaper/sources"
+)
+
+// buildParts wires one pipeline's config to its source, sink, dead-letter
+// target and limiter.
+func buildParts(pc shaper.PipelineConfig, log *slog.Logger) (parts shaper.Parts, err error) {
+	defer func() {
+		if err != nil {
+			closeParts(parts)
+		}
+	}()
+	name := "shaper-" + pc.Name
+	if parts.Limiter, err = buildLimiter(pc.Rate, log.With("pipeline", pc.Name)); err != nil {
+		return parts, fmt.Errorf("rate: %w", err)
+	}
+	if parts.Sink, err = buildSink(pc.Sink, name); err != nil {
+		return parts, fmt.Errorf("sink: %w", err)
+	}
+	if dl := pc.DeadLetter; dl != nil {
+		if parts.DeadLetter, err = buildDeadLetter(*dl, name+"-dead-letter"); err != nil {
+			return parts, fmt.Errorf("dead_letter: %w", err)
+		}
+	}
+	if parts.Source, err = buildSource(pc.Source, pc.Bucket.Capacity, name, log.With("pipeline", pc.Name)); err != nil {
+		return parts, fmt.Errorf("source: %w", err)
+	}
+	return parts, nil
+}
+
+// buildLimiter returns the local limiter, or with rate.shared the Redis-shared
+// one, which then owns its Redis client.
+func buildLimiter(cfg shaper.RateConfig, log *slog.Logger) (shaper.Limiter, error) {
+	local := limiter.Config{Mode: limiter.Mode(cfg.Mode), Limit: cfg.Limit, Burst: *cfg.Burst, Warmup: cfg.Warmup}
+	if cfg.Shared == nil {
+		return limiter.New(local, time.Now())
+	}
+	sh := cfg.Shared
+	tlsCfg, err := kafkaconn.TLS(sh.Redis.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("shared.redis: %w", err)
+	}
+	addrs := sh.Redis.Addrs
+	if sh.Redis.Addr != "" {
+		addrs = []string{sh.Redis.Addr}
+	}
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:      addrs,
+		MasterName: sh.Redis.MasterName,
+		Username:   sh.Redis.Username,
+		Password:   sh.Redis.Password,
+		DB:         sh.Redis.DB,
+		TLSConfig:  tlsCfg,
+		// The limiter bounds every call by its own timeout and falls back;
+		// go-redis must not retry behind its back.
+		MaxRetries:            -1,
+		DialTimeout:           max(sh.Timeout, time.Second),
+		ContextTimeoutEnabled: true, // a hung call ends at the limiter's timeout
+	})
+	lim, err := limiter.NewShared(client, limiter.SharedConfig{
+		Key: sh.Key, Mode: local.Mode, Limit: cfg.Limit, Burst: local.Burst,
+		FallbackLimit: sh.FallbackLimit, Timeout: sh.Timeout, Logger: log,
+	}, time.Now())
+	if err != nil {
+		_ = client.Close() // the config error is what matters
+		return nil, err
+	}
+	return sharedLimiter{lim, client}, nil
+}
+
+// sharedLimiter is a shared limiter together with the Redis client it owns;
+// the pipeline closes it when it stops.
+type sharedLimiter struct {
+	*limiter.Shared
+	client redis.UniversalClient
+}
+
+func (s sharedLimiter) Close() error {
+	return errors.Join(s.Shared.Close(), s.client.Close())
+}
+
+// buildSink, buildDeadLetter and buildSource return a nil interface, never
+// an interface holding a nil pointer, when the constructor fails.
+
+func buildSink(cfg shaper.SinkConfig, name string) (shaper.Sink, error) {
+	switch {
+	case cfg.HTTP != nil:
+		return orNil(sinks.NewHTTP(*cfg.HTTP))
+	case cfg.Kafka != nil:
+		return orNil(sinks.NewKafka(cfg.Kafka.KafkaPublisherConfig, name))
+	default:
+		return orNil(sinks.NewNATS(cfg.NATS.NATSPublisherConfig, name))
+	}
+}
+
+func buildDeadLetter(cfg shaper.DeadLetterConfig, name string) (shaper.Sink, error) {
+	if cfg.Kafka != nil {
+		return orNil(sinks.NewKafka(*cfg.Kafka, name))
+	}
+	return orNil(sinks.NewNATS(*cfg.NATS, name))
+}
+
+func buildSource(cfg shaper.SourceConfig, capacity int, name string, log *slog.Logger) (shaper.Source, error) {
+	if cfg.Kafka != nil {
+		s, err := sources.NewKafka(*cfg.Kafka, capacity, name, log)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	s, err := sources.NewNATS(*cfg.NATS, capacity, name, log)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// orNil converts a constructor's result to a shaper.Sink without wrapping a
+// nil pointer.
+func orNil[S shaper.Sink](s S, err error) (shaper.Sink, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func closeParts(parts shaper.Parts) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if parts.Source != nil {
+		_ = parts.Source.Close(ctx) // startup failed; the error that matters is already returned
+	}
+	if parts.Sink != nil {
+		_ = parts.Sink.Close()
+	}
+	if parts.DeadLetter != nil {
+		_ = parts.DeadLetter.Close()
+	}
+	if c, ok := parts.Limiter.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
