@@ -3,7 +3,10 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build run test bench lint test-deps
+.PHONY: build run test test-faults fuzz soak vulncheck bench lint test-deps
+
+# Every package but the fault suite, which has its own target.
+PKGS = $$($(GO) list ./... | grep -v /faults)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/shaper ./cmd/shaper
@@ -12,7 +15,28 @@ run:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/shaper demo
 
 test: lint test-deps
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+# Crashes, sink and broker faults, poison input: real `shaper run` child
+# processes against real servers (docs/reliability.md has the results).
+test-faults: test-deps
+	$(GO) test -race -count=1 -timeout 10m ./faults/
+
+# Short fuzz runs of the config loader and the Retry-After parser; the seed
+# corpora are in testdata/fuzz. Longer: make fuzz FUZZTIME=5m.
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./shaper/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./sinks/
+
+# Ten minutes of mixed faults with a summary (not in CI).
+soak: test-deps
+	$(GO) test -run TestSoak -timeout 20m ./faults/ -args -soak=10m
+
+# Known vulnerabilities in the code and its modules. The database lives at
+# vuln.go.dev; where that cannot be reached the check says so and passes.
+vulncheck:
+	@scripts/vulncheck
 
 # The Redis-shared limiter is tested against a real redis-server process,
 # started by the tests themselves; install it where it is missing (Debian).
