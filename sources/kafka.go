@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -18,27 +17,22 @@ import (
 )
 
 const (
-	// kafkaQueueMax bounds the messages kafka-go's reader fetches ahead of
-	// Fetch (its QueueCapacity, at most the bucket's capacity). With
-	// kafkaMaxBytes per partition fetch, it bounds the source's memory
-	// whatever the lag.
+	// kafkaQueueMax bounds the messages the partition readers fetch ahead of
+	// Fetch, all partitions together (at most the bucket's capacity; each
+	// partition's reader gets its share, at least one). With kafkaMaxBytes
+	// per partition fetch, it bounds the source's memory whatever the lag.
 	kafkaQueueMax = 100
 	// kafkaMaxBytes is the most bytes one fetch of one partition asks for
 	// (kafka-go's default). A larger record still arrives: brokers return
 	// the first record of a fetch whatever its size.
 	kafkaMaxBytes = 1 << 20
 	// kafkaGatherWait bounds how long Fetch, holding a message, waits for
-	// more: long enough to take what kafka-go has already queued, short
-	// enough to add no noticeable latency.
+	// more: long enough to take what the partition readers have already
+	// queued, short enough to add no noticeable latency.
 	kafkaGatherWait = time.Millisecond
-	// kafkaErrorPause is how long Fetch pauses after the reader returns an
-	// error, so that a failing reader cannot make it spin.
+	// kafkaErrorPause is how long a partition reader pauses after returning
+	// an error, so that a failing reader cannot make it spin.
 	kafkaErrorPause = 100 * time.Millisecond
-	// kafkaStageTimeout bounds staging the final offsets on Close. Staging
-	// only queues them for kafka-go's commit loop; it takes longer only when
-	// no commit loop runs (the group is rebalancing or unreachable), and
-	// then nothing would commit them anyway.
-	kafkaStageTimeout = time.Second
 	// kafkaReadBackoffMin and kafkaReadBackoffMax bound how long a partition
 	// reader waits before fetching again after an error (kafka-go's
 	// defaults).
@@ -48,64 +42,98 @@ const (
 	// group again after a failed attempt; it waits HeartbeatInterval when
 	// that is shorter.
 	kafkaJoinBackoffMax = time.Second
+	// kafkaSettleWaitMax caps how long the end of a generation waits for
+	// the messages it handed out to settle before it commits; it waits a
+	// quarter of the rebalance or session timeout when that is shorter, so
+	// the member still rejoins in time.
+	kafkaSettleWaitMax = 5 * time.Second
 )
 
 // errKafkaClosed is returned by Fetch, Ready and late receipts after Close.
 var errKafkaClosed = errors.New("kafka: source closed")
 
 // Kafka is a shaper.Source that consumes one topic as a member of a consumer
-// group, on segmentio/kafka-go's group Reader. Members of one group split the
-// topic's partitions.
+// group, on segmentio/kafka-go's ConsumerGroup. Each generation of the group
+// assigns this member some of the topic's partitions; the source reads each
+// of them with its own partition Reader, from the group's committed offset
+// (or the start offset when there is none), for as long as the generation
+// runs. Members of one group split the topic's partitions.
 //
 // # Commits
 //
 // Messages finish out of order, so Kafka commits per partition the highest
 // contiguous finished offset: the lowest offset fetched and not yet acked, or
 // one past the last one fetched when all are acked (see commitTracker). An
-// Ack makes its offset committable at once; the offset is staged with the
-// reader, which commits staged offsets every CommitInterval, when a rebalance
-// revokes partitions (at the end of every group generation), and on Close.
-// A crash loses nothing: every message not acked, and those acked after the
-// last commit, are redelivered to the group.
+// Ack makes its offset committable at once. The source commits, with the
+// generation that assigned the partition, every CommitInterval while marks
+// advance, when the generation ends (a rebalance, or Close), and never an
+// offset past an unfinished message. A crash loses nothing: every message not
+// acked, and those acked after the last commit, are redelivered to the group.
+//
+// # Rebalances
+//
+// When a generation ends, every message fetched in it reports Revoked
+// (shaper.Revocable) until the next generation says who owns its partition:
+// the pipeline sends none of them, and nacks them. Before it lets the member
+// rejoin, the source waits a moment (a quarter of the rebalance or session
+// timeout, at most 5s) for the messages it handed out to settle, so that
+// requests in flight finish, and commits every partition's mark with the
+// ending generation, which the group accepts while it rebalances: the next
+// owner of a partition starts after everything this member finished.
+//
+// A partition that the next generation assigns to this member again is kept:
+// its messages report Revoked false again, those nacked meanwhile come back
+// from the delay queue, and its reader resumes after the last offset fetched,
+// so nothing of it is fetched or delivered twice. A partition given to
+// another member is revoked for good: its messages report Revoked, a Nack
+// drops them and an Ack commits nothing; the new owner delivers them. A
+// rebalance thus duplicates only what finished here after its commit (a
+// request that outlasted the wait). A partition is kept only across
+// consecutive generations of the same member, and only when the group's
+// committed offset has not passed its mark; otherwise it is revoked and read
+// again from the committed offset.
 //
 // # Redelivery
 //
-// A group reader cannot seek, so Nack(delay) redelivers by itself: the
-// message waits in the source's own delay queue and Fetch returns it again,
-// with the same ID, once delay has passed, before any new message. Its offset
-// stays unfinished meanwhile, so the partition's commits wait for it. On
-// Close, a message still in the delay queue is not committed: it comes back
-// after a restart, from the broker.
-//
-// After a rebalance moves a partition to another member, this member still
-// delivers what it had fetched or nacked from it and commits it when
-// finished; the new owner starts from the last committed offset. Both may
-// deliver the same messages (at-least-once: duplicates, never a loss).
+// Nack(delay) redelivers by itself: the message waits in the source's own
+// delay queue and Fetch returns it again, with the same ID, once delay has
+// passed, before any new message. Its offset stays unfinished meanwhile, so
+// the partition's commits wait for it. On Close, a message still in the
+// delay queue is not committed: it comes back after a restart, from the
+// broker.
 //
 // Kafka is safe for concurrent use by multiple goroutines; concurrent Fetch
 // calls take turns.
 type Kafka struct {
-	cfg       shaper.KafkaSourceConfig
-	readerCfg kafka.ReaderConfig
-	reader    atomic.Pointer[kafka.Reader] // nil until the topic is first seen
-	log       *slog.Logger
-	marks     *commitTracker
-	health    *kafkaHealth
+	cfg        shaper.KafkaSourceConfig
+	groupCfg   kafka.ConsumerGroupConfig
+	readerCfg  kafka.ReaderConfig // a partition reader's, but Partition and QueueCapacity
+	queue      int                // messages the partition readers fetch ahead, in all
+	settleWait time.Duration      // how long the end of a generation waits for its messages
+	log        *slog.Logger
+	marks      *commitTracker
+	health     *kafkaHealth
 
-	started    chan struct{} // closed once reader is set
-	done       chan struct{} // closed by Close
-	fetching   chan struct{} // size 1: the token of the one Fetch running
-	commitWake chan struct{} // size 1: a mark advanced
+	group      atomic.Pointer[kafka.ConsumerGroup] // nil until the topic is first seen
+	incoming   chan kafkaFetched                   // unbuffered: a partition reader hands Fetch one message
+	fetchWake  chan struct{}                       // size 1: a nacked message may be due, or a generation began
+	commitWake chan struct{}                       // size 1: a mark advanced
+	settleWake chan struct{}                       // size 1: a message of an ended generation settled
+	done       chan struct{}                       // closed by Close
+	fetching   chan struct{}                       // size 1: the token of the one Fetch running
 	stop       context.CancelFunc
-	wg         sync.WaitGroup // commitLoop and health.watch
+	watching   sync.WaitGroup // health.watch
+	wg         sync.WaitGroup // consume, and every function of every generation
 
-	mu      sync.Mutex
-	delayed delayQueue
-	seq     uint64             // orders equal due times in delayed
-	wake    context.CancelFunc // ends the wait of a Fetch blocked in the reader
-	wakeAt  time.Time          // when that Fetch wakes by itself; zero: never
-	lag     map[int]int64
-	closed  bool
+	mu       sync.Mutex
+	gen      *kafkaGeneration    // the running generation; nil between generations
+	genID    int32               // the ID of the last generation begun
+	memberID string              // this member's ID in it
+	claims   map[int]*kafkaClaim // by partition: owned in gen, or suspended since the last one ended
+	delayed  delayQueue
+	seq      uint64 // orders equal due times in delayed
+	lag      map[int]int64
+	closed   bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -114,17 +142,18 @@ type Kafka struct {
 var (
 	_ shaper.Source      = (*Kafka)(nil)
 	_ shaper.LagReporter = (*Kafka)(nil)
+	_ shaper.Revocable   = (*kafkaDelivery)(nil)
 )
 
 // NewKafka returns a source that consumes cfg.Topic in group cfg.Group. cfg
 // must have been validated and defaulted. capacity is the pipeline's bucket
-// capacity, which bounds how much the reader fetches ahead; name is the Kafka
-// client id.
+// capacity, which bounds how much the partition readers fetch ahead; name is
+// the Kafka client id.
 //
 // Brokers that are down, a missing topic or failed authentication do not
 // fail NewKafka: the source keeps trying in the background and Ready says
-// why it is not ready. The group reader starts once the topic is first seen,
-// so that it is assigned the topic's partitions.
+// why it is not ready. The member joins the group once the topic is first
+// seen, so that it is assigned the topic's partitions.
 func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog.Logger) (*Kafka, error) {
 	if capacity < 1 {
 		return nil, fmt.Errorf("kafka: capacity %d: must be >= 1", capacity)
@@ -138,12 +167,17 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 	}
 	s := &Kafka{
 		cfg:        cfg,
+		queue:      min(capacity, kafkaQueueMax),
+		settleWait: min(cfg.RebalanceTimeout/4, cfg.SessionTimeout/4, kafkaSettleWaitMax),
 		log:        log.With("source", "kafka", "topic", cfg.Topic, "group", cfg.Group),
 		marks:      newCommitTracker(),
-		started:    make(chan struct{}),
+		incoming:   make(chan kafkaFetched),
+		fetchWake:  make(chan struct{}, 1),
+		commitWake: make(chan struct{}, 1),
+		settleWake: make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		fetching:   make(chan struct{}, 1),
-		commitWake: make(chan struct{}, 1),
+		claims:     make(map[int]*kafkaClaim),
 		lag:        make(map[int]int64),
 	}
 	s.health = newKafkaHealth(cfg, dialer, s.log)
@@ -152,76 +186,76 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 	if cfg.Start == shaper.StartLatest {
 		start = kafka.LastOffset
 	}
-	s.readerCfg = kafka.ReaderConfig{
-		Brokers:       cfg.Brokers,
-		GroupID:       cfg.Group,
-		Topic:         cfg.Topic,
-		Dialer:        dialer,
-		QueueCapacity: min(capacity, kafkaQueueMax),
-		MinBytes:      1,
-		MaxBytes:      kafkaMaxBytes,
-		MaxWait:       cfg.MaxWait,
-		// Lag is computed from each fetched message's high watermark.
-		ReadLagInterval:   -1,
+	s.groupCfg = kafka.ConsumerGroupConfig{
+		ID:                cfg.Group,
+		Brokers:           cfg.Brokers,
+		Dialer:            dialer,
+		Topics:            []string{cfg.Topic},
 		HeartbeatInterval: cfg.HeartbeatInterval,
-		// Offsets staged by CommitMessages are committed on this interval
-		// and when a generation ends (a rebalance, Close).
-		CommitInterval:   cfg.CommitInterval,
-		SessionTimeout:   cfg.SessionTimeout,
-		RebalanceTimeout: cfg.RebalanceTimeout,
-		JoinGroupBackoff: min(cfg.HeartbeatInterval, kafkaJoinBackoffMax),
+		SessionTimeout:    cfg.SessionTimeout,
+		RebalanceTimeout:  cfg.RebalanceTimeout,
+		JoinGroupBackoff:  min(cfg.HeartbeatInterval, kafkaJoinBackoffMax),
 		// Not WatchPartitionChanges: kafka-go's watcher ends a generation
 		// at once when the topic is missing, and the member then rejoins
-		// in a busy loop that races with itself (v0.4.51). Partitions
-		// added to the topic are picked up at the next rebalance.
-		StartOffset:    start,
-		ReadBackoffMin: kafkaReadBackoffMin,
-		ReadBackoffMax: kafkaReadBackoffMax,
-		Logger:         kafka.LoggerFunc(s.health.readerInfo),
-		ErrorLogger:    kafka.LoggerFunc(s.health.readerError),
+		// in a busy loop (v0.4.51). Partitions added to the topic are
+		// picked up at the next rebalance.
+		//
+		// A partition the group has no offset for starts here: kafka-go
+		// puts StartOffset in the generation's assignment.
+		StartOffset: start,
+		Logger:      kafka.LoggerFunc(s.health.readerInfo),
+		ErrorLogger: kafka.LoggerFunc(s.health.readerError),
 	}
-	if err := s.readerCfg.Validate(); err != nil {
+	check := s.groupCfg // Validate fills in defaults; NewConsumerGroup validates again
+	if err := check.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka: consumer group config: %w", err)
+	}
+	s.readerCfg = kafka.ReaderConfig{
+		Brokers:  cfg.Brokers,
+		Topic:    cfg.Topic,
+		Dialer:   dialer,
+		MinBytes: 1,
+		MaxBytes: kafkaMaxBytes,
+		MaxWait:  cfg.MaxWait,
+		// Lag is computed from each fetched message's high watermark.
+		ReadLagInterval: -1,
+		ReadBackoffMin:  kafkaReadBackoffMin,
+		ReadBackoffMax:  kafkaReadBackoffMax,
+		Logger:          kafka.LoggerFunc(s.health.readerInfo),
+		ErrorLogger:     kafka.LoggerFunc(s.health.readerError),
+	}
+	rc := s.readerCfg
+	rc.QueueCapacity = 1
+	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka: reader config: %w", err)
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	s.wg.Go(func() { s.commitLoop(ctx) })
-	s.wg.Go(func() { s.health.watch(ctx, s.startReader) })
+	s.watching.Go(func() { s.health.watch(ctx, s.startGroup) })
 	return s, nil
 }
 
-// startReader starts the group reader, unless it runs already. health.watch
-// calls it whenever a probe sees the topic.
-func (s *Kafka) startReader() {
-	if s.reader.Load() != nil {
+// startGroup joins the consumer group, unless the member has joined already.
+// health.watch calls it whenever a probe sees the topic.
+func (s *Kafka) startGroup() {
+	if s.group.Load() != nil {
 		return
 	}
-	r, err := newReader(s.readerCfg)
+	g, err := kafka.NewConsumerGroup(s.groupCfg)
 	if err != nil {
-		s.health.fail(err)
+		s.health.fail(fmt.Errorf("kafka: consumer group config: %w", err))
 		return
 	}
-	s.reader.Store(r)
-	close(s.started)
-}
-
-// newReader is kafka.NewReader returning an error instead of panicking on a
-// config it rejects.
-func newReader(rc kafka.ReaderConfig) (r *kafka.Reader, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			r, err = nil, fmt.Errorf("kafka: reader config: %v", v)
-		}
-	}()
-	return kafka.NewReader(rc), nil
+	s.group.Store(g)
+	s.wg.Go(func() { s.consume(g) })
 }
 
 // Fetch blocks until at least one message is available or ctx ends, and
 // returns at most max messages: nacked messages whose delay has passed first,
-// then new ones from the reader, gathering what the reader has already
+// then new ones from the partition readers, gathering what they have already
 // fetched without waiting for more. It returns ctx.Err() when ctx ends before
-// a message is in hand; a message the reader had ready stays with the reader.
+// a message is in hand; a message a reader had ready stays with the reader.
 //
 // While the brokers are unreachable, or the group is rebalancing, Fetch waits
 // (Ready says why). It returns an error only after Close.
@@ -238,14 +272,6 @@ func (s *Kafka) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	select {
-	case <-s.started:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-s.done:
-		return nil, errKafkaClosed
-	}
-	r := s.reader.Load()
 
 	var out []*shaper.Message
 	for len(out) == 0 {
@@ -258,40 +284,60 @@ func (s *Kafka) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
 		if len(out) > 0 {
 			break
 		}
-		m, err := s.fetchMessage(ctx, r, wakeAt)
-		switch {
-		case err == nil:
-			if d := s.hold(m); d != nil {
-				out = append(out, &d.msg)
-			}
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			// Woken: a nacked message is due.
-		case errors.Is(err, io.EOF):
-			return nil, errKafkaClosed
-		default:
-			s.health.fetchError(err)
-			if err := sleepCtx(ctx, kafkaErrorPause); err != nil {
-				return nil, err
-			}
+		if err := s.wait(ctx, wakeAt, &out); err != nil {
+			return nil, err
 		}
 	}
-	return s.gather(ctx, r, out, max), nil
+	return s.gather(ctx, out, max), nil
+}
+
+// wait waits for a message from the partition readers, which it appends to
+// out, or until wakeAt (when not zero), a Nack or a new generation makes a
+// nacked message due, ctx ends or Close.
+func (s *Kafka) wait(ctx context.Context, wakeAt time.Time, out *[]*shaper.Message) error {
+	var due <-chan time.Time
+	if !wakeAt.IsZero() {
+		t := time.NewTimer(time.Until(wakeAt))
+		defer t.Stop()
+		due = t.C
+	}
+	select {
+	case f := <-s.incoming:
+		if d := s.hold(f); d != nil {
+			*out = append(*out, &d.msg)
+		}
+		return nil
+	case <-due:
+		return nil
+	case <-s.fetchWake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errKafkaClosed
+	}
 }
 
 // redeliver appends to out the nacked messages that are due at now, up to
-// max in all, and returns when the next one is due (zero when none waits).
+// max in all, and returns when the next one is due (zero when none waits or
+// no generation runs: between generations, nothing is redelivered).
 func (s *Kafka) redeliver(out []*shaper.Message, now time.Time, max int) ([]*shaper.Message, time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return out, time.Time{}, errKafkaClosed
 	}
+	if s.gen == nil {
+		return out, time.Time{}, nil
+	}
 	for len(out) < max && len(s.delayed) > 0 && !s.delayed[0].due.After(now) {
 		d := s.delayed.pop().d
-		again := &kafkaDelivery{src: s, pending: d.pending, msg: d.msg}
+		if d.claim.state.Load() != claimOwned {
+			continue // revoked: the partition's new owner delivers it
+		}
+		again := &kafkaDelivery{src: s, claim: d.claim, pending: d.pending, msg: d.msg}
 		again.msg.Receipt = again
+		d.claim.outstanding++
 		out = append(out, &again.msg)
 	}
 	var next time.Time
@@ -301,62 +347,48 @@ func (s *Kafka) redeliver(out []*shaper.Message, now time.Time, max int) ([]*sha
 	return out, next, nil
 }
 
-// fetchMessage waits for the reader's next message until ctx ends, wakeAt
-// passes (when not zero), or a Nack makes an earlier message due. kafka-go's
-// FetchMessage takes a message from its queue only when it returns it, so a
-// message is never lost to an ended wait.
-func (s *Kafka) fetchMessage(ctx context.Context, r *kafka.Reader, wakeAt time.Time) (kafka.Message, error) {
-	var fctx context.Context
-	var cancel context.CancelFunc
-	if wakeAt.IsZero() {
-		fctx, cancel = context.WithCancel(ctx)
-	} else {
-		fctx, cancel = context.WithDeadline(ctx, wakeAt)
-	}
-	defer cancel()
-	s.mu.Lock()
-	s.wake, s.wakeAt = cancel, wakeAt
-	s.mu.Unlock()
-	m, err := r.FetchMessage(fctx)
-	s.mu.Lock()
-	s.wake, s.wakeAt = nil, time.Time{}
-	s.mu.Unlock()
-	return m, err
-}
-
-// gather appends to out what the reader has ready, up to max in all, waiting
-// at most kafkaGatherWait.
-func (s *Kafka) gather(ctx context.Context, r *kafka.Reader, out []*shaper.Message, max int) []*shaper.Message {
+// gather appends to out what the partition readers have ready, up to max in
+// all, waiting at most kafkaGatherWait.
+func (s *Kafka) gather(ctx context.Context, out []*shaper.Message, max int) []*shaper.Message {
 	if len(out) >= max {
 		return out
 	}
-	gctx, cancel := context.WithTimeout(ctx, kafkaGatherWait)
-	defer cancel()
+	t := time.NewTimer(kafkaGatherWait)
+	defer t.Stop()
 	for len(out) < max {
-		m, err := r.FetchMessage(gctx)
-		if err != nil {
-			if gctx.Err() == nil && !errors.Is(err, io.EOF) {
-				s.health.fetchError(err)
+		select {
+		case f := <-s.incoming:
+			if d := s.hold(f); d != nil {
+				out = append(out, &d.msg)
 			}
-			break
-		}
-		if d := s.hold(m); d != nil {
-			out = append(out, &d.msg)
+		case <-t.C:
+			return out
+		case <-ctx.Done():
+			return out
 		}
 	}
 	return out
 }
 
-// hold tracks m as fetched and unfinished and returns its delivery, or nil
-// when the reader fetched m again (after a rebalance) while this source still
-// holds it or has already finished it.
-func (s *Kafka) hold(m kafka.Message) *kafkaDelivery {
-	d := &kafkaDelivery{src: s}
+// hold tracks f's message as fetched and unfinished and returns its
+// delivery, or nil when f was read in a generation that has ended (the
+// partition's reader in the next one reads it again: this member's resumes
+// after the last offset handed out, when it keeps the partition) or its
+// offset was handed out already.
+func (s *Kafka) hold(f kafkaFetched) *kafkaDelivery {
+	m := f.msg
+	d := &kafkaDelivery{src: s, claim: f.claim}
 	d.first.partition, d.first.offset = m.Partition, m.Offset
 	d.pending = &d.first
-	if !s.marks.add(d.pending) {
+	s.mu.Lock()
+	if s.gen != f.gen || !s.marks.add(d.pending) {
+		s.mu.Unlock()
 		return nil
 	}
+	f.claim.outstanding++
+	s.lag[m.Partition] = max(m.HighWaterMark-m.Offset-1, 0)
+	s.mu.Unlock()
+
 	id := m.Topic + "/" + strconv.Itoa(m.Partition) + "/" + strconv.FormatInt(m.Offset, 10)
 	payload := m.Value
 	if payload == nil {
@@ -370,9 +402,6 @@ func (s *Kafka) hold(m kafka.Message) *kafkaDelivery {
 		Payload: payload,
 		Receipt: d,
 	}
-	s.mu.Lock()
-	s.lag[m.Partition] = max(m.HighWaterMark-m.Offset-1, 0)
-	s.mu.Unlock()
 	s.health.fetched()
 	return d
 }
@@ -390,11 +419,12 @@ func kafkaHeader(hs []kafka.Header) map[string][]string {
 	return h
 }
 
-// Ready returns nil while the reader is fetching normally, and otherwise why
+// Ready returns nil while the source is fetching normally, and otherwise why
 // not, such as `kafka: topic "x" not found`, `kafka: brokers unreachable:
 // dial tcp 127.0.0.1:1: connect: connection refused`, `kafka: SASL
 // authentication failed at 127.0.0.1:9092: user "u", mechanism PLAIN: ...` or
-// an error the group reader reported. See kafkaHealth.
+// an error the consumer group or a partition reader reported. See
+// kafkaHealth.
 func (s *Kafka) Ready() error {
 	s.mu.Lock()
 	closed := s.closed
@@ -405,9 +435,10 @@ func (s *Kafka) Ready() error {
 	return s.health.ready()
 }
 
-// Lag returns, per partition (its number as a string), how many messages lie
-// between the last one fetched from it and the partition's end, as of that
-// fetch.
+// Lag returns, per partition this member holds (its number as a string),
+// how many messages lie between the last one fetched from it and the
+// partition's end, as of that fetch. A partition a rebalance gave to another
+// member is left out: that member reports it.
 func (s *Kafka) Lag() map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -419,12 +450,13 @@ func (s *Kafka) Lag() map[string]int64 {
 }
 
 // Close releases the source; the pipeline calls it after every fetched
-// message has been settled. It stages each partition's final contiguous
-// offset, and closes the reader, which commits what is staged and leaves the
-// group. Messages still waiting in the delay queue are not committed: they
-// come back after a restart. Close returns an error wrapping ctx.Err() if ctx
-// ends first; the reader then finishes closing in the background. Calling
-// Close again returns the first call's result.
+// message has been settled. It leaves the consumer group, which ends the
+// generation: the generation commits each partition's final contiguous mark
+// (see endGeneration) before the member leaves. Messages still waiting in the
+// delay queue are not committed: they come back after a restart. Close
+// returns an error wrapping ctx.Err() if ctx ends first; the group then
+// finishes closing in the background. Calling Close again returns the first
+// call's result.
 func (s *Kafka) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
 	return s.closeErr
@@ -436,9 +468,6 @@ func (s *Kafka) close(ctx context.Context) error {
 	close(s.done)
 	waiting := len(s.delayed)
 	s.delayed = nil
-	if s.wake != nil {
-		s.wake()
-	}
 	s.mu.Unlock()
 	if waiting > 0 {
 		s.log.Info("kafka: closing with nacked messages waiting for redelivery; their offsets are not committed, they come back after a restart",
@@ -447,113 +476,79 @@ func (s *Kafka) close(ctx context.Context) error {
 
 	s.health.closing.Store(true)
 	s.stop()
-	if err := waitCtx(ctx, s.wg.Wait); err != nil {
+	if err := waitCtx(ctx, s.watching.Wait); err != nil {
 		return fmt.Errorf("kafka: close: %w", err)
 	}
-	r := s.reader.Load() // set for good: its only writer, health.watch, has exited
-	if r == nil {
+	g := s.group.Load() // set for good: its only writer, health.watch, has exited
+	if g == nil {
 		return nil // the topic was never seen: nothing fetched
 	}
-
-	// Stage every partition's final mark once more: commitLoop staged each
-	// as it advanced, but a commit that failed at the end of a generation is
-	// not retried by the reader.
-	if marks := s.marks.final(nil); len(marks) > 0 {
-		sctx, cancel := context.WithTimeout(ctx, kafkaStageTimeout)
-		err := s.stage(sctx, r, marks)
-		cancel()
-		if err != nil {
-			s.log.Warn("kafka: could not stage the final offsets; messages after the last commit come back after a restart",
-				"err", err)
-		}
-	}
-	if err := waitCtx(ctx, func() { _ = r.Close() }); err != nil {
-		return fmt.Errorf("kafka: close reader: %w", err)
+	if err := waitCtx(ctx, func() {
+		_ = g.Close() // never fails
+		s.wg.Wait()
+	}); err != nil {
+		return fmt.Errorf("kafka: close consumer group: %w", err)
 	}
 	return nil
 }
 
-// commitLoop stages each partition's mark with the reader whenever it
-// advances, until ctx ends. Staging only queues the offsets for the reader's
-// commit loop, but it blocks while no generation runs (a rebalance, the
-// brokers unreachable): it runs here so that an Ack never waits for it.
-func (s *Kafka) commitLoop(ctx context.Context) {
-	var marks []partitionMark
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.commitWake:
-		}
-		marks = s.marks.advanced(marks[:0])
-		if len(marks) == 0 {
-			continue
-		}
-		// A mark advances only for a message fetched from the reader.
-		if err := s.stage(ctx, s.reader.Load(), marks); err != nil {
-			s.marks.retry(marks) // staged on Close, if not before
-			if ctx.Err() == nil {
-				s.log.Debug("kafka: stage offsets", "err", err)
-			}
-		}
-	}
-}
-
-// stage hands the marks to the reader to commit. CommitMessages commits one
-// past each message's offset, so each mark is passed as the message before it.
-func (s *Kafka) stage(ctx context.Context, r *kafka.Reader, marks []partitionMark) error {
-	msgs := make([]kafka.Message, len(marks))
-	for i, m := range marks {
-		msgs[i] = kafka.Message{Topic: s.cfg.Topic, Partition: m.Partition, Offset: m.Offset - 1}
-	}
-	if err := r.CommitMessages(ctx, msgs...); err != nil {
-		return fmt.Errorf("kafka: stage offsets: %w", err)
-	}
-	return nil
-}
-
-// finish marks d's offset finished and wakes commitLoop if its partition's
-// mark advanced.
+// finish marks d's offset finished, unless its partition was revoked, and
+// wakes the generation's commit function if the partition's mark advanced.
 func (s *Kafka) finish(d *kafkaDelivery) error {
-	if s.marks.finish(d.pending) {
-		select {
-		case s.commitWake <- struct{}{}:
-		default: // already woken
-		}
-	}
 	s.mu.Lock()
 	closed := s.closed
+	state := d.claim.state.Load()
+	d.claim.outstanding--
+	advanced := state != claimRevoked && s.marks.finish(d.pending)
 	s.mu.Unlock()
+	if advanced {
+		notify(s.commitWake)
+	}
+	switch {
+	case state == claimSuspended:
+		notify(s.settleWake)
+	case state == claimRevoked:
+		s.log.Info("kafka: message finished after a rebalance gave its partition to another member; that member may deliver it again",
+			"id", d.msg.ID)
+	}
 	if closed {
 		return fmt.Errorf("kafka: ack %s after close: %w; it is redelivered after a restart", d.msg.ID, errKafkaClosed)
 	}
 	return nil
 }
 
-// delay queues d for redelivery at now+delay, and wakes a Fetch waiting for
-// the reader when d is due before it would wake.
+// delay queues d for redelivery at now+delay, unless its partition was
+// revoked, and wakes a waiting Fetch.
 func (s *Kafka) delay(d *kafkaDelivery, delay time.Duration) error {
 	due := time.Now().Add(max(delay, 0))
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("kafka: nack %s after close: %w; it is redelivered after a restart", d.msg.ID, errKafkaClosed)
+	closed := s.closed
+	state := d.claim.state.Load()
+	d.claim.outstanding--
+	if !closed && state != claimRevoked {
+		s.seq++
+		s.delayed.push(delayedDelivery{due: due, seq: s.seq, d: d})
 	}
-	s.seq++
-	s.delayed.push(delayedDelivery{due: due, seq: s.seq, d: d})
-	if s.wake != nil && (s.wakeAt.IsZero() || due.Before(s.wakeAt)) {
-		s.wake()
-		s.wake = nil
+	s.mu.Unlock()
+	switch state {
+	case claimOwned:
+		notify(s.fetchWake)
+	case claimSuspended:
+		notify(s.settleWake)
+	}
+	if closed {
+		return fmt.Errorf("kafka: nack %s after close: %w; it is redelivered after a restart", d.msg.ID, errKafkaClosed)
 	}
 	return nil
 }
 
 // kafkaDelivery is one delivery of a fetched message, and its receipt. A
 // redelivery after a Nack is a new kafkaDelivery sharing the first one's
-// pending offset.
+// claim and pending offset.
 type kafkaDelivery struct {
 	msg     shaper.Message
 	src     *Kafka
+	claim   *kafkaClaim
 	pending *pendingOffset // &first, or the first delivery's
 	first   pendingOffset
 	settled atomic.Bool
@@ -561,7 +556,9 @@ type kafkaDelivery struct {
 
 // Ack marks the message finished: its offset becomes committable once every
 // earlier offset of its partition is finished too, and is committed within
-// CommitInterval, at the next rebalance, or on Close.
+// CommitInterval, at the next rebalance, or on Close. The Ack of a message
+// whose partition was revoked commits nothing: the partition's new owner
+// delivers it again.
 func (d *kafkaDelivery) Ack(context.Context) error {
 	if d.settled.Swap(true) {
 		return ErrAlreadySettled
@@ -570,12 +567,22 @@ func (d *kafkaDelivery) Ack(context.Context) error {
 }
 
 // Nack queues the message for redelivery by Fetch once delay has passed (at
-// once when delay <= 0). Its offset is not committed meanwhile.
+// once when delay <= 0), while its partition stays with this member. Its
+// offset is not committed meanwhile. The Nack of a message whose partition
+// was revoked drops it: the partition's new owner delivers it.
 func (d *kafkaDelivery) Nack(_ context.Context, delay time.Duration) error {
 	if d.settled.Swap(true) {
 		return ErrAlreadySettled
 	}
 	return d.src.delay(d, delay)
+}
+
+// Revoked reports whether the message's partition is not this member's at
+// the moment: from the end of the generation that fetched it until the next
+// one assigns the partition to this member again, and for good when it
+// assigns it to another member.
+func (d *kafkaDelivery) Revoked() bool {
+	return d.claim.state.Load() != claimOwned
 }
 
 // delayedDelivery is a nacked message waiting in the delay queue.
@@ -631,6 +638,26 @@ func (q *delayQueue) pop() delayedDelivery {
 	}
 	*q = h
 	return top
+}
+
+// keep returns the queue of the entries for which keep returns true.
+func (q delayQueue) keep(keep func(delayedDelivery) bool) delayQueue {
+	var out delayQueue
+	for _, x := range q {
+		if keep(x) {
+			out.push(x)
+		}
+	}
+	return out
+}
+
+// notify wakes the waiter on ch, a channel of size 1, unless it is woken
+// already.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // sleepCtx waits d, or until ctx ends.

@@ -38,6 +38,7 @@ type partitionMarks struct {
 	unfinished int
 	last       int64 // the last offset added
 	base       int64 // the first offset added: the mark before any finish
+	committed  int64 // the last mark committed, or base
 	dirty      bool  // the mark advanced since advanced last returned it
 }
 
@@ -63,17 +64,15 @@ func (p *partitionMarks) mark() int64 {
 
 // add starts tracking n as fetched and unfinished. It returns false, and
 // tracks nothing, when n's offset is not past the last offset added for its
-// partition: the reader fetched it again (it restarts a partition from the
-// committed offset after a rebalance) while the first copy is either still
+// partition: a reader read it again while the first copy is either still
 // unfinished here, and will be settled, or already finished. The caller drops
-// the copy. Offsets may skip ahead (gaps in a compacted log, or another
-// member having consumed them).
+// the copy. Offsets may skip ahead (gaps in a compacted log).
 func (t *commitTracker) add(n *pendingOffset) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.parts[n.partition]
 	if p == nil {
-		p = &partitionMarks{id: n.partition, last: n.offset - 1, base: n.offset}
+		p = &partitionMarks{id: n.partition, last: n.offset - 1, base: n.offset, committed: n.offset}
 		t.parts[n.partition] = p
 	}
 	if n.offset <= p.last {
@@ -93,7 +92,7 @@ func (t *commitTracker) add(n *pendingOffset) bool {
 
 // finish marks n finished and reports whether its partition's mark advanced,
 // which happens when n was the lowest unfinished offset. Finishing n twice,
-// or a node never added, does nothing.
+// a node never added, or one of a dropped partition, does nothing.
 func (t *commitTracker) finish(n *pendingOffset) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -120,7 +119,7 @@ func (t *commitTracker) finish(n *pendingOffset) bool {
 	if wasHead {
 		p.dirty = true
 	}
-	return wasHead
+	return wasHead && t.parts[p.id] == p // not a dropped partition
 }
 
 // advanced appends to buf the marks of the partitions whose mark advanced
@@ -137,9 +136,9 @@ func (t *commitTracker) advanced(buf []partitionMark) []partitionMark {
 	return buf
 }
 
-// retry marks the partitions of marks, returned by advanced, as advanced
-// again, so that the next call to advanced returns their marks again (they
-// could not be staged).
+// retry marks the partitions of marks, returned by advanced or final, as
+// advanced again, so that the next call to advanced returns their marks
+// again (they could not be committed).
 func (t *commitTracker) retry(marks []partitionMark) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -151,18 +150,53 @@ func (t *commitTracker) retry(marks []partitionMark) {
 }
 
 // final appends to buf the mark of every partition whose mark has moved past
-// the first offset fetched from it, advanced or not since the last call: what
-// a graceful close stages once more, in case a commit was lost.
+// the last one committed (setCommitted) or, when none was, the first offset
+// fetched from it, advanced or not since the last call: what the end of a
+// generation commits, in case an earlier commit was lost.
 func (t *commitTracker) final(buf []partitionMark) []partitionMark {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range t.parts {
 		p.dirty = false
-		if m := p.mark(); m > p.base {
+		if m := p.mark(); m > p.committed {
 			buf = append(buf, partitionMark{Partition: p.id, Offset: m})
 		}
 	}
 	return buf
+}
+
+// setCommitted records that marks, returned by advanced or final, were
+// committed.
+func (t *commitTracker) setCommitted(marks []partitionMark) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range marks {
+		if p := t.parts[m.Partition]; p != nil {
+			p.committed = max(p.committed, m.Offset)
+		}
+	}
+}
+
+// drop forgets partition: a rebalance gave it to another member. Its
+// offsets still unfinished are never committed from here, and the partition
+// starts afresh if it is assigned here again. Finishing a node of the
+// dropped partition does nothing that add, advanced or final can see.
+func (t *commitTracker) drop(partition int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.parts, partition)
+}
+
+// next returns the offset after the last one added for partition, where its
+// reading resumes, and false when nothing was added.
+func (t *commitTracker) next(partition int) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.parts[partition]
+	if p == nil {
+		return 0, false
+	}
+	return p.last + 1, true
 }
 
 // markOf returns the committable offset of partition, and false when nothing

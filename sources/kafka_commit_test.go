@@ -313,3 +313,43 @@ func BenchmarkCommitTrackerAddFinish(b *testing.B) {
 		})
 	}
 }
+
+func TestCommitTrackerFinalSkipsWhatWasCommittedAndDropForgetsAPartition(t *testing.T) {
+	tr := newCommitTracker()
+	n := make([]*pendingOffset, 4)
+	for i := range n {
+		n[i] = &pendingOffset{partition: 0, offset: int64(10 + i)}
+		tr.add(n[i])
+	}
+	tr.finish(n[0])
+	tr.finish(n[1])
+	first := tr.final(nil)
+	if want := []partitionMark{{Partition: 0, Offset: 12}}; !slices.Equal(first, want) {
+		t.Fatalf("final() = %v; want %v", first, want)
+	}
+	tr.setCommitted(first)
+	if got := tr.final(nil); len(got) != 0 {
+		t.Fatalf("final() after setCommitted = %v; want none (nothing moved since)", got)
+	}
+	if got, ok := tr.next(0); !ok || got != 14 {
+		t.Fatalf("next(0) = %d, %v; want 14, true (after the last offset added)", got, ok)
+	}
+
+	tr.drop(0) // revoked: a rebalance gave the partition to another member
+	if advanced := tr.finish(n[2]); advanced {
+		t.Errorf("finish of a dropped partition's offset reported an advance")
+	}
+	if got := tr.advanced(nil); len(got) != 0 {
+		t.Errorf("advanced() after drop = %v; want none", got)
+	}
+	if _, ok := tr.next(0); ok {
+		t.Errorf("next(0) after drop reported an offset; want none")
+	}
+	// Assigned here again: it starts afresh at the group's committed offset.
+	if !tr.add(&pendingOffset{partition: 0, offset: 12}) {
+		t.Fatalf("add(offset 12) after drop = false; want true")
+	}
+	if got, _ := tr.markOf(0); got != 12 {
+		t.Errorf("markOf(0) = %d; want 12", got)
+	}
+}

@@ -20,7 +20,7 @@ import (
 const (
 	// kafkaProbeMin and kafkaProbeMax bound the backoff between probes of
 	// the cluster while the source is not ready. A ready source does not
-	// probe: the reader reports its own errors.
+	// probe: kafka-go reports its own errors.
 	kafkaProbeMin = 200 * time.Millisecond
 	kafkaProbeMax = 5 * time.Second
 	// kafkaProbeTimeout bounds one probe.
@@ -35,13 +35,14 @@ const (
 )
 
 // kafkaHealth tells whether a Kafka source is fetching normally, and if not,
-// why. kafka-go's group reader retries everything internally and only logs,
-// so kafkaHealth takes the errors it logs (its ErrorLogger) and those Fetch
-// gets from it, and, while they come, probes the cluster itself with a
-// metadata request for the topic from the goroutine watch, with backoff: the
-// probe names the problem (brokers unreachable, SASL authentication failed,
-// topic not found). The source is ready again once a probe succeeds and the
-// reader has reported no error since the previous probe.
+// why. kafka-go's consumer group and partition readers retry everything
+// internally and only log, so kafkaHealth takes the errors they log (their
+// ErrorLogger) and those the readers return, and, while they come, probes
+// the cluster itself with a metadata request for the topic from the
+// goroutine watch, with backoff: the probe names the problem (brokers
+// unreachable, SASL authentication failed, topic not found). The source is
+// ready again once a probe succeeds and kafka-go has reported no error since
+// the previous probe.
 //
 // It logs once per transition between ready and not ready. kafka-go's own
 // messages go to the debug level.
@@ -102,14 +103,15 @@ func (h *kafkaHealth) readerError(format string, args ...any) {
 	text := strings.TrimSpace(fmt.Sprintf(format, args...))
 	h.log.Debug("kafka-go: " + text)
 	for _, a := range args {
-		if err, ok := a.(error); ok && (errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, context.Canceled)) {
+		if err, ok := a.(error); ok && (errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, context.Canceled) || errors.Is(err, kafka.ErrGenerationEnded)) {
 			return
 		}
 	}
 	h.record(fmt.Errorf("kafka: group %q: %s", h.cfg.Group, text))
 }
 
-// fail makes the source not ready for good: the reader cannot be created.
+// fail makes the source not ready for good: the consumer group cannot be
+// created.
 func (h *kafkaHealth) fail(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -117,10 +119,10 @@ func (h *kafkaHealth) fail(err error) {
 	h.state = healthNotReady
 	h.err = err
 	h.notReady.Store(true)
-	h.log.Error("kafka: cannot start the reader", "err", err)
+	h.log.Error("kafka: cannot join the consumer group", "err", err)
 }
 
-// fetchError records an error the reader returned to Fetch.
+// fetchError records an error a partition reader returned.
 func (h *kafkaHealth) fetchError(err error) {
 	h.log.Debug("kafka: fetch", "err", err)
 	h.record(fmt.Errorf("kafka: fetch from topic %q: %w", h.cfg.Topic, err))

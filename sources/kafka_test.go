@@ -914,8 +914,8 @@ func kgoSASL(t *testing.T, mech, user, pass string) sasl.Mechanism {
 	return nil
 }
 
-// kafka-go commits the staged offsets when a generation ends: a rebalance
-// commits what this member finished before it loses its partitions.
+// The end of a generation commits what this member finished, before it
+// rejoins and may lose its partitions.
 func TestKafkaRebalanceCommitsWhatIsFinished(t *testing.T) {
 	t.Parallel()
 	c := startKfake(t)
@@ -973,4 +973,327 @@ func TestKafkaStartsConsumingWhenTheMissingTopicAppears(t *testing.T) {
 	}
 	kack(t, got...)
 	waitReady(t, src)
+}
+
+// isRevoked reports whether m's receipt says its partition is not this
+// member's.
+func isRevoked(m *shaper.Message) bool {
+	r, ok := m.Receipt.(shaper.Revocable)
+	return ok && r.Revoked()
+}
+
+// revokedPartitions returns, per partition of msgs, whether its receipts
+// report Revoked, and fails the test if the receipts of one partition
+// disagree.
+func revokedPartitions(t *testing.T, msgs []*shaper.Message) map[int]bool {
+	t.Helper()
+	out := make(map[int]bool)
+	for _, m := range msgs {
+		p, _ := partitionOffset(t, m.ID)
+		r := isRevoked(m)
+		if was, ok := out[p]; ok && was != r {
+			t.Fatalf("receipts of partition %d disagree on Revoked()", p)
+		}
+		out[p] = r
+	}
+	return out
+}
+
+func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *testing.T) {
+	t.Parallel()
+	const perPartition = 25
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, perPartition, allPartitions...)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	a, _ := newKafkaSource(t, cfg, 1000)
+	got := kfetchN(t, a, 4*perPartition, 1000) // the whole backlog; nothing acked
+	for p, r := range revokedPartitions(t, got) {
+		if r {
+			t.Fatalf("partition %d: Revoked() = true before any rebalance; want false", p)
+		}
+	}
+
+	b, _ := newKafkaSource(t, cfg, 1000)
+	waitGroupStable(t, cl, "g", 2)
+	// The group is stable once both members synced; a's receipts of the
+	// partitions it keeps report Revoked() false again once it begins the
+	// new generation.
+	var taken []int
+	var byPartition map[int]bool
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		byPartition = revokedPartitions(t, got)
+		taken = taken[:0]
+		for p, r := range byPartition {
+			if r {
+				taken = append(taken, p)
+			}
+		}
+		if len(taken) > 0 && len(taken) < kafkaTestPartitions {
+			break
+		}
+	}
+	slices.Sort(taken)
+	if len(taken) == 0 || len(taken) == kafkaTestPartitions {
+		t.Fatalf("Revoked() by partition = %v; want some partitions revoked (taken by b) and some kept", byPartition)
+	}
+	t.Logf("b took partitions %v; a kept the others", taken)
+
+	// b starts the partitions it took where the group has nothing
+	// committed: from the beginning. It gets nothing of a's.
+	bGot := kfetchN(t, b, len(taken)*perPartition, 100)
+	for _, m := range bGot {
+		if p, _ := partitionOffset(t, m.ID); !byPartition[p] {
+			t.Errorf("b fetched %s, of partition %d that a kept", m.ID, p)
+		}
+	}
+	kexpectNothing(t, b, 300*time.Millisecond)
+	if lag := a.Lag(); len(lag) != kafkaTestPartitions-len(taken) {
+		t.Errorf("a's Lag() = %v; want only the partitions it kept", lag)
+	}
+
+	// a's receipts of the partitions b took commit nothing and come back
+	// from nowhere, whether acked or nacked.
+	var keptMsgs []*shaper.Message
+	for i, m := range got {
+		p, _ := partitionOffset(t, m.ID)
+		switch {
+		case !byPartition[p]:
+			keptMsgs = append(keptMsgs, m)
+		case i%2 == 0:
+			kack(t, m)
+		default:
+			if err := m.Receipt.Nack(context.Background(), 0); err != nil {
+				t.Fatalf("Nack(%s): %v", m.ID, err)
+			}
+		}
+	}
+	kexpectNothing(t, a, 300*time.Millisecond)
+	none := map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}
+	if got := committed(t, cl, "g"); !mapsEqual(got, none) {
+		t.Fatalf("committed after a settled its revoked receipts = %v; want %v", got, none)
+	}
+
+	// a's receipts of the partitions it kept are as good as before.
+	kack(t, keptMsgs...)
+	want := make(map[int]int64)
+	for p := range kafkaTestPartitions {
+		want[p] = -1
+		if !byPartition[p] {
+			want[p] = perPartition
+		}
+	}
+	waitCommitted(t, cl, "g", want)
+	kack(t, bGot...)
+	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
+}
+
+// memberStats counts what a driven member did.
+type memberStats struct {
+	fetched   atomic.Int64 // messages Fetch returned, redeliveries included
+	delivered atomic.Int64 // messages sent
+	revoked   atomic.Int64 // messages nacked because they reported Revoked
+}
+
+// drive runs src the way shaper.Pipeline does, until ctx ends: it fetches
+// into a bucket of capacity messages, and sends one message every pace with
+// up to four sends at once, each taking a millisecond before its Ack. A
+// message whose receipt reports Revoked is nacked, never sent, whether it is
+// taken from the bucket or about to be sent. send records a delivery.
+func drive(ctx context.Context, t *testing.T, src *Kafka, capacity int, pace time.Duration, send func(id string), st *memberStats) {
+	var bucket []*shaper.Message
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait()
+	slots := make(chan struct{}, 4)
+	nack := func(m *shaper.Message) {
+		st.revoked.Add(1)
+		if err := m.Receipt.Nack(context.Background(), 0); err != nil {
+			t.Errorf("Nack(%s): %v", m.ID, err)
+		}
+	}
+	var next time.Time
+	for ctx.Err() == nil {
+		if room := capacity - len(bucket); room > 0 {
+			wait := time.Millisecond
+			if len(bucket) == 0 {
+				wait = 50 * time.Millisecond
+			}
+			msgs, err := kfetch(src, room, wait)
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Fetch: %v", err)
+				return
+			}
+			st.fetched.Add(int64(len(msgs)))
+			bucket = append(bucket, msgs...)
+		}
+		for len(bucket) > 0 && isRevoked(bucket[0]) { // Pipeline.take
+			nack(bucket[0])
+			bucket = bucket[1:]
+		}
+		if len(bucket) == 0 || time.Now().Before(next) {
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			continue // the sink is busy
+		}
+		m := bucket[0]
+		bucket = bucket[1:]
+		next = time.Now().Add(pace)
+		inFlight.Go(func() {
+			defer func() { <-slots }()
+			if isRevoked(m) { // Pipeline.attempt
+				nack(m)
+				return
+			}
+			send(m.ID)
+			st.delivered.Add(1)
+			time.Sleep(time.Millisecond)
+			kack(t, m)
+		})
+	}
+}
+
+// The problem this source was rebuilt for: member a fetches most of a
+// backlog into its bucket, member b joins mid-stream, and the two together
+// must still deliver every message once.
+func TestKafkaTwoMembersDeliverABacklogOnceAcrossARebalanceMidStream(t *testing.T) {
+	t.Parallel()
+	const n, capacity, pace = 400, 1000, 5 * time.Millisecond
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, n/kafkaTestPartitions, allPartitions...)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+
+	var mu sync.Mutex
+	deliveries := make(map[string]int)
+	byMember := make([]map[int]int, 2) // member -> partition -> deliveries
+	send := func(member int) func(string) {
+		byMember[member] = make(map[int]int)
+		return func(id string) {
+			p, _ := partitionOffset(t, id)
+			mu.Lock()
+			defer mu.Unlock()
+			deliveries[id]++
+			byMember[member][p]++
+		}
+	}
+	distinct := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deliveries)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var sa, sb memberStats
+	a, _ := newKafkaSource(t, cfg, capacity)
+	sendA, sendB := send(0), send(1)
+	wg.Go(func() { drive(ctx, t, a, capacity, pace, sendA, &sa) })
+	for deadline := time.Now().Add(20 * time.Second); sa.fetched.Load() < 3*n/4 || sa.delivered.Load() < n/10; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a fetched %d and delivered %d; want most of the backlog fetched before b joins", sa.fetched.Load(), sa.delivered.Load())
+		}
+	}
+	fetchedAt, sentAt := sa.fetched.Load(), sa.delivered.Load()
+	b, _ := newKafkaSource(t, cfg, capacity)
+	wg.Go(func() { drive(ctx, t, b, capacity, pace, sendB, &sb) })
+
+	for deadline := time.Now().Add(30 * time.Second); distinct() < n && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	}
+	time.Sleep(300 * time.Millisecond) // room for a duplicate to show
+	cancel()
+	wg.Wait()
+	closeKafka(t, a)
+	closeKafka(t, b)
+
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, k := range deliveries {
+		total += k
+	}
+	t.Logf("b joined after a had fetched %d and delivered %d; a: fetched %d (redeliveries included), delivered %d, nacked %d as revoked (by partition %v); b: fetched %d, delivered %d (by partition %v); %d distinct in %d deliveries: %d duplicates",
+		fetchedAt, sentAt, sa.fetched.Load(), sa.delivered.Load(), sa.revoked.Load(), byMember[0], sb.fetched.Load(), sb.delivered.Load(), byMember[1], len(deliveries), total, total-len(deliveries))
+	if len(deliveries) != n {
+		t.Errorf("delivered %d distinct messages; want %d", len(deliveries), n)
+	}
+	for id, k := range deliveries {
+		if k != 1 {
+			t.Errorf("%s delivered %d times; want once", id, k)
+		}
+	}
+	if sb.delivered.Load() == 0 || sa.revoked.Load() == 0 {
+		t.Errorf("b delivered %d, a nacked %d as revoked; want a rebalance mid-stream (both > 0)", sb.delivered.Load(), sa.revoked.Load())
+	}
+	want := map[int]int64{0: n / 4, 1: n / 4, 2: n / 4, 3: n / 4}
+	if got := committed(t, cl, "g"); !mapsEqual(got, want) {
+		t.Errorf("committed after both closed = %v; want %v", got, want)
+	}
+}
+
+// A partition that stays with a member across a rebalance keeps its state:
+// its unfinished message stays valid, and nothing of it is fetched again,
+// while a partition another member took restarts there from the committed
+// offset, the only thing the group knows.
+func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *testing.T) {
+	t.Parallel()
+	const perPartition, held = 25, 3
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, perPartition, allPartitions...)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	a, _ := newKafkaSource(t, cfg, 1000)
+	got := kfetchN(t, a, 4*perPartition, 1000)
+	var holding []*shaper.Message // one per partition, as if waiting to be retried
+	for _, m := range got {
+		if _, o := partitionOffset(t, m.ID); o == held {
+			holding = append(holding, m)
+			continue
+		}
+		kack(t, m)
+	}
+	waitCommitted(t, cl, "g", map[int]int64{0: held, 1: held, 2: held, 3: held})
+
+	b, _ := newKafkaSource(t, cfg, 1000)
+	waitGroupStable(t, cl, "g", 2)
+	var byPartition map[int]bool
+	var kept int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		byPartition, kept = revokedPartitions(t, holding), 0
+		for _, r := range byPartition {
+			if !r {
+				kept++
+			}
+		}
+		if kept > 0 && kept < kafkaTestPartitions {
+			break
+		}
+	}
+	if kept == 0 || kept == kafkaTestPartitions {
+		t.Fatalf("Revoked() by partition = %v; want some partitions kept by a and some taken by b", byPartition)
+	}
+
+	// a fetches nothing again: its kept partitions resume after the last
+	// offset it fetched.
+	kexpectNothing(t, a, 300*time.Millisecond)
+	// b restarts the partitions it took at the committed offset: the
+	// message a held, and those a acked past it, which a single committed
+	// offset cannot tell apart.
+	taken := kafkaTestPartitions - kept
+	bGot := kfetchN(t, b, taken*(perPartition-held), 100)
+	for _, m := range bGot {
+		if p, o := partitionOffset(t, m.ID); !byPartition[p] || o < held {
+			t.Errorf("b fetched %s; want offsets %d.. of the partitions it took only", m.ID, held)
+		}
+	}
+	kexpectNothing(t, b, 300*time.Millisecond)
+	t.Logf("partitions kept by a: %d, fetched again: 0; taken by b: %d, b redelivered %d messages a had acked past its unfinished one",
+		kept, taken, len(bGot)-taken)
+
+	kack(t, holding...) // the kept ones commit; the revoked ones commit nothing
+	kack(t, bGot...)
+	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
 }
