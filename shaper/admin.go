@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -86,10 +87,17 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string) 
 	return mux
 }
 
-// bearerMatches compares the token in constant time.
+// bearerMatches reports whether header is "Bearer <token>" (the scheme in
+// any case, RFC 9110 section 11.1). It compares SHA-256 digests in constant
+// time: comparing the tokens themselves would return early on a length
+// mismatch and tell the token's length.
 func bearerMatches(header, token string) bool {
-	got, ok := strings.CutPrefix(header, "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+	scheme, got, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

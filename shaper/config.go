@@ -1,6 +1,9 @@
 package shaper
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Config is the whole configuration file of a shaper daemon.
 type Config struct {
@@ -18,7 +21,9 @@ type AdminConfig struct {
 	// Default 127.0.0.1:9090. An empty host listens on every interface.
 	Listen string `yaml:"listen"`
 	// Token, when set, must be sent as "Authorization: Bearer <token>" on
-	// mutating calls (PUT). Reading endpoints stay open.
+	// mutating calls (PUT). Reading endpoints stay open. Required when
+	// Listen is not a loopback address (127.0.0.0/8, ::1, localhost): anyone
+	// who can reach the port could otherwise change the rate. Use ${VAR}.
 	Token string `yaml:"token"`
 }
 
@@ -102,7 +107,8 @@ type KafkaConnConfig struct {
 	SASL *SASLConfig `yaml:"sasl"`
 }
 
-// TLSConfig configures TLS to a server.
+// TLSConfig configures TLS to a server: a Kafka broker, Redis or an HTTP
+// sink. Certificates are always verified; there is no way to turn that off.
 type TLSConfig struct {
 	// CAFile is a PEM bundle of CAs to trust instead of the system's.
 	CAFile string `yaml:"ca_file"`
@@ -112,7 +118,16 @@ type TLSConfig struct {
 	KeyFile  string `yaml:"key_file"`
 	// ServerName overrides the name checked in the server's certificate.
 	ServerName string `yaml:"server_name"`
+	// MinVersion is the oldest TLS version accepted: "1.2" (default) or
+	// "1.3".
+	MinVersion string `yaml:"min_version"`
 }
+
+// Values of TLSConfig.MinVersion.
+const (
+	TLSVersion12 = "1.2"
+	TLSVersion13 = "1.3"
+)
 
 // SASL mechanisms of SASLConfig.Mechanism.
 const (
@@ -302,9 +317,48 @@ type HTTPSinkConfig struct {
 	// (the Kafka record key). A key that is not a valid header value makes
 	// the message malformed. Default: the key is not sent.
 	KeyHeader string `yaml:"key_header"`
+	// TLS, when present (even empty: tls: {}), configures the TLS of an
+	// https:// URL: the CAs to trust, a client certificate for mutual TLS,
+	// the server name and the oldest version. Left out: the system's CAs,
+	// TLS 1.2 or later. Only with an https:// URL.
+	TLS *TLSConfig `yaml:"tls"`
+	// Signing, when set, signs every request with an HMAC of its timestamp
+	// and body, so the receiver can tell it came from this daemon, unaltered
+	// and recent. Left out: requests are not signed.
+	Signing *SigningConfig `yaml:"signing"`
 
 	DeliveryConfig `yaml:",inline"`
 }
+
+// SigningConfig configures the signature of HTTP sink requests: header
+// Header carries "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">",
+// made with Secret, on every attempt. sinks.VerifySignature checks one.
+type SigningConfig struct {
+	// Secret is the HMAC key shared with the receiver, at least 16 bytes.
+	// Required. Use ${VAR}: it is never printed.
+	Secret string `yaml:"secret"`
+	// Header is the name of the header that carries the signature. Default
+	// Shaper-Signature.
+	Header string `yaml:"header"`
+}
+
+// SensitiveHeader reports whether an HTTP header of this name carries a
+// credential: Authorization, Proxy-Authorization, Cookie, Set-Cookie, and any
+// name containing auth, token, secret, key, passw, signature, credential,
+// session or cookie, in any case. The values of such configured headers are
+// kept out of errors, logs and dead letters: the HTTP sink blanks them out
+// of a response body it quotes in an error.
+func SensitiveHeader(name string) bool {
+	name = strings.ToLower(name)
+	for _, s := range sensitiveHeaderParts {
+		if strings.Contains(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+var sensitiveHeaderParts = []string{"auth", "cookie", "token", "secret", "key", "passw", "signature", "credential", "session"}
 
 // NATSSinkConfig configures a NATS publisher used as a sink.
 type NATSSinkConfig struct {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +41,7 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, d.scrub(err)
 	}
 	return &cfg, nil
 }
@@ -50,6 +52,56 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 type decoder struct {
 	lookup func(string) (string, bool)
 	errs   []error
+	env    []envValue // string values that took something from the environment
+	nodes  int        // nodes decoded so far, aliases expanded
+}
+
+// maxNodes bounds the YAML nodes one Parse decodes, aliases expanded. An
+// anchor used many times, inside another used many times, multiplies the
+// work and the errors (a few KB of YAML would give a 70 MB error); a real
+// config decodes a few hundred nodes.
+const maxNodes = 100_000
+
+// envValue is a string value with ${VAR} expanded, at its key path.
+type envValue struct{ path, value string }
+
+// fromEnv is what an error shows instead of a value from the environment.
+const fromEnv = "(a value from the environment)"
+
+// minScrubbed is the length from which a value from the environment is
+// blanked out of every error, not only those at its own key path. Shorter
+// values (a port, "true") would blank out unrelated text, and are not
+// credentials.
+const minScrubbed = 8
+
+// scrub blanks values from the environment out of validation errors. A
+// ${VAR} may hold a credential, and validation quotes what it refuses (a
+// pipeline name, a topic), sometimes at another key path (a durable
+// consumer named after the pipeline): the value at the error's own key path
+// is blanked out whatever its length, any other from minScrubbed bytes.
+func (d *decoder) scrub(err error) error {
+	if len(d.env) == 0 {
+		return err
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	var out []error
+	for _, e := range joined.Unwrap() {
+		path, msg, _ := strings.Cut(e.Error(), ": ")
+		for _, ev := range d.env {
+			if ev.value == "" || ev.path != path && len(ev.value) < minScrubbed {
+				continue
+			}
+			quoted := strconv.Quote(ev.value)
+			msg = strings.ReplaceAll(msg, quoted, fromEnv)
+			msg = strings.ReplaceAll(msg, quoted[1:len(quoted)-1], fromEnv)
+			msg = strings.ReplaceAll(msg, ev.value, fromEnv)
+		}
+		out = append(out, errors.New(path+": "+msg))
+	}
+	return errors.Join(out...)
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
@@ -65,14 +117,28 @@ func pathOrRoot(path string) string {
 	return path
 }
 
+// join appends key to a key path: ".key", or ["key"] quoted when it is not
+// plain letters, digits, '_' and '-' (a header name with a '.', a key with
+// a space or a newline), so every error line starts with an unambiguous path.
 func join(path, key string) string {
+	if !plainKey.MatchString(key) {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
 	if path == "" {
 		return key
 	}
 	return path + "." + key
 }
 
+var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	if d.nodes++; d.nodes > maxNodes {
+		if d.nodes == maxNodes+1 {
+			d.fail("", "more than %d values once aliases are expanded: not decoded further", maxNodes)
+		}
+		return
+	}
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
@@ -148,6 +214,9 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 	shown := fmt.Sprintf("%q", text)
 	if text != n.Value {
 		shown = "a value from the environment" // may be a secret: never echo it
+		if v.Kind() == reflect.String {
+			d.env = append(d.env, envValue{path, text})
+		}
 	}
 	if v.Type() == durationType {
 		dur, err := time.ParseDuration(text)

@@ -128,3 +128,17 @@ func TestParseNeverEchoesAnEnvironmentValue(t *testing.T) {
 		t.Errorf("Parse = %v; want an error that does not show the value", err)
 	}
 }
+
+func TestParseBoundsTheWorkOfAliasesUsedManyTimes(t *testing.T) {
+	// 6 KB of YAML: a thousand pipelines, each with a thousand brokers
+	// that are lists.
+	src := "x: &l [a]\np: &p {name: a, source: {kafka: {brokers: [" + strings.Repeat("*l,", 1000) +
+		"]}}}\npipelines: [" + strings.Repeat("*p,", 1000) + "]\n"
+	_, err := Parse([]byte(src), env(nil))
+	if err == nil || !strings.Contains(err.Error(), "config: more than 100000 values once aliases are expanded") {
+		t.Fatalf("Parse = %.200v; want it to stop at 100000 values", err)
+	}
+	if len(err.Error()) > 10<<20 {
+		t.Errorf("error of %d bytes; want it bounded", len(err.Error()))
+	}
+}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -34,6 +36,11 @@ const (
 	DefaultKafkaMaxWait      = 500 * time.Millisecond
 
 	DefaultRedisTimeout = 50 * time.Millisecond
+
+	DefaultTLSMinVersion = TLSVersion12
+	DefaultSigningHeader = "Shaper-Signature"
+	// MinSigningSecret is the shortest signing.secret accepted, in bytes.
+	MinSigningSecret = 16
 )
 
 // SetDefaults fills every field left out with its default. Load calls it
@@ -78,6 +85,7 @@ func (p *PipelineConfig) setDefaults() {
 		if k.MaxWait == 0 {
 			k.MaxWait = DefaultKafkaMaxWait
 		}
+		k.TLS.setDefaults()
 	}
 	if p.Bucket.Capacity == 0 {
 		p.Bucket.Capacity = DefaultCapacity
@@ -98,6 +106,7 @@ func (p *PipelineConfig) setDefaults() {
 		if sh.Timeout == 0 {
 			sh.Timeout = DefaultRedisTimeout
 		}
+		sh.Redis.TLS.setDefaults()
 	}
 	if p.Rate.Burst == nil {
 		burst := 1
@@ -113,13 +122,28 @@ func (p *PipelineConfig) setDefaults() {
 		if h.MaxBodyBytes == 0 {
 			h.MaxBodyBytes = DefaultMaxBodyBytes
 		}
+		if h.Signing != nil && h.Signing.Header == "" {
+			h.Signing.Header = DefaultSigningHeader
+		}
+		h.TLS.setDefaults()
 		h.DeliveryConfig.setDefaults()
 	}
 	if n := p.Sink.NATS; n != nil {
 		n.DeliveryConfig.setDefaults()
 	}
 	if k := p.Sink.Kafka; k != nil {
+		k.TLS.setDefaults()
 		k.DeliveryConfig.setDefaults()
+	}
+	if dl := p.DeadLetter; dl != nil && dl.Kafka != nil {
+		dl.Kafka.TLS.setDefaults()
+	}
+}
+
+// setDefaults fills a TLS config left partly out; nil (TLS off) stays nil.
+func (t *TLSConfig) setDefaults() {
+	if t != nil && t.MinVersion == "" {
+		t.MinVersion = DefaultTLSMinVersion
 	}
 }
 
@@ -175,8 +199,15 @@ var (
 // as "key.path: what is wrong".
 func (c *Config) Validate() error {
 	var ps problems
-	if _, port, err := net.SplitHostPort(c.Admin.Listen); err != nil || port == "" {
+	if host, port, err := net.SplitHostPort(c.Admin.Listen); err != nil || port == "" {
 		ps.add("admin.listen", "want host:port, got %q", c.Admin.Listen)
+	} else if c.Admin.Token == "" && !IsLoopback(host) {
+		where := fmt.Sprintf("admin.listen host %q is not a loopback address (127.0.0.0/8, ::1, localhost)", host)
+		if ip, err := netip.ParseAddr(host); host == "" || err == nil && ip.IsUnspecified() {
+			where = fmt.Sprintf("admin.listen %q listens on every interface", c.Admin.Listen)
+		}
+		ps.add("admin.token", "required: %s, and without a token anyone who reaches it can change the rate (PUT /v1/pipelines/{name}/rate); "+
+			"set token: ${SHAPER_ADMIN_TOKEN}, or listen on 127.0.0.1", where)
 	}
 	if c.Shutdown.DrainTimeout < 0 {
 		ps.add("shutdown.drain_timeout", "must be >= 0, got %s", c.Shutdown.DrainTimeout)
@@ -306,23 +337,34 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 	if h := p.Sink.HTTP; h != nil {
 		sinks++
 		sp := path + ".sink.http"
-		if u, err := url.Parse(h.URL); h.URL == "" {
+		// The URL is described, never echoed: webhook URLs carry tokens in
+		// their user information, path or query.
+		u, err := url.Parse(h.URL)
+		switch {
+		case h.URL == "":
 			ps.add(sp+".url", "required")
-		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			ps.add(sp+".url", "want an absolute http:// or https:// URL, got %q", h.URL)
+		case err != nil:
+			ps.add(sp+".url", "want an absolute http:// or https:// URL: %s", urlProblem(err))
+		case u.Scheme == "":
+			ps.add(sp+".url", "want an absolute http:// or https:// URL, got one without a scheme")
+		case u.Scheme != "http" && u.Scheme != "https":
+			ps.add(sp+".url", "want an absolute http:// or https:// URL, got scheme %s", shownScheme(u.Scheme))
+		case u.Host == "":
+			ps.add(sp+".url", "want an absolute http:// or https:// URL, got one without a host")
 		}
 		if !headerName.MatchString(h.Method) {
 			ps.add(sp+".method", "want an HTTP method such as POST, got %q", h.Method)
 		}
 		for name, value := range h.Headers {
+			hp := join(sp+".headers", name)
 			if !headerName.MatchString(name) {
-				ps.add(sp+".headers."+name, "invalid header name")
+				ps.add(hp, "invalid header name")
 			}
 			if strings.ContainsAny(value, "\r\n\x00") {
-				ps.add(sp+".headers."+name, "value must not contain CR, LF or NUL")
+				ps.add(hp, "value must not contain CR, LF or NUL")
 			}
 			if strings.EqualFold(name, "Idempotency-Key") {
-				ps.add(sp+".headers."+name, "is set by shaper to the message id")
+				ps.add(hp, "is set by shaper to the message id")
 			}
 		}
 		if h.KeyHeader != "" {
@@ -339,6 +381,11 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 		if h.MaxBodyBytes < 0 {
 			ps.add(sp+".max_body_bytes", "must be >= 0, got %d", h.MaxBodyBytes)
 		}
+		if h.TLS != nil && err == nil && u.Scheme == "http" {
+			ps.add(sp+".tls", "needs an https:// url: a plain http:// request uses no TLS")
+		}
+		h.TLS.validate(sp+".tls", ps)
+		h.Signing.validate(sp+".signing", *h, ps)
 		h.DeliveryConfig.validate(sp, ps)
 	}
 	if n := p.Sink.NATS; n != nil {
@@ -364,6 +411,34 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 		}
 		if dl.Kafka != nil {
 			dl.Kafka.validate(path+".dead_letter.kafka", ps)
+		}
+	}
+}
+
+// validate checks a signing config against the rest of its HTTP sink; nil
+// (no signing) is valid. The secret is never echoed.
+func (s *SigningConfig) validate(path string, h HTTPSinkConfig, ps *problems) {
+	if s == nil {
+		return
+	}
+	switch {
+	case s.Secret == "":
+		ps.add(path+".secret", "required: the HMAC key shared with the receiver, at least %d bytes (use ${VAR})", MinSigningSecret)
+	case len(s.Secret) < MinSigningSecret:
+		ps.add(path+".secret", "must be at least %d bytes, got %d: a short key can be guessed from one signed request", MinSigningSecret, len(s.Secret))
+	}
+	switch {
+	case !headerName.MatchString(s.Header):
+		ps.add(path+".header", "invalid header name %q", s.Header)
+	case strings.EqualFold(s.Header, "Idempotency-Key"):
+		ps.add(path+".header", "Idempotency-Key is set by shaper to the message id")
+	case strings.EqualFold(s.Header, h.KeyHeader):
+		ps.add(path+".header", "%q is also the key_header: choose another", s.Header)
+	default:
+		for name := range h.Headers {
+			if strings.EqualFold(name, s.Header) {
+				ps.add(path+".header", "%q is also set in headers: choose one", s.Header)
+			}
 		}
 	}
 }
@@ -400,6 +475,11 @@ func (t *TLSConfig) validate(path string, ps *problems) {
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		ps.add(path, "cert_file and key_file go together: set both or neither")
 	}
+	switch t.MinVersion {
+	case "", TLSVersion12, TLSVersion13:
+	default:
+		ps.add(path+".min_version", "want %q or %q, got %q", TLSVersion12, TLSVersion13, t.MinVersion)
+	}
 	for _, f := range []struct{ key, file string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile}, {"key_file", t.KeyFile}} {
 		if f.file == "" {
 			continue
@@ -411,6 +491,12 @@ func (t *TLSConfig) validate(path string, ps *problems) {
 }
 
 func validateHostPort(path, addr string, ps *problems) {
+	if strings.Contains(addr, "@") || strings.Contains(addr, "://") {
+		// redis://:password@host:6379 is a common slip; echoing it would
+		// print the password.
+		ps.add(path, "want host:port, got a URL or user information (not shown): credentials go in their own keys")
+		return
+	}
 	if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
 		ps.add(path, "want host:port, got %q", addr)
 	}
@@ -493,24 +579,62 @@ func validateNATSURL(path, raw string, ps *problems) {
 		ps.add(path, "required")
 		return
 	}
-	for _, part := range strings.Split(raw, ",") {
+	// A URL is described, never echoed: it may carry a user and password,
+	// or a token in the user position.
+	parts := strings.Split(raw, ",")
+	for i, part := range parts {
+		which := ""
+		if len(parts) > 1 {
+			which = fmt.Sprintf(" (URL %d of %d)", i+1, len(parts))
+		}
 		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil || u.Host == "" {
-			ps.add(path, "want nats://host:port, got %q", redactURL(part))
+		switch {
+		case err != nil:
+			ps.add(path, "want nats://host:port%s: %s", which, urlProblem(err))
+			continue
+		case u.Host == "":
+			ps.add(path, "want nats://host:port%s, got one without a host", which)
 			continue
 		}
 		switch u.Scheme {
 		case "nats", "tls", "ws", "wss":
 		default:
-			ps.add(path, "want scheme nats, tls, ws or wss, got %q", u.Scheme)
+			ps.add(path, "want scheme nats, tls, ws or wss%s, got %s", which, shownScheme(u.Scheme))
 		}
 	}
 }
 
-// redactURL hides a password in a URL before it goes into an error.
-func redactURL(raw string) string {
-	if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
-		return u.Redacted()
+// urlProblem says why url.Parse refused a URL without quoting the URL: the
+// *url.Error is left out, and so is a cause that quotes a piece of it (an
+// invalid port or escape), which may be a piece of a password.
+func urlProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
-	return "(unparseable)"
+	if msg := err.Error(); !strings.ContainsAny(msg, "\"'`") {
+		return msg
+	}
+	return "it does not parse as a URL (the offending part is not shown: it may be a credential)"
+}
+
+// shownScheme quotes a URL scheme for an error, unless it is long enough to
+// be the start of a credential mistaken for a URL.
+func shownScheme(scheme string) string {
+	if len(scheme) <= 10 {
+		return strconv.Quote(scheme)
+	}
+	return "of " + strconv.Itoa(len(scheme)) + " characters"
+}
+
+// IsLoopback reports whether host names the loopback interface: localhost,
+// an address in 127.0.0.0/8, or ::1. An empty host or an unspecified
+// address (0.0.0.0, ::) is every interface, not loopback; any other name is
+// taken as reachable from elsewhere, since it is not resolved.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }

@@ -67,4 +67,60 @@
 //     malformed: it is dead-lettered without a request. NewHTTP refuses a
 //     key_header that is Idempotency-Key, one of the connection headers
 //     above, or also set in headers.
+//
+// # Signed requests
+//
+// With signing: {secret: ${SINK_SIGNING_SECRET}} (header: default
+// Shaper-Signature), [HTTP] signs every attempt, the way common webhook
+// providers sign their callbacks:
+//
+//	Shaper-Signature: t=1767225600,v1=b16c904d449f7e0540ab174aee0d4a4957a3e2e8dba4f75885b39b8f702c0713
+//
+// t is the time of the attempt in Unix seconds and v1 the lower-case hex
+// HMAC-SHA256, keyed with the secret, of t, a '.', and the request body
+// exactly as sent: the message payload, byte for byte. (The value above is
+// that of the body {"payment":42,"status":"settled"} under the secret
+// whsec-0123456789abcdef.) Each attempt is
+// signed anew, so a retry after a long backoff carries a fresh timestamp.
+//
+// A receiver verifies a request before acting on it:
+//
+//  1. Read the raw body, before any JSON decoding: re-encoding changes the
+//     bytes and the signature with them.
+//  2. Split the header on ',' into key=value entries; take t and every v1
+//     (ignore other keys: the format may grow).
+//  3. Compute the hex HMAC-SHA256 of t + "." + body with the shared secret
+//     and compare it with each v1 in constant time (hmac.Equal,
+//     crypto.timingSafeEqual, hmac.compare_digest), never with ==.
+//  4. Reject t further than a tolerance from the receiver's clock (5 minutes
+//     is usual): an old, captured request replayed later fails here.
+//  5. Inside the tolerance, drop duplicates: by Idempotency-Key, which
+//     shaper's own retries share, and, since the signature covers only t and
+//     the body, by the v1 value too, which a replay cannot change.
+//
+// Receivers written in Go call [VerifySignature], which does steps 2 to 4:
+//
+//	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+//	if err != nil { ... }
+//	err = sinks.VerifySignature(r.Header.Get("Shaper-Signature"), body,
+//		os.Getenv("SINK_SIGNING_SECRET"), 5*time.Minute, time.Now())
+//	if err != nil {
+//		http.Error(w, "bad signature", http.StatusUnauthorized) // 401 is not retried
+//		return
+//	}
+//
+// The secret is at least 16 bytes (32 random bytes, hex or base64, is a good
+// choice: openssl rand -hex 32) and never appears in errors or logs. A
+// request that fails verification should get a 4xx other than 408, 425 or
+// 429, so shaper dead-letters it instead of retrying.
+//
+// # TLS
+//
+// With an https:// URL, tls: {ca_file, cert_file, key_file, server_name,
+// min_version} sets the CAs to trust instead of the system's, a client
+// certificate and key for mutual TLS, the name to check in the server's
+// certificate, and the oldest version accepted ("1.2", the default, or
+// "1.3"). The server's certificate is always verified. A plain http:// URL
+// to a host other than loopback sends headers, signatures and payloads in
+// the clear: the daemon warns about it at startup.
 package sinks

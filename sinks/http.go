@@ -3,6 +3,10 @@ package sinks
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +22,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -35,6 +40,13 @@ const (
 	tlsHandshakeTimeout = 10 * time.Second
 	// idleConnTimeout closes a keep-alive connection unused this long.
 	idleConnTimeout = 90 * time.Second
+	// minRedacted is the shortest credential blanked out of a quoted
+	// response body; shorter strings would blank out ordinary words.
+	minRedacted = 8
+	// minURLSecret is the shortest URL path segment taken for a token.
+	minURLSecret = 16
+	// redacted replaces a credential in a quoted response body.
+	redacted = "[redacted]"
 )
 
 // HTTP sends each message as one HTTP request to a fixed URL.
@@ -47,7 +59,16 @@ const (
 //
 // With ForwardHeaders, the message's headers go along as HTTP headers of
 // the same name; see the package documentation for what is left out. With
-// KeyHeader, the message key goes in that header.
+// KeyHeader, the message key goes in that header. With Signing, every
+// attempt carries a signature of its timestamp and body (see
+// [VerifySignature]). With TLS, an https:// URL uses those CAs, client
+// certificate and oldest version.
+//
+// Credentials never reach an error: the URL's user information, path and
+// query are left out, and a response body quoted in a StatusError has the
+// values of sensitive configured headers ([shaper.SensitiveHeader]), the
+// signing secret and the URL's credentials blanked out, in case the receiver
+// echoes the request back.
 //
 // HTTP is safe for concurrent use by multiple goroutines.
 type HTTP struct {
@@ -59,6 +80,13 @@ type HTTP struct {
 	maxBody   int64
 	forward   bool   // send m.Header as HTTP headers
 	keyHeader string // canonical name of the header carrying m.Key, or ""
+
+	signHeader string           // canonical name of the signature header, or "" (not signed)
+	signSecret []byte           // the HMAC key
+	now        func() time.Time // the signature's clock: time.Now, but in tests
+
+	secrets       [][]byte // blanked out of a quoted response body, longest first
+	longestSecret int
 
 	transport *http.Transport
 	client    *http.Client
@@ -79,6 +107,13 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("http: url must be http:// or https:// with a host, got scheme %q host %q", u.Scheme, u.Host)
 	}
+	if cfg.TLS != nil && u.Scheme != "https" {
+		return nil, errors.New("http: tls needs an https:// url")
+	}
+	tlsConfig, err := tlsconf.Client(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
 	method := cfg.Method
 	if method == "" {
 		method = http.MethodPost
@@ -94,6 +129,22 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 		// end up in logs and dead-letter headers.
 		target:  u.Scheme + "://" + u.Host,
 		maxBody: cfg.MaxBodyBytes,
+		now:     time.Now,
+	}
+	h.addSecrets(u.User.Username())
+	if pw, ok := u.User.Password(); ok {
+		h.addSecrets(pw)
+	}
+	for _, seg := range strings.Split(u.EscapedPath(), "/") {
+		if len(seg) >= minURLSecret { // webhook URLs carry tokens as long path segments
+			h.addSecrets(seg)
+			if un, err := url.PathUnescape(seg); err == nil {
+				h.addSecrets(un)
+			}
+		}
+	}
+	for _, vs := range u.Query() {
+		h.addSecrets(vs...)
 	}
 	for name, value := range cfg.Headers {
 		// The value is left out of errors: it may be a credential.
@@ -102,6 +153,11 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 		}
 		if !validHeaderValue(value, true) {
 			return nil, fmt.Errorf("http: header %q: value has control characters", name)
+		}
+		if shaper.SensitiveHeader(name) {
+			// "Bearer <token>": the receiver may echo the token alone.
+			h.addSecrets(value)
+			h.addSecrets(strings.Fields(value)...)
 		}
 		if http.CanonicalHeaderKey(name) == "Host" {
 			// net/http ignores Host in Header; it must go in Request.Host.
@@ -123,6 +179,25 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 		}
 		h.keyHeader = name
 	}
+	if sc := cfg.Signing; sc != nil {
+		header := sc.Header
+		if header == "" {
+			header = shaper.DefaultSigningHeader
+		}
+		name := http.CanonicalHeaderKey(header)
+		switch {
+		case !validToken(header):
+			return nil, fmt.Errorf("http: invalid signing header name %q", header)
+		case name == "Idempotency-Key" || unforwardable[name] || name == h.keyHeader || h.header[name] != nil:
+			return nil, fmt.Errorf("http: signing header %q is already a header shaper, net/http, key_header or headers set", header)
+		case len(sc.Secret) < shaper.MinSigningSecret:
+			// The secret is not shown, nor its length.
+			return nil, fmt.Errorf("http: signing secret must be at least %d bytes", shaper.MinSigningSecret)
+		}
+		h.signHeader, h.signSecret = name, []byte(sc.Secret)
+		h.addSecrets(sc.Secret)
+	}
+	slices.SortFunc(h.secrets, func(a, b []byte) int { return len(b) - len(a) })
 
 	conns := max(cfg.MaxInFlight, 1)
 	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
@@ -136,6 +211,7 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 		MaxIdleConnsPerHost:   conns,
 		MaxConnsPerHost:       conns,
 		IdleConnTimeout:       idleConnTimeout,
+		TLSClientConfig:       tlsConfig,
 		TLSHandshakeTimeout:   tlsHandshakeTimeout,
 		ResponseHeaderTimeout: cfg.Timeout,
 		ExpectContinueTimeout: time.Second,
@@ -152,7 +228,9 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 
 // Send makes one request carrying m.Payload unchanged, the configured
 // headers and Idempotency-Key: m.ID (left out when m.ID is empty), and, when
-// configured, the key header and the message's own headers. It returns the
+// configured, the key header, the message's own headers and a signature
+// made now (each attempt is signed anew, so a retry after a long backoff is
+// not stale). It returns the
 // status code as the label; a non-2xx status comes back as a
 // *shaper.StatusError; a payload over MaxBodyBytes, or an id or key that is
 // not a valid header value, as shaper.ErrMalformed without any request; and
@@ -192,6 +270,11 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 	if m.ID != "" {
 		req.Header.Set("Idempotency-Key", m.ID)
 	}
+	var sig string
+	if h.signHeader != "" {
+		sig = signature(h.signSecret, h.now(), m.Payload)
+		req.Header.Set(h.signHeader, sig)
+	}
 	if h.host != "" {
 		req.Host = h.host
 	}
@@ -212,10 +295,56 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 			serr.RetryAfter = at
 		}
 	}
-	buf := make([]byte, maxErrorBody)
+	// Read past maxErrorBody by the longest secret, so that one starting
+	// within the excerpt is blanked out whole. The signature goes too: it
+	// is no key, but could be replayed within the receiver's tolerance.
+	secrets := h.secrets
+	if sig != "" {
+		_, v1, _ := strings.Cut(sig, "v1=")
+		secrets = append([][]byte{[]byte(sig), []byte(v1)}, secrets...)
+	}
+	buf := make([]byte, maxErrorBody+max(h.longestSecret, len(sig)))
 	n, _ := io.ReadFull(resp.Body, buf) // a short or failed read keeps what came
-	serr.Body = excerpt(buf[:n])
+	serr.Body = excerpt(redact(buf[:n], maxErrorBody, secrets))
 	return code, serr
+}
+
+// addSecrets adds values to blank out of quoted response bodies, those at
+// least minRedacted bytes long.
+func (h *HTTP) addSecrets(values ...string) {
+	for _, v := range values {
+		if len(v) >= minRedacted {
+			h.secrets = append(h.secrets, []byte(v))
+			h.longestSecret = max(h.longestSecret, len(v))
+		}
+	}
+}
+
+// redact returns b up to limit bytes, with every one of secrets (longest
+// first) that starts there replaced by "[redacted]", whole even where it
+// runs past limit. Replacing in place and cutting after would let a shorter
+// replacement pull the start of a later secret into the excerpt.
+func redact(b []byte, limit int, secrets [][]byte) []byte {
+	if len(secrets) == 0 {
+		return b[:min(len(b), limit)]
+	}
+	out := make([]byte, 0, limit)
+	for i := 0; i < len(b) && i < limit; {
+		matched := false
+		for _, s := range secrets {
+			if bytes.HasPrefix(b[i:], s) {
+				out = append(out, redacted...)
+				i += len(s)
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			out = append(out, b[i])
+			i++
+		}
+	}
+	return out
 }
 
 // Close closes the idle keep-alive connections. Requests still in flight
@@ -257,7 +386,7 @@ func (h *HTTP) forwardHeaders(dst http.Header, src map[string][]string) {
 			continue
 		}
 		key := http.CanonicalHeaderKey(name)
-		if unforwardable[key] || key == "Idempotency-Key" || key == h.keyHeader || h.header[key] != nil {
+		if unforwardable[key] || key == "Idempotency-Key" || key == h.keyHeader || key == h.signHeader || h.header[key] != nil {
 			continue
 		}
 		for _, v := range src[name] {
@@ -324,6 +453,94 @@ func ParseRetryAfter(v string, now time.Time) (time.Time, bool) {
 		return now, true
 	}
 	return at, true
+}
+
+// DefaultSignatureTolerance is how far from now a signature's timestamp
+// may be, either way, when VerifySignature is given no tolerance.
+const DefaultSignatureTolerance = 5 * time.Minute
+
+// Errors of VerifySignature, matched with errors.Is.
+var (
+	// ErrBadSignature: the header is malformed, or no signature in it
+	// matches the body and timestamp under the secret. The request did not
+	// come from a sender holding the secret, or was altered on the way.
+	ErrBadSignature = errors.New("signature does not match")
+	// ErrStaleSignature: the signature matches, but its timestamp is
+	// further from now than the tolerance: a replay, or a clock far off.
+	ErrStaleSignature = errors.New("signature timestamp outside the tolerance")
+)
+
+// signature returns the value of the signature header for body sent at t:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" under secret>".
+func signature(secret []byte, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(signatureMAC(secret, ts, body))
+}
+
+func signatureMAC(secret []byte, ts string, body []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(ts))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// VerifySignature checks the signature header of a request an HTTP sink
+// signed (signing: {secret: ...}), for receivers written in Go. header is
+// the header's value, body the raw request body as received (before any
+// JSON decoding), secret the shared signing secret, and now the time of
+// receipt. It returns nil when a v1 signature in header is the HMAC-SHA256,
+// under secret, of "<t>.<body>" and t is within tolerance of now (either
+// way; tolerance <= 0 means DefaultSignatureTolerance); an error wrapping
+// ErrBadSignature when the header is malformed or nothing matches; and one
+// wrapping ErrStaleSignature when it matches but t is too far from now.
+//
+// Signatures are compared in constant time. Entries other than t and v1
+// are ignored, and several v1 entries are allowed (any may match), so the
+// format can grow. The signature does not cover Idempotency-Key or other
+// headers: dedupe on Idempotency-Key to drop shaper's own retries, and
+// remember the v1 values accepted within the tolerance to drop a replayed
+// request, whatever headers it carries.
+func VerifySignature(header string, body []byte, secret string, tolerance time.Duration, now time.Time) error {
+	var ts string
+	var sigs [][]byte
+	for _, part := range strings.Split(header, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: malformed entry in signature header", ErrBadSignature)
+		case k == "t" && ts != "":
+			return fmt.Errorf("%w: two timestamps in signature header", ErrBadSignature)
+		case k == "t":
+			if !isDigits(v) || len(v) > 18 {
+				return fmt.Errorf("%w: timestamp is not unix seconds", ErrBadSignature)
+			}
+			ts = v
+		case k == "v1":
+			if sig, err := hex.DecodeString(v); err == nil && len(sig) == sha256.Size {
+				sigs = append(sigs, sig)
+			}
+		}
+	}
+	if ts == "" || len(sigs) == 0 {
+		return fmt.Errorf("%w: signature header needs t= and v1=", ErrBadSignature)
+	}
+	want := signatureMAC([]byte(secret), ts, body)
+	match := 0
+	for _, sig := range sigs {
+		match |= subtle.ConstantTimeCompare(sig, want)
+	}
+	if match != 1 {
+		return ErrBadSignature
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultSignatureTolerance
+	}
+	secs, _ := strconv.ParseInt(ts, 10, 64) // at most 18 digits: fits
+	if age := now.Sub(time.Unix(secs, 0)); age > tolerance || age < -tolerance {
+		return fmt.Errorf("%w: signed %s from now, tolerance %s", ErrStaleSignature, age.Round(time.Second), tolerance)
+	}
+	return nil
 }
 
 func isDigits(s string) bool {

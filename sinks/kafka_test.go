@@ -20,8 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"github.com/shaper-dev/shaper/internal/kafkaconn"
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
+	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -551,7 +551,7 @@ func TestKafkaTLSWritesWithTrustedCAAndClientCertificate(t *testing.T) {
 		})
 	}
 
-	clientTLS, err := kafkaconn.TLS(cfg.TLS)
+	clientTLS, err := tlsconf.Client(cfg.TLS)
 	if err != nil {
 		t.Fatal(err)
 	}

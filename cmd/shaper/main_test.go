@@ -87,6 +87,13 @@ func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 		{"duplicate names", validConfig + strings.TrimPrefix(validConfig, "\npipelines:\n"), []string{`pipelines[1].name: "psp" is already the name of pipelines[0]`}},
 		{"dead letter without target", validConfig + "    dead_letter: {}\n", []string{"pipelines[0].dead_letter: exactly one of kafka or nats"}},
 		{"bad admin listen", validConfig + "admin: {listen: 9090}\n", []string{"admin.listen: want host:port"}},
+		{"admin on every interface without a token", validConfig + "admin: {listen: \"0.0.0.0:9090\"}\n", []string{"admin.token: required: admin.listen \"0.0.0.0:9090\" listens on every interface"}},
+		{"admin on another host without a token", validConfig + "admin: {listen: \"10.0.0.5:9090\"}\n", []string{"admin.token: required: admin.listen host \"10.0.0.5\" is not a loopback address"}},
+		{"sink url credentials not echoed", replace("https://psp.example.com/notify", "ftp://user:hunter2@psp.example.com/notify?token=hunter2"), []string{"pipelines[0].sink.http.url: want an absolute http:// or https:// URL, got scheme \"ftp\""}},
+		{"signing secret too short", replace("timeout: 2s", "timeout: 2s, signing: {secret: hunter2}"), []string{"pipelines[0].sink.http.signing.secret: must be at least 16 bytes, got 7"}},
+		{"signing header taken", replace("timeout: 2s", "timeout: 2s, headers: {X-Sig: v}, signing: {secret: 0123456789abcdef, header: x-sig}"), []string{"pipelines[0].sink.http.signing.header: \"x-sig\" is also set in headers"}},
+		{"sink tls on http", replace(`"https://psp.example.com/notify", timeout: 2s`, `"http://psp.example.com/notify", timeout: 2s, tls: {}`), []string{"pipelines[0].sink.http.tls: needs an https:// url"}},
+		{"tls min_version 1.1", replace("timeout: 2s", "timeout: 2s, tls: {min_version: \"1.1\"}"), []string{"pipelines[0].sink.http.tls.min_version: want \"1.2\" or \"1.3\", got \"1.1\""}},
 		{"kafka and nats at once", replace("    source:\n", "    source:\n      kafka: {brokers: [\"127.0.0.1:9092\"], topic: t, group: g}\n"), []string{"pipelines[0].source: exactly one of kafka or nats"}},
 		{"kafka without brokers", kafkaSource(t, "brokers: [], topic: t, group: g"), []string{"pipelines[0].source.kafka.brokers: at least one host:port"}},
 		{"kafka bad broker", kafkaSource(t, `brokers: ["localhost"], topic: t, group: g`), []string{"pipelines[0].source.kafka.brokers[0]: want host:port"}},
@@ -116,6 +123,9 @@ func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 			code, _, errs := runMain(t, "validate", "--config", writeConfig(t, tt.give))
 			if code != exitUsage {
 				t.Errorf("validate exit = %d; want %d (stderr %q)", code, exitUsage, errs)
+			}
+			if strings.Contains(errs, "hunter2") {
+				t.Errorf("stderr shows a credential:\n%s", errs)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(errs, w) {

@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -29,7 +30,7 @@ func buildParts(pc shaper.PipelineConfig, log *slog.Logger) (parts shaper.Parts,
 	if parts.Limiter, err = buildLimiter(pc.Rate, log.With("pipeline", pc.Name)); err != nil {
 		return parts, fmt.Errorf("rate: %w", err)
 	}
-	if parts.Sink, err = buildSink(pc.Sink, name); err != nil {
+	if parts.Sink, err = buildSink(pc.Sink, name, log.With("pipeline", pc.Name)); err != nil {
 		return parts, fmt.Errorf("sink: %w", err)
 	}
 	if dl := pc.DeadLetter; dl != nil {
@@ -51,7 +52,7 @@ func buildLimiter(cfg shaper.RateConfig, log *slog.Logger) (shaper.Limiter, erro
 		return limiter.New(local, time.Now())
 	}
 	sh := cfg.Shared
-	tlsCfg, err := kafkaconn.TLS(sh.Redis.TLS)
+	tlsCfg, err := tlsconf.Client(sh.Redis.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("shared.redis: %w", err)
 	}
@@ -97,15 +98,29 @@ func (s sharedLimiter) Close() error {
 // buildSink, buildDeadLetter and buildSource return a nil interface, never
 // an interface holding a nil pointer, when the constructor fails.
 
-func buildSink(cfg shaper.SinkConfig, name string) (shaper.Sink, error) {
+func buildSink(cfg shaper.SinkConfig, name string, log *slog.Logger) (shaper.Sink, error) {
 	switch {
 	case cfg.HTTP != nil:
+		warnPlainHTTP(cfg.HTTP.URL, log)
 		return orNil(sinks.NewHTTP(*cfg.HTTP))
 	case cfg.Kafka != nil:
 		return orNil(sinks.NewKafka(cfg.Kafka.KafkaPublisherConfig, name))
 	default:
 		return orNil(sinks.NewNATS(cfg.NATS.NATSPublisherConfig, name))
 	}
+}
+
+// warnPlainHTTP logs a warning when url is plain http:// to a host other
+// than loopback: headers (Authorization), signatures and payloads would
+// cross the network in the clear. Only scheme and host are logged: the
+// path and query may hold a token.
+func warnPlainHTTP(rawURL string, log *slog.Logger) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "http" || shaper.IsLoopback(u.Hostname()) {
+		return
+	}
+	log.Warn("sink.http.url is plain http:// to a host other than loopback: requests, their headers and signatures travel unencrypted; use https://",
+		"sink", "http://"+u.Host)
 }
 
 func buildDeadLetter(cfg shaper.DeadLetterConfig, name string) (shaper.Sink, error) {

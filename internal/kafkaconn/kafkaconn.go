@@ -1,17 +1,15 @@
 // Package kafkaconn turns a Kafka connection config (brokers, TLS, SASL) into
 // the kafka-go dialer and transport that the Kafka source and publishers
-// use, so both sides secure their connections the same way.
+// use, so both sides secure their connections the same way. TLS comes from
+// package tlsconf, shared with Redis and the HTTP sink.
 //
 // Errors name the files they could not use and never carry a SASL password,
 // nor any part of one: they end up in logs and in /readyz.
 package kafkaconn
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -20,77 +18,13 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 
+	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
 // dialTimeout bounds connecting to one broker, TLS handshake and SASL
 // authentication included.
 const dialTimeout = 10 * time.Second
-
-// TLS returns the TLS config of cfg, or nil when TLS is off. An empty cfg
-// trusts the system's CAs. Without ServerName, kafka-go checks each broker's
-// certificate against the host it dials.
-func TLS(cfg *shaper.TLSConfig) (*tls.Config, error) {
-	if cfg == nil {
-		return nil, nil
-	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.ServerName}
-	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: ca_file %s: %w", cfg.CAFile, pathless(err))
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls: ca_file %s: no PEM certificate found", cfg.CAFile)
-		}
-		t.RootCAs = pool
-	}
-	switch {
-	case cfg.CertFile == "" && cfg.KeyFile == "":
-	case cfg.CertFile == "" || cfg.KeyFile == "":
-		// tls.LoadX509KeyPair would report "open : no such file".
-		return nil, fmt.Errorf("tls: cert_file %q and key_file %q go together: set both or neither", cfg.CertFile, cfg.KeyFile)
-	default:
-		cert, err := keyPair(cfg.CertFile, cfg.KeyFile)
-		if err != nil {
-			return nil, err
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
-	return t, nil
-}
-
-// keyPair loads a client certificate and its key. It reads the files itself
-// because tls.LoadX509KeyPair names neither file when one fails to parse.
-func keyPair(certFile, keyFile string) (tls.Certificate, error) {
-	certPEM, err := os.ReadFile(certFile)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("tls: cert_file %s: %w", certFile, pathless(err))
-	}
-	keyPEM, err := os.ReadFile(keyFile)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("tls: key_file %s: %w", keyFile, pathless(err))
-	}
-	// X509KeyPair's errors describe the problem ("failed to find any PEM
-	// data in key input", "private key does not match public key"), never
-	// the key itself.
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("tls: cert_file %s, key_file %s: %w", certFile, keyFile, err)
-	}
-	return cert, nil
-}
-
-// pathless drops the path from an *os.PathError, which the caller names
-// already: "open", "no such file or directory" is left.
-func pathless(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
-	}
-	return err
-}
 
 // SASL returns the SASL mechanism of cfg, or nil when SASL is off.
 //
@@ -139,7 +73,7 @@ func scramMechanism(algo scram.Algorithm, username, password string) (sasl.Mecha
 
 // Dialer returns a dialer for cfg, for kafka.Reader and kafka.Conn.
 func Dialer(cfg shaper.KafkaConnConfig, clientID string) (*kafka.Dialer, error) {
-	t, tErr := TLS(cfg.TLS)
+	t, tErr := tlsconf.Client(cfg.TLS)
 	m, sErr := SASL(cfg.SASL)
 	if err := errors.Join(tErr, sErr); err != nil {
 		return nil, err
@@ -157,7 +91,7 @@ func Dialer(cfg shaper.KafkaConnConfig, clientID string) (*kafka.Dialer, error) 
 // The caller owns it: CloseIdleConnections stops its background metadata
 // refresh and closes its connections once they are idle.
 func Transport(cfg shaper.KafkaConnConfig, clientID string) (*kafka.Transport, error) {
-	t, tErr := TLS(cfg.TLS)
+	t, tErr := tlsconf.Client(cfg.TLS)
 	m, sErr := SASL(cfg.SASL)
 	if err := errors.Join(tErr, sErr); err != nil {
 		return nil, err
