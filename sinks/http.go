@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -70,8 +72,18 @@ const (
 // signing secret and the URL's credentials blanked out, in case the receiver
 // echoes the request back.
 //
+// A Reconfigure (live reload) swaps all of this at once; requests in flight
+// finish with what they started with.
+//
 // HTTP is safe for concurrent use by multiple goroutines.
 type HTTP struct {
+	cur     atomic.Pointer[httpSink]
+	mu      sync.Mutex        // guards retired, and orders Reconfigure with Close
+	retired []*http.Transport // transports of replaced settings, closed by Close
+}
+
+// httpSink is one set of settings of an HTTP sink, with its client.
+type httpSink struct {
 	url       string
 	method    string
 	host      string      // the Host header, when configured
@@ -100,6 +112,51 @@ var _ shaper.Sink = (*HTTP)(nil)
 // bounds the wait for response headers, in case a caller passes a ctx
 // without a deadline.
 func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
+	s, err := newHTTPSink(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h := &HTTP{}
+	h.cur.Store(s)
+	return h, nil
+}
+
+// Reconfigure switches the sink to cfg (a live reload: new URL, headers,
+// signing, TLS, limits): the next Send uses it. Requests in flight finish
+// with the settings they started with. On error nothing changes.
+func (h *HTTP) Reconfigure(cfg shaper.HTTPSinkConfig) error {
+	s, err := newHTTPSink(cfg)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := h.cur.Swap(s)
+	old.transport.CloseIdleConnections()
+	h.retired = append(h.retired, old.transport)
+	return nil
+}
+
+// Send makes one attempt with the settings in force; see httpSink.send.
+func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
+	return h.cur.Load().send(ctx, m)
+}
+
+// Close closes the idle keep-alive connections, also those of settings a
+// Reconfigure replaced. Requests still in flight finish on their own
+// connections.
+func (h *HTTP) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range h.retired {
+		t.CloseIdleConnections()
+	}
+	h.cur.Load().transport.CloseIdleConnections()
+	return nil
+}
+
+// newHTTPSink builds the settings and client of a validated config.
+func newHTTPSink(cfg shaper.HTTPSinkConfig) (*httpSink, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("http: parse url: %w", withoutURL(err))
@@ -121,7 +178,7 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 	if !validToken(method) {
 		return nil, fmt.Errorf("http: invalid method %q", method)
 	}
-	h := &HTTP{
+	h := &httpSink{
 		url:    cfg.URL,
 		method: method,
 		header: make(http.Header, len(cfg.Headers)+1),
@@ -226,7 +283,7 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 	return h, nil
 }
 
-// Send makes one request carrying m.Payload unchanged, the configured
+// send makes one request carrying m.Payload unchanged, the configured
 // headers and Idempotency-Key: m.ID (left out when m.ID is empty), and, when
 // configured, the key header, the message's own headers and a signature
 // made now (each attempt is signed anew, so a retry after a long backoff is
@@ -235,7 +292,7 @@ func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
 // *shaper.StatusError; a payload over MaxBodyBytes, or an id or key that is
 // not a valid header value, as shaper.ErrMalformed without any request; and
 // a network error or timeout as "error" and the wrapped cause.
-func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
+func (h *httpSink) send(ctx context.Context, m *shaper.Message) (string, error) {
 	if h.maxBody > 0 && int64(len(m.Payload)) > h.maxBody {
 		return "", fmt.Errorf("http: payload of %d bytes is over max_body_bytes %d: %w", len(m.Payload), h.maxBody, shaper.ErrMalformed)
 	}
@@ -311,7 +368,7 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 
 // addSecrets adds values to blank out of quoted response bodies, those at
 // least minRedacted bytes long.
-func (h *HTTP) addSecrets(values ...string) {
+func (h *httpSink) addSecrets(values ...string) {
 	for _, v := range values {
 		if len(v) >= minRedacted {
 			h.secrets = append(h.secrets, []byte(v))
@@ -347,13 +404,6 @@ func redact(b []byte, limit int, secrets [][]byte) []byte {
 	return out
 }
 
-// Close closes the idle keep-alive connections. Requests still in flight
-// finish on their own connections.
-func (h *HTTP) Close() error {
-	h.transport.CloseIdleConnections()
-	return nil
-}
-
 // unforwardable holds the headers a message may never set: they describe
 // the connection or the framing of this one request (hop-by-hop headers,
 // RFC 9110 section 7.6.1, and the length, host and expectations), not the
@@ -380,7 +430,7 @@ var unforwardable = map[string]bool{
 // shaper sets itself: the configured headers, Idempotency-Key and the key
 // header. Names that differ only in case become one header, their values
 // in the sorted order of the names.
-func (h *HTTP) forwardHeaders(dst http.Header, src map[string][]string) {
+func (h *httpSink) forwardHeaders(dst http.Header, src map[string][]string) {
 	for _, name := range slices.Sorted(maps.Keys(src)) {
 		if !validToken(name) {
 			continue

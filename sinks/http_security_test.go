@@ -55,7 +55,7 @@ func TestHTTPSignatureMatchesWhatTheReceiverComputes(t *testing.T) {
 	cfg.ForwardHeaders = true
 	h := newHTTP(t, cfg)
 	clock := time.Now().Add(-10 * time.Second)
-	h.now = func() time.Time { clock = clock.Add(5 * time.Second); return clock }
+	h.cur.Load().now = func() time.Time { clock = clock.Add(5 * time.Second); return clock }
 
 	// A producer must not choose the signature: a forged header is dropped.
 	m := &shaper.Message{ID: "s/1", Payload: []byte(`{"amount":42,"note":"café"}`),

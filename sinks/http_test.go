@@ -787,3 +787,45 @@ func TestNewHTTPRejectsKeyHeaderThatCannotCarryTheKey(t *testing.T) {
 		})
 	}
 }
+
+func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
+	type seen struct{ path, psp string }
+	got := make(chan seen, 2)
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.URL.Path, r.Header.Get("X-Psp")}
+	})
+	cfg := httpConfig(srv.URL + "/v1")
+	cfg.Headers = map[string]string{"X-Psp": "old"}
+	h, err := NewHTTP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ctx := context.Background()
+	if _, err := h.Send(ctx, &shaper.Message{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	next := httpConfig(srv.URL + "/v2")
+	next.Headers = map[string]string{"X-Psp": "new"}
+	if err := h.Reconfigure(next); err != nil {
+		t.Fatalf("Reconfigure = %v", err)
+	}
+	if _, err := h.Send(ctx, &shaper.Message{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []seen{{"/v1", "old"}, {"/v2", "new"}} {
+		if s := <-got; s != want {
+			t.Errorf("request = %+v; want %+v", s, want)
+		}
+	}
+	bad := httpConfig("ftp://nowhere")
+	if err := h.Reconfigure(bad); err == nil {
+		t.Error("Reconfigure(ftp URL) = nil; want an error, and the old settings kept")
+	}
+	if _, err := h.Send(ctx, &shaper.Message{ID: "c"}); err != nil {
+		t.Errorf("Send after a refused Reconfigure = %v", err)
+	}
+	if s := <-got; s.path != "/v2" {
+		t.Errorf("after a refused Reconfigure the request went to %s; want /v2", s.path)
+	}
+}

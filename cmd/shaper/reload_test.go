@@ -110,3 +110,25 @@ func TestReloadAddsAndRemovesPipelinesAndWatchFollowsTheFile(t *testing.T) {
 		}
 	}
 }
+
+func TestReloadChangesHTTPSinkHeadersInPlace(t *testing.T) {
+	natsURL := startJetStream(t, 300)
+	sink, srv := newSinkLog(t)
+	old := runConfig(natsURL, srv.URL, 50, time.Second)
+	config := writeConfig(t, old)
+	c := startChild(t, config)
+	waitUntil(t, 30*time.Second, "deliveries", func() bool { u, _ := sink.counts(); return u >= 20 })
+
+	rewrite(t, config, strings.Replace(old, "max_in_flight: 4}", "max_in_flight: 4, headers: {X-Psp: acme}, timeout: 5s}", 1))
+	_ = c.cmd.Process.Signal(syscall.SIGHUP)
+	waitUntil(t, 10*time.Second, "the reload", func() bool { return strings.Contains(c.stderr.String(), "pipeline changed in place") })
+	waitUntil(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.counts(); return u == 300 })
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	c.wait(t, 15*time.Second)
+	if unique, total := sink.counts(); total != unique {
+		t.Errorf("%d requests for %d messages across an in-place reload; want no duplicates", total, unique)
+	}
+	if sink.header("X-Psp") != "acme" {
+		t.Errorf("the last request carried X-Psp %q; want the reloaded header", sink.header("X-Psp"))
+	}
+}

@@ -26,6 +26,7 @@ type sinkLog struct {
 	byKey map[string]int
 	total int
 	times []time.Time
+	last  http.Header // the headers of the latest request
 }
 
 func newSinkLog(t testing.TB) (*sinkLog, *httptest.Server) {
@@ -35,6 +36,7 @@ func newSinkLog(t testing.TB) (*sinkLog, *httptest.Server) {
 		s.byKey[r.Header.Get("Idempotency-Key")]++
 		s.total++
 		s.times = append(s.times, time.Now())
+		s.last = r.Header.Clone()
 		s.mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
@@ -45,6 +47,13 @@ func (s *sinkLog) counts() (unique, total int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.byKey), s.total
+}
+
+// header returns a header of the latest request.
+func (s *sinkLog) header(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last.Get(name)
 }
 
 // between counts the requests that arrived in [from, to).
