@@ -47,15 +47,13 @@ test-deps:
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
 
-# Limiter overhead beside golang.org/x/time/rate (feed the output to benchstat),
-# shaping precision through the real pipeline (3 s of traffic per run), the
-# memory of a `shaper run` child working through a 100k Kafka backlog, and
-# the Redis-shared limiter's calls and latency per slot.
-bench:
-	$(GO) test -run '^$$' -bench '^BenchmarkReserve' -benchmem -count 10 ./limiter/
-	$(GO) test -run '^$$' -bench ShapingPrecision -benchtime 1x -count 3 ./shaper/
-	$(GO) test -run '^$$' -bench KafkaBacklogMemory -benchtime 1x ./cmd/shaper/
-	$(GO) test -run '^$$' -bench SharedReserve -benchtime 2s ./limiter/
+# The benchmark harness: shaping precision beside a fixed-window counter and
+# x/time/rate, limiter overhead (benchstat), CPU per message, idle CPU,
+# throughput with no limit, backlog memory, the Redis-shared limiter; it
+# writes docs/benchmarks.md, docs/benchmarks.json and docs/shaping.svg
+# (about 4 minutes on 2 cores; `go run ./bench -quick` checks the harness).
+bench: test-deps
+	$(GO) run ./bench
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Machine describes where the figures were measured.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	Cores      int    `json:"cores"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	MemoryMiB  int    `json:"memory_mib"`
+	Kernel     string `json:"kernel"`
+	Go         string `json:"go"`
+	Commit     string `json:"commit"`
+	// LoadStart and LoadEnd are the 1-minute load averages when the run
+	// started and ended: a load near or above Cores means other work shared
+	// the machine.
+	LoadStart float64 `json:"load_start"`
+	LoadEnd   float64 `json:"load_end"`
+}
+
+func describeMachine(root string) Machine {
+	m := Machine{
+		CPU:        cpuModel(),
+		Cores:      runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		Go:         runtime.Version(),
+		LoadStart:  loadAverage(),
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	if kb := meminfo("MemTotal"); kb > 0 {
+		m.MemoryMiB = int(kb / 1024)
+	}
+	// Read-only: the commit the figures belong to, "-dirty" when the tree
+	// has changes.
+	cmd := exec.Command("git", "describe", "--always", "--dirty")
+	cmd.Dir = root
+	if out, err := cmd.Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+func meminfo(key string) int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// clockTick is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
+// 100 on every Linux architecture Go supports (the kernel fixes it for
+// user space whatever its internal HZ).
+const clockTick = 10 * time.Millisecond
+
+// procCPU returns the CPU time (user + system) a process has used, from
+// /proc/<pid>/stat. Its resolution is one clock tick, 10ms.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// count fields after the last ')'. utime and stime are fields 14, 15.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(utime+stime) * clockTick, nil
+}
+
+// procMemory returns a process's resident set now and its peak (VmRSS,
+// VmHWM of /proc/<pid>/status), in bytes.
+func procMemory(pid int) (rss, peak int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = n << 10
+		case "VmHWM":
+			peak = n << 10
+		}
+	}
+	return rss, peak, sc.Err()
+}
+
+// selfCPU returns the CPU time this process has used (getrusage), with
+// microsecond resolution.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// childrenCPU returns the CPU time of this process's children that have
+// been waited for (getrusage RUSAGE_CHILDREN).
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// machineBusy returns the CPU time every process on the machine has used
+// (the non-idle fields of /proc/stat's cpu line).
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	// user nice system idle iowait irq softirq steal ...: all but idle and
+	// iowait; guest time is already counted in user.
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		busy += n
+	}
+	return time.Duration(busy) * clockTick
+}
+
+// loadProbe measures how much of the machine other work used while a
+// section ran: the machine's busy CPU time minus this process's and its
+// children's (the children are waited for within the section; a child
+// still running is counted by the caller through live).
+type loadProbe struct {
+	start              time.Time
+	busy, self, kids   time.Duration
+	loadStart, loadEnd float64
+}
+
+func startLoadProbe() *loadProbe {
+	return &loadProbe{start: time.Now(), busy: machineBusy(), self: selfCPU(), kids: childrenCPU(), loadStart: loadAverage()}
+}
+
+// Load is what else ran on the machine during a section.
+type Load struct {
+	// ForeignPct is the CPU used by processes other than the harness and
+	// its children, as a percentage of the whole machine (all cores).
+	ForeignPct float64 `json:"foreign_cpu_pct"`
+	LoadStart  float64 `json:"load_start"`
+	LoadEnd    float64 `json:"load_end"`
+	Seconds    float64 `json:"seconds"`
+}
+
+func (p *loadProbe) stop() Load {
+	elapsed := time.Since(p.start)
+	busy := machineBusy() - p.busy
+	ours := selfCPU() - p.self + childrenCPU() - p.kids
+	foreign := max(busy-ours, 0)
+	return Load{
+		ForeignPct: 100 * foreign.Seconds() / (elapsed.Seconds() * float64(runtime.NumCPU())),
+		LoadStart:  p.loadStart,
+		LoadEnd:    loadAverage(),
+		Seconds:    elapsed.Seconds(),
+	}
+}

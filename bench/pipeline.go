@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shaper-dev/shaper/limiter"
+	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
+	"github.com/shaper-dev/shaper/sources"
+)
+
+// running is a real shaper.Pipeline running in this process: a JetStream
+// or Kafka source, the HTTP sink, and the limiter under test, wired the way
+// cmd/shaper wires them.
+type running struct {
+	p      *shaper.Pipeline
+	probe  *probedLimiter
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// pipelineSpec is what a precision or picture case varies.
+type pipelineSpec struct {
+	name    string
+	source  shaper.SourceConfig
+	sinkURL string
+	rate    shaper.RateConfig
+	// limiter replaces the one the rate config would build (a baseline);
+	// rate.Limit still sizes the bucket.
+	limiter     shaper.Limiter
+	maxInFlight int
+	capacity    int
+}
+
+func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
+	cfg := shaper.Config{Pipelines: []shaper.PipelineConfig{{
+		Name:   spec.name,
+		Source: spec.source,
+		// A minute of queueing: nothing in these runs may expire, and the
+		// capacity, not limit × max_queue_time, bounds the bucket.
+		Bucket: shaper.BucketConfig{Capacity: spec.capacity, MaxQueueTime: time.Minute},
+		Rate:   spec.rate,
+		Sink: shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{
+			URL:            spec.sinkURL,
+			DeliveryConfig: shaper.DeliveryConfig{MaxInFlight: spec.maxInFlight},
+		}},
+	}}}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("pipeline %s: %w", spec.name, err)
+	}
+	pc := cfg.Pipelines[0]
+
+	lim := spec.limiter
+	if lim == nil {
+		l, err := limiter.New(limiter.Config{Mode: limiter.Mode(pc.Rate.Mode), Limit: pc.Rate.Limit, Burst: *pc.Rate.Burst}, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		lim = l
+	}
+	probe := &probedLimiter{Limiter: lim}
+	sink, err := sinks.NewHTTP(*pc.Sink.HTTP)
+	if err != nil {
+		return nil, err
+	}
+	var src shaper.Source
+	if pc.Source.Kafka != nil {
+		src, err = sources.NewKafka(*pc.Source.Kafka, pc.Bucket.Capacity, "shaper-bench-"+spec.name, nil)
+	} else {
+		src, err = sources.NewNATS(*pc.Source.NATS, pc.Bucket.Capacity, "shaper-bench-"+spec.name, nil)
+	}
+	if err != nil {
+		_ = sink.Close()
+		return nil, err
+	}
+	p := shaper.New(pc, shaper.Parts{
+		Source: src, Sink: sink, Limiter: probe,
+		Metrics:      shaper.NewMetrics(prometheus.NewRegistry()),
+		DrainTimeout: time.Second,
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	r := &running{p: p, probe: probe, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(rctx) }()
+	return r, nil
+}
+
+// stop drains the pipeline (what is left is nacked after a second) and
+// waits for Run to return.
+func (r *running) stop() error {
+	r.p.Drain()
+	select {
+	case err := <-r.done:
+		r.cancel()
+		return err
+	case <-time.After(10 * time.Second):
+		r.cancel()
+		return <-r.done
+	}
+}
+
+// probedLimiter passes every call to the limiter under test and records,
+// for each Reserve, how long after the previous slot's time it came. With
+// a backlog the scheduler asks for the next slot as soon as it has sent at
+// the previous one, so this is how late its timer woke it (plus the few
+// microseconds of taking the next message): the cause of most of what the
+// sink sees as jitter, and of a leaky limiter's lost time.
+type probedLimiter struct {
+	shaper.Limiter
+	mu    sync.Mutex
+	last  time.Time
+	calls []lateCall
+}
+
+// lateCall is one Reserve: when it came, and how long after the previous
+// slot's time.
+type lateCall struct {
+	at   time.Time
+	late time.Duration
+}
+
+func (p *probedLimiter) Reserve(now time.Time) time.Time {
+	slot := p.Limiter.Reserve(now)
+	p.mu.Lock()
+	if !p.last.IsZero() {
+		p.calls = append(p.calls, lateCall{at: now, late: now.Sub(p.last)})
+	}
+	p.last = slot
+	p.mu.Unlock()
+	return slot
+}
+
+// lateness returns the p50, p99 and mean, in microseconds, of how late the
+// scheduler came for its next slot, over the calls from from on.
+func (p *probedLimiter) lateness(from time.Time) (p50, p99, mean float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var late []float64
+	for _, c := range p.calls {
+		if !c.at.Before(from) {
+			late = append(late, float64(c.late)/1e3)
+		}
+	}
+	slices.Sort(late)
+	sum := 0.0
+	for _, l := range late {
+		sum += l
+	}
+	if len(late) > 0 {
+		mean = sum / float64(len(late))
+	}
+	return quantile(late, 0.5), quantile(late, 0.99), mean
+}
