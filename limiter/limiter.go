@@ -165,8 +165,11 @@ func New(cfg Config, now time.Time) (*Limiter, error) {
 // Reserve takes the next slot at or after now and returns its time. The
 // caller sends at that time; the slot is used whether or not it does. Calls
 // need not come with increasing times: a caller with an older now still gets
-// a slot no earlier than that now, and in Leaky mode no closer than one
-// interval to any other. No slot is earlier than the start passed to New.
+// a slot no earlier than that now. In Leaky mode slots follow a schedule
+// exactly 1/limit apart; a caller late for its slot by less than half an
+// interval (and at most 1ms: a timer waking late) gets it at its now, so
+// the next slot can come up to that much sooner, and the long-run rate stays
+// exact. No slot is earlier than the start passed to New.
 // Reserve does not allocate.
 func (l *Limiter) Reserve(now time.Time) time.Time {
 	// Sub saturates instead of overflowing. A time before the start counts
@@ -188,7 +191,13 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 	}
 	// TAT = max(TAT, now) + T, where T is the interval in force at the
 	// slot's own time (it differs from l.interval only during warm-up).
-	if n > l.tat {
+	// In Leaky mode a caller that is only a little late — by less than
+	// lateAllowed, a timer's wake-up — keeps the schedule instead of
+	// restarting it, so wake-up lateness does not lower the rate. Since the
+	// allowance is under half an interval, any window of length w still
+	// holds at most w/T + 1 slots; after real idle time the schedule
+	// restarts and there is no burst.
+	if n > l.tat && (l.tau > 0 || n-l.tat > l.lateAllowed()) {
 		l.tat, l.tatFrac = n, 0
 	}
 	f := l.tatFrac + l.intervalAt(d)
@@ -274,6 +283,16 @@ func (l *Limiter) intervalAt(n int64) float64 {
 		return l.interval
 	}
 	return math.Min(1e9/l.limitAt(n), maxNanos)
+}
+
+// maxLeakyLate bounds how late a Leaky caller may be and keep the schedule.
+const maxLeakyLate = int64(time.Millisecond)
+
+// lateAllowed is how many nanoseconds late a Leaky caller may be and still
+// keep the schedule: half an interval, at most maxLeakyLate. It requires that
+// l.mu is held.
+func (l *Limiter) lateAllowed() int64 {
+	return min(int64(l.interval/2), maxLeakyLate)
 }
 
 // addSat returns a+b for b >= 0, saturating at math.MaxInt64.

@@ -722,3 +722,43 @@ func TestReserveDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+func TestLeakyCallerALittleLateKeepsTheScheduleAndTheRate(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const limit = 1000 // slots 1ms apart; up to 0.5ms late keeps the schedule
+	// After each slot the caller asks for the next one at once, except every
+	// tenth time, when it wakes late (a timer firing late): by wake, which
+	// puts it past the next slot's time by wake - 1ms.
+	tests := []struct {
+		name     string
+		wake     time.Duration
+		wantLast time.Duration // when slot 999 falls
+	}{
+		{"never late", 0, 999 * time.Millisecond},
+		{"late by 0.3ms keeps the schedule", 1300 * time.Microsecond, 999 * time.Millisecond},
+		{"late by 0.7ms restarts it", 1700 * time.Microsecond, 999*time.Millisecond + 99*700*time.Microsecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1}, start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var prev time.Time
+			now := start
+			for k := range 1000 {
+				slot := l.Reserve(now)
+				if k > 0 && slot.Sub(prev) < time.Millisecond/2 {
+					t.Fatalf("slots %d and %d are %v apart; want at least half an interval", k-1, k, slot.Sub(prev))
+				}
+				prev, now = slot, slot
+				if k%10 == 9 && tt.wake > 0 {
+					now = slot.Add(tt.wake)
+				}
+			}
+			if got := prev.Sub(start); got != tt.wantLast {
+				t.Errorf("slot 999 at %v; want %v", got, tt.wantLast)
+			}
+		})
+	}
+}
