@@ -330,22 +330,6 @@ func revoked(t *task) bool {
 	return ok && r.Revoked()
 }
 
-// sleepUntil waits until t, and reports false if ctx ended first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // attempt sends a task once under the per-attempt timeout, then settles it,
 // sends it back to the retry heap, or dead-letters it.
 func (p *Pipeline) attempt(ctx context.Context, t *task) {
