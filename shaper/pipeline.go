@@ -399,9 +399,16 @@ func (p *Pipeline) fail(ctx context.Context, t *task, reason, outcome string) {
 		p.nack(ctx, t, "no_dead_letter", delay)
 		return
 	}
-	dctx, cancel := context.WithTimeout(ctx, delivery.Timeout)
-	_, err := p.deadLetter.Send(dctx, p.deadLetterMessage(t, reason))
-	cancel()
+	dl := p.deadLetterMessage(t, reason)
+	err := p.sendDeadLetter(ctx, dl, delivery.Timeout)
+	if errors.Is(err, ErrMalformed) {
+		// The dead letter itself is too large for its target, and would
+		// be forever. Send it without the payload and the message's own
+		// headers instead; the original stays in the source's log, where
+		// Shaper-Source points.
+		log.Warn("dead letter too large for its target; sent without its payload", "dead_letter_err", err)
+		err = p.sendDeadLetter(ctx, withoutPayload(dl), delivery.Timeout)
+	}
 	if err != nil {
 		log.Error("dead-letter publish failed; message nacked for redelivery", "dead_letter_err", err)
 		p.nack(ctx, t, "dead_letter_failed", delay)
@@ -409,6 +416,23 @@ func (p *Pipeline) fail(ctx context.Context, t *task, reason, outcome string) {
 	}
 	log.Warn("message dead-lettered")
 	p.ack(ctx, t, outcome)
+}
+
+func (p *Pipeline) sendDeadLetter(ctx context.Context, dl *Message, timeout time.Duration) error {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := p.deadLetter.Send(dctx, dl)
+	return err
+}
+
+// withoutPayload is a dead letter stripped to its Shaper-* headers, with
+// Shaper-Payload-Omitted giving the size of what was left out.
+func withoutPayload(dl *Message) *Message {
+	h := map[string][]string{"Shaper-Payload-Omitted": {strconv.Itoa(len(dl.Payload)) + " bytes"}}
+	for _, k := range []string{"Shaper-Reason", "Shaper-Error", "Shaper-Attempts", "Shaper-Pipeline", "Shaper-Source"} {
+		h[k] = dl.Header[k]
+	}
+	return &Message{ID: dl.ID, Origin: dl.Origin, Key: dl.Key, Header: h, Payload: []byte{}}
 }
 
 // deadLetterMessage is the original message with the Shaper-* headers.

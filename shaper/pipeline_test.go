@@ -1,12 +1,15 @@
 package shaper_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -338,5 +341,40 @@ func TestReconfigureChangesTheRateInPlaceWithoutLosingMessages(t *testing.T) {
 	modeChange.Rate.Mode = shaper.ModeToken
 	if err := p.Reconfigure(modeChange); !errors.Is(err, shaper.ErrNeedsRestart) {
 		t.Errorf("Reconfigure(mode change) = %v; want ErrNeedsRestart", err)
+	}
+}
+
+func TestADeadLetterTooLargeForItsTargetIsSentWithoutItsPayload(t *testing.T) {
+	e := newEnv(t)
+	// A stream on the dead-letter subject that takes no message over 300
+	// bytes: the dead letter of a 200-byte message, with its Shaper-*
+	// headers, does not fit.
+	ctx := context.Background()
+	dlq, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{deadSubject}, MaxMsgSize: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		http.Error(w, "no such payment", http.StatusBadRequest)
+	})
+	if _, err := e.js.Publish(ctx, subject, []byte(strings.Repeat("p", 200))); err != nil {
+		t.Fatal(err)
+	}
+	p := e.start(e.config(rec.srv.URL, nil))
+	waitFor(t, 30*time.Second, "the ack", func() bool { return e.consumer("shaper-test").AckFloor.Stream == 1 })
+	// What the stream stored (a core subscriber also saw the refused
+	// full-size attempt go by).
+	dead, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("dead letter not stored: %v", err)
+	}
+	if len(dead.Data) != 0 || dead.Header.Get("Shaper-Payload-Omitted") != "200 bytes" || dead.Header.Get("Shaper-Reason") != "rejected" {
+		t.Errorf("dead letter: %d bytes, headers %v; want no payload, Shaper-Payload-Omitted: 200 bytes, reason rejected", len(dead.Data), dead.Header)
+	}
+	if got := rec.count(); got != 1 {
+		t.Errorf("sink requests = %d; want 1 (an outcome, not a loop)", got)
+	}
+	if got := p.Status().Outcomes[shaper.OutcomeDeadLettered]; got != 1 {
+		t.Errorf("dead_lettered = %d; want 1", got)
 	}
 }
