@@ -1,0 +1,182 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-dev/shaper/internal/redistest"
+)
+
+// readyz returns /readyz's status and body (0 when it cannot be reached).
+func readyz(admin string) (int, string) {
+	code, body, err := get(admin, "/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	return code, strings.TrimSpace(body)
+}
+
+// brokerOutage takes the broker down with stop, checks that the daemon
+// stays up and /readyz says 503 with a reason that contains want, then
+// brings the broker back with start and checks /readyz returns to 200.
+func brokerOutage(t *testing.T, p *shaperProc, admin string, want string, stop, start func()) (notReadyAfter, readyAfter time.Duration) {
+	t.Helper()
+	if code, body := readyz(admin); code != http.StatusOK {
+		t.Fatalf("/readyz before the outage = %d %q; want 200", code, body)
+	}
+	stop()
+	down := time.Now()
+	var body string
+	waitFor(t, 30*time.Second, "/readyz to turn 503 while the broker is down", func() bool {
+		var code int
+		code, body = readyz(admin)
+		return code == http.StatusServiceUnavailable
+	})
+	notReadyAfter = time.Since(down)
+	if !strings.Contains(body, want) {
+		t.Errorf("/readyz while the broker is down = %q; want a reason mentioning %q", body, want)
+	}
+	time.Sleep(2 * time.Second) // a while down: still alive, still not ready
+	if p.hasExited() {
+		t.Fatalf("shaper exited while the broker was down: %v", p.state)
+	}
+	if code, b := readyz(admin); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz 2s into the outage = %d %q; want 503", code, b)
+	}
+	start()
+	up := time.Now()
+	waitFor(t, time.Minute, "/readyz to return to 200 after the broker came back", func() bool {
+		code, _ := readyz(admin)
+		return code == http.StatusOK
+	})
+	readyAfter = time.Since(up)
+	t.Logf("/readyz: 503 %v after the broker went down (%q), 200 again %v after it came back", notReadyAfter.Round(time.Millisecond), body, readyAfter.Round(time.Millisecond))
+	return notReadyAfter, readyAfter
+}
+
+func TestNATSServerRestartKeepsTheDaemonUpReadyzTruthfulAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	const n, more, limit = 300, 50, 100
+	f := jetstreamFixture(t, n)
+	sink := newSink(t, func(*http.Request, int) action { return action{delay: 10 * time.Millisecond} })
+	config := writeConfig(t, pipeline{
+		source: f.source,
+		rate:   fmt.Sprintf("{limit: %d}", limit),
+		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.url),
+	}.yaml())
+	p := startShaper(t, "shaper", config)
+	admin := p.admin()
+	waitFor(t, time.Minute, "50 deliveries", func() bool { return sink.deliveredCount() >= 50 })
+	brokerOutage(t, p, admin, "nats", f.nats.stop, f.nats.start)
+	// The consumer works after the restart: new messages arrive too.
+	f.nats.publish(more, numbered("in.faults"))
+	waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n+more })
+	p.stop()
+	f.settled(30 * time.Second)
+	o := account(t, streamIDs(n+more), sink, nil)
+	t.Logf("%d messages across a NATS restart: %d lost, %d duplicates", n+more, len(o.lost), o.duplicates)
+}
+
+func TestKafkaBrokerRestartKeepsTheDaemonUpReadyzTruthfulAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	const n, limit = 400, 100
+	f := kafkaFixture(t, n, 200*time.Millisecond)
+	sink := newSink(t, func(*http.Request, int) action { return action{delay: 10 * time.Millisecond} })
+	config := writeConfig(t, pipeline{
+		source: f.source,
+		rate:   fmt.Sprintf("{limit: %d}", limit),
+		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.url),
+	}.yaml())
+	p := startShaper(t, "shaper", config)
+	admin := p.admin()
+	waitFor(t, time.Minute, "50 deliveries", func() bool { return sink.deliveredCount() >= 50 })
+	brokerOutage(t, p, admin, "kafka", f.kafka.stop, f.kafka.start)
+	waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
+	p.stop()
+	f.settled(30 * time.Second)
+	delivered, answers := sink.deliveredKeys()
+	t.Logf("%d messages across a Kafka restart: %d lost, %d duplicates", n, n-len(delivered), answers-len(delivered))
+	if len(delivered) != n {
+		t.Errorf("delivered %d of %d", len(delivered), n)
+	}
+}
+
+func TestRedisDownUpAndPausedKeepsTheRateBoundedAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	const n, limit, fallback = 1000, 100, 20
+	f := jetstreamFixture(t, n)
+	rs := redistest.Start(t)
+	sink := newSink(t, func(*http.Request, int) action { return action{delay: 5 * time.Millisecond} })
+	config := writeConfig(t, pipeline{
+		source: f.source,
+		rate: fmt.Sprintf(`{limit: %d, shared: {redis: {addr: "%s"}, key: "shaper:faults", fallback_limit: %d, timeout: 50ms}}`,
+			limit, rs.Addr, fallback),
+		sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.url),
+	}.yaml())
+	p := startShaper(t, "shaper", config)
+	admin := p.admin()
+	fallbackIs := func(want float64) func() bool {
+		return func() bool {
+			m, err := scrape(admin)
+			return err == nil && m.sum("shaper_limiter_fallback") == want
+		}
+	}
+	phase := func(name string, d time.Duration) {
+		from := time.Now()
+		time.Sleep(d)
+		got := len(sink.between(from, time.Now()))
+		code, body := readyz(admin)
+		t.Logf("%-22s %5.1f/s at the sink; /readyz %d %q", name+":", float64(got)/d.Seconds(), code, body)
+		if p.hasExited() {
+			t.Fatalf("shaper exited during %s: %v", name, p.state)
+		}
+		if code != http.StatusOK {
+			t.Errorf("/readyz during %s = %d %q; want 200: the source is connected and the pipeline delivers", name, code, body)
+		}
+	}
+
+	waitFor(t, time.Minute, "deliveries", func() bool { return sink.deliveredCount() >= 20 })
+	phase("shared", 2*time.Second)
+
+	rs.Stop()
+	waitFor(t, 10*time.Second, "shaper_limiter_fallback 1 with Redis down", fallbackIs(1))
+	if _, body, err := get(admin, "/v1/pipelines"); err != nil || !strings.Contains(body, `"limiter": "fallback"`) {
+		t.Errorf("/v1/pipelines with Redis down = %q, %v; want it to show \"limiter\": \"fallback\"", body, err)
+	}
+	phase("redis down (fallback)", 2*time.Second)
+
+	rs.Restart()
+	waitFor(t, 15*time.Second, "shaper_limiter_fallback 0 with Redis back", fallbackIs(0))
+	phase("redis back", 2*time.Second)
+
+	// A stalled Redis: CLIENT PAUSE holds every command for 2s; calls
+	// time out after 50ms, and the limiter falls back instead of waiting.
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := rc.ClientPause(ctx, 2*time.Second).Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	cancel()
+	_ = rc.Close()
+	paused := waitUntil(2*time.Second, fallbackIs(1))
+	phase("redis paused", time.Second)
+	waitFor(t, 15*time.Second, "shaper_limiter_fallback 0 after the pause", fallbackIs(0))
+	phase("after the pause", time.Second)
+	if !paused {
+		t.Errorf("shaper_limiter_fallback never turned 1 while Redis was paused")
+	}
+
+	waitFor(t, 2*time.Minute, "every message delivered", func() bool { return sink.deliveredCount() >= n })
+	p.stop()
+	f.settled(30 * time.Second)
+	o := account(t, streamIDs(n), sink, nil)
+	// One lease: about 20 ms of slots, limit × 20 ms.
+	most100, most1s := checkShapingWith(t, sink, limit, 4, 2*time.Second, limit*20/1000)
+	t.Logf("%d messages: %d lost, %d duplicates; most in 100 ms %d, in 1 s %d (limit %d/s)", n, len(o.lost), o.duplicates, most100, most1s, limit)
+}

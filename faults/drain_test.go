@@ -1,0 +1,207 @@
+package faults_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestGracefulDrainUnderLoadExitsZeroInTimeAndARestartDeliversTheRestOnce(t *testing.T) {
+	t.Parallel()
+	const n, limit, inFlight = 600, 200, 8
+	const drain, timeout = time.Second, 2 * time.Second
+	for _, kind := range []string{"jetstream", "kafka"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, kind, n)
+			sink := newSink(t, func(*http.Request, int) action { return action{delay: 20 * time.Millisecond} })
+			config := writeConfig(t, pipeline{
+				drain:  drain,
+				source: f.source,
+				rate:   fmt.Sprintf("{limit: %d}", limit),
+				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: %s}}`, sink.url, inFlight, timeout),
+			}.yaml())
+
+			first := startShaper(t, "first", config)
+			admin := first.admin()
+			waitFor(t, time.Minute, "100 deliveries", func() bool { return sink.deliveredCount() >= 100 })
+			first.signal(syscall.SIGTERM)
+			signalled := time.Now()
+			atSignal := sink.deliveredCount()
+			// Readiness turns false at once, saying why.
+			var body string
+			if !waitUntil(2*time.Second, func() bool {
+				code, b, err := get(admin, "/readyz")
+				body = b
+				return err == nil && code == http.StatusServiceUnavailable
+			}) && !first.hasExited() {
+				t.Errorf("/readyz did not turn 503 while draining; last body %q", body)
+			} else if body != "" && !strings.Contains(body, "draining") {
+				t.Errorf("/readyz while draining = %q; want it to say draining", body)
+			}
+			code := first.wait(drain + timeout + 10*time.Second)
+			took := time.Since(signalled)
+			if code != 0 {
+				t.Errorf("exit code after SIGTERM = %d; want 0", code)
+			}
+			// drain_timeout, then the requests in flight finish (each
+			// within timeout), then the parts close: 3s covers closing on
+			// a loaded machine.
+			if bound := drain + timeout + 3*time.Second; took > bound {
+				t.Errorf("drain took %v; want at most drain_timeout + timeout + 3s = %v", took, bound)
+			}
+			drained := sink.deliveredCount() - atSignal
+			if drained == 0 {
+				t.Errorf("nothing was delivered during the drain; the bucket should keep draining at the rate")
+			}
+			if sink.deliveredCount() >= n {
+				t.Fatalf("the first run delivered all %d; the test needs a remainder", n)
+			}
+			checkFinishedWereDelivered(t, f, sink, nil, "after the drain")
+			t.Logf("SIGTERM after %d delivered; %d more during the %v drain; exit %d after %v",
+				atSignal, drained, drain, code, took.Round(time.Millisecond))
+
+			second := startShaper(t, "second", config)
+			waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
+			time.Sleep(500 * time.Millisecond) // room for a duplicate to show
+			second.stop()
+			f.settled(30 * time.Second)
+			delivered, answers := sink.deliveredKeys()
+			t.Logf("%d messages: %d lost, %d duplicates across the restart", n, n-len(delivered), answers-len(delivered))
+			if len(delivered) != n || answers != n {
+				t.Errorf("delivered %d unique in %d 2xx answers; want %d, each once", len(delivered), answers, n)
+			}
+		})
+	}
+}
+
+func TestSecondSignalForcesExitOneAndNeverAcksAnUnfinishedMessage(t *testing.T) {
+	t.Parallel()
+	const n, limit, inFlight, okFirst = 200, 100, 4, 20
+	for _, kind := range []string{"jetstream", "kafka"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, kind, n)
+			// The first okFirst messages are answered; then the sink hangs,
+			// so requests are in flight when the second signal comes.
+			var answered atomic.Int64
+			var healthy atomic.Bool
+			sink := newSink(t, func(*http.Request, int) action {
+				if healthy.Load() || answered.Add(1) <= okFirst {
+					return action{}
+				}
+				return action{hang: true}
+			})
+			config := writeConfig(t, pipeline{
+				drain:  time.Minute,
+				source: f.source,
+				rate:   fmt.Sprintf("{limit: %d}", limit),
+				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: 1m}}`, sink.url, inFlight),
+			}.yaml())
+
+			first := startShaper(t, "first", config)
+			waitFor(t, time.Minute, "the sink to hang with max_in_flight requests", func() bool {
+				return sink.deliveredCount() >= okFirst && sink.hanging() == inFlight
+			})
+			first.signal(syscall.SIGTERM)
+			time.Sleep(300 * time.Millisecond)
+			if first.hasExited() {
+				t.Fatalf("shaper exited on the first signal with requests in flight and drain_timeout 1m")
+			}
+			first.signal(syscall.SIGTERM)
+			forced := time.Now()
+			code := first.wait(15 * time.Second)
+			took := time.Since(forced)
+			if code != 1 {
+				t.Errorf("exit code after a second signal = %d; want 1", code)
+			}
+			if took > 5*time.Second {
+				t.Errorf("forced exit took %v; want well under drain_timeout (1m)", took)
+			}
+			checkFinishedWereDelivered(t, f, sink, nil, "after the forced exit")
+			t.Logf("forced exit %d after %v with %d requests hanging", code, took.Round(time.Millisecond), inFlight)
+
+			healthy.Store(true)
+			second := startShaper(t, "second", config)
+			waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
+			second.stop()
+			f.settled(30 * time.Second)
+			delivered, answers := sink.deliveredKeys()
+			t.Logf("%d messages: %d lost, %d duplicates", n, n-len(delivered), answers-len(delivered))
+		})
+	}
+}
+
+// fixtureCommitInterval is the Kafka commit_interval of newFixture.
+const fixtureCommitInterval = 200 * time.Millisecond
+
+// newFixture returns a "jetstream" or "kafka" fixture holding n messages.
+func newFixture(t testing.TB, kind string, n int) fixture {
+	t.Helper()
+	if kind == "kafka" {
+		return kafkaFixture(t, n, fixtureCommitInterval)
+	}
+	return jetstreamFixture(t, n)
+}
+
+// TestGracefulDrainWithRetriesPendingDuplicatesNothing drains while some
+// messages wait in the retry heap (a 503 asked for 3 s; drain_timeout is
+// 1 s), so the drain nacks them while later messages are done. A restart
+// must deliver exactly the rest. JetStream acks each message: it holds.
+// Kafka commits contiguous offsets: the nacked message holds back the
+// commit of everything its partition finished after it, and the restart
+// delivers all of that again — the known bug "a graceful drain duplicates
+// what finished behind a pending retry" (docs/reliability.md); its subtest
+// runs with -args -known-bugs.
+func TestGracefulDrainWithRetriesPendingDuplicatesNothing(t *testing.T) {
+	t.Parallel()
+	const n, limit = 400, 100
+	for _, kind := range []string{"jetstream", "kafka"} {
+		t.Run(kind, func(t *testing.T) {
+			if kind == "kafka" && !*knownBugs {
+				t.Skip("known bug, fix pending a decision (docs/reliability.md, what broke); run with -args -known-bugs")
+			}
+			t.Parallel()
+			f := newFixture(t, kind, n)
+			sink := newSink(t, func(r *http.Request, attempt int) action {
+				key := r.Header.Get("Idempotency-Key")
+				i, _ := strconv.Atoi(key[strings.LastIndexByte(key, '/')+1:])
+				if attempt == 1 && i%10 == 3 {
+					return action{status: http.StatusServiceUnavailable, retryAfter: "3"}
+				}
+				return action{}
+			})
+			config := writeConfig(t, pipeline{
+				drain:  time.Second,
+				source: f.source,
+				rate:   fmt.Sprintf("{limit: %d}", limit),
+				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, retry: {max_backoff: 10s}}}`, sink.url),
+			}.yaml())
+			first := startShaper(t, "first", config)
+			waitFor(t, time.Minute, "100 deliveries", func() bool { return sink.deliveredCount() >= 100 })
+			first.signal(syscall.SIGTERM)
+			if code := first.wait(30 * time.Second); code != 0 {
+				t.Errorf("exit code after SIGTERM = %d; want 0", code)
+			}
+			checkFinishedWereDelivered(t, f, sink, nil, "after the drain")
+			before := sink.deliveredCount()
+
+			second := startShaper(t, "second", config)
+			waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
+			time.Sleep(500 * time.Millisecond) // room for a duplicate to show
+			second.stop()
+			f.settled(30 * time.Second)
+			delivered, answers := sink.deliveredKeys()
+			t.Logf("%s: %d delivered before the drain; %d messages, %d lost, %d duplicates after the restart",
+				kind, before, n, n-len(delivered), answers-len(delivered))
+			if len(delivered) != n || answers != n {
+				t.Errorf("delivered %d unique in %d 2xx answers; want %d, each once", len(delivered), answers, n)
+			}
+		})
+	}
+}

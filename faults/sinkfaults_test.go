@@ -1,0 +1,368 @@
+package faults_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Shaping under retries. The sink sees arrivals, not departures: the
+// limiter spaces departures exactly 1/limit apart, but a request delayed on
+// its way (scheduling of the -race built child and of the sink on two busy
+// cores, the TCP loopback) arrives closer to the next one. windowSlack is
+// how many extra arrivals a 100 ms window may hold for that: departures
+// from up to 30 ms outside the window, at most limit × 30 ms (3 at 100/s).
+// Without it the check would test the machine, not shaper; with it, a
+// retry that skipped the limiter (a burst of them after an error burst)
+// still shows, as would twice the rate.
+const jitterAllowance = 30 * time.Millisecond
+
+func windowSlack(limit int) int {
+	return int(float64(limit) * jitterAllowance.Seconds())
+}
+
+// ids returns the ids of JetStream messages 1..n on stream IN.
+func streamIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "IN/" + strconv.Itoa(i+1)
+	}
+	return ids
+}
+
+// outcome is where every message ended.
+type outcome struct {
+	delivered    map[string]int // 2xx answers per id
+	deadLettered map[string]deadLetter
+	lost         []string
+	duplicates   int // 2xx answers beyond the first of each message
+}
+
+// account checks that each of ids was delivered or dead-lettered.
+func account(t testing.TB, ids []string, sink *recSink, dls []deadLetter) outcome {
+	t.Helper()
+	o := outcome{deadLettered: map[string]deadLetter{}}
+	var answers int
+	o.delivered, answers = sink.deliveredKeys()
+	o.duplicates = answers - len(o.delivered)
+	for _, d := range dls {
+		o.deadLettered[d.source] = d
+	}
+	for _, id := range ids {
+		if o.delivered[id] == 0 && o.deadLettered[id].source == "" {
+			o.lost = append(o.lost, id)
+		}
+	}
+	if len(o.lost) > 0 {
+		t.Errorf("%d of %d messages neither delivered nor dead-lettered (lost): %v", len(o.lost), len(ids), o.lost[:min(10, len(o.lost))])
+	}
+	return o
+}
+
+// checkShaping checks what the sink saw against the contract: at most
+// maxInFlight requests at once, and the rate held in every 100 ms and 1 s
+// window, retries included.
+func checkShaping(t testing.TB, sink *recSink, limit, maxInFlight int, timeout time.Duration) (most100, most1s int) {
+	t.Helper()
+	return checkShapingWith(t, sink, limit, maxInFlight, timeout, 0)
+}
+
+// checkShapingWith is checkShaping with extra arrivals allowed in a window:
+// with rate.shared, one lease of slots (limit × 20 ms), the most the README
+// lets a replica's leases exceed the limit by.
+func checkShapingWith(t testing.TB, sink *recSink, limit, maxInFlight int, timeout time.Duration, extra int) (most100, most1s int) {
+	t.Helper()
+	if peak := sink.peakInFlight(timeout); peak > maxInFlight {
+		t.Errorf("the sink had %d requests in flight at once; want at most max_in_flight = %d", peak, maxInFlight)
+		logPeak(t, sink, timeout, maxInFlight)
+	}
+	at := arrivals(sink.snapshot())
+	most100 = maxInWindow(at, 100*time.Millisecond)
+	most1s = maxInWindow(at, time.Second)
+	slack := windowSlack(limit) + extra
+	if want := limit/10 + 1 + slack; most100 > want {
+		t.Errorf("%d requests arrived within 100 ms; want at most limit/10 + 1 + %d (arrival jitter, leases) = %d", most100, slack, want)
+	}
+	if want := limit + 1 + slack; most1s > want {
+		t.Errorf("%d requests arrived within 1 s; want at most limit + 1 + %d = %d", most1s, slack, want)
+	}
+	return most100, most1s
+}
+
+// sinkFault is one way for an HTTP sink to misbehave.
+type sinkFault struct {
+	name string
+	// rule is the sink's behaviour; start is when the test began.
+	rule func(s *faultState) rule
+	// before runs before the shaper starts, after runs once it has started.
+	refuseFor time.Duration // the sink does not listen at first, for this long
+	check     func(t *testing.T, s *faultState, reqs []sinkReq, m metrics)
+}
+
+// faultState is what a fault's rule remembers, for its check.
+type faultState struct {
+	mu         sync.Mutex
+	start      time.Time
+	retryAfter map[string]time.Time // id -> the earliest time a Retry-After allowed
+	capped     map[string]time.Time // id -> when a Retry-After beyond max_backoff was answered
+}
+
+const (
+	sfTimeout    = 300 * time.Millisecond
+	sfMaxBackoff = 2 * time.Second
+)
+
+func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t *testing.T) {
+	t.Parallel()
+	const n, limit, inFlight = 150, 100, 4
+	every := func(k int, key string) bool { // one message in k, by id
+		i, _ := strconv.Atoi(key[len("IN/"):])
+		return i%k == 0
+	}
+	faults := []sinkFault{
+		{
+			name: "bursts of 500 502 503",
+			rule: func(s *faultState) rule {
+				codes := []int{500, 502, 503}
+				return func(r *http.Request, attempt int) action {
+					// 250 ms of errors in every 500 ms.
+					phase := time.Since(s.start) % (500 * time.Millisecond)
+					if phase < 250*time.Millisecond {
+						return action{status: codes[int(time.Since(s.start)/time.Millisecond)%3]}
+					}
+					return action{}
+				}
+			},
+			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
+				if m.sum("shaper_requests_total", `code="500"`)+m.sum("shaper_requests_total", `code="503"`) == 0 || m.sum("shaper_retries_total") == 0 {
+					t.Errorf("no 5xx counted or no retry scheduled: the bursts did not happen")
+				}
+			},
+		},
+		{
+			name: "hangs until the per-attempt timeout",
+			rule: func(s *faultState) rule {
+				return func(r *http.Request, attempt int) action {
+					if attempt == 1 && every(3, r.Header.Get("Idempotency-Key")) {
+						return action{hang: true}
+					}
+					return action{}
+				}
+			},
+			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
+				checkGaveUpWithinTimeout(t, reqs, func(r sinkReq) bool { return r.attempt == 1 && every(3, r.key) })
+			},
+		},
+		{
+			name:      "connection refused",
+			refuseFor: 1500 * time.Millisecond,
+			rule:      func(s *faultState) rule { return answerOK },
+			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
+				if m.sum("shaper_requests_total", `code="error"`) == 0 {
+					t.Errorf("shaper_requests_total{code=\"error\"} = 0; want the refused attempts counted")
+				}
+			},
+		},
+		{
+			name: "429 with Retry-After in seconds",
+			rule: func(s *faultState) rule {
+				return func(r *http.Request, attempt int) action {
+					key := r.Header.Get("Idempotency-Key")
+					switch {
+					case attempt == 1 && every(5, key):
+						s.mu.Lock()
+						s.retryAfter[key] = time.Now().Add(time.Second)
+						s.mu.Unlock()
+						return action{status: http.StatusTooManyRequests, retryAfter: "1"}
+					case attempt == 1 && every(7, key):
+						// An hour: max_backoff caps it.
+						s.mu.Lock()
+						s.capped[key] = time.Now()
+						s.mu.Unlock()
+						return action{status: http.StatusTooManyRequests, retryAfter: "3600"}
+					}
+					return action{}
+				}
+			},
+			check: checkRetryAfter,
+		},
+		{
+			name: "503 with Retry-After as an HTTP date",
+			rule: func(s *faultState) rule {
+				return func(r *http.Request, attempt int) action {
+					key := r.Header.Get("Idempotency-Key")
+					if attempt == 1 && every(5, key) {
+						at := time.Now().Add(2 * time.Second).Truncate(time.Second) // dates have whole seconds
+						s.mu.Lock()
+						s.retryAfter[key] = at
+						s.mu.Unlock()
+						return action{status: http.StatusServiceUnavailable, retryAfter: at.UTC().Format(http.TimeFormat)}
+					}
+					return action{}
+				}
+			},
+			check: checkRetryAfter,
+		},
+		{
+			name: "connection reset mid-response",
+			rule: func(s *faultState) rule {
+				return func(r *http.Request, attempt int) action {
+					if attempt <= 2 && every(4, r.Header.Get("Idempotency-Key")) {
+						return action{reset: true}
+					}
+					return action{}
+				}
+			},
+			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
+				if m.sum("shaper_requests_total", `code="error"`) == 0 {
+					t.Errorf("shaper_requests_total{code=\"error\"} = 0; want the reset attempts counted as errors")
+				}
+			},
+		},
+		{
+			name: "slow sink drips its response",
+			rule: func(s *faultState) rule {
+				return func(r *http.Request, attempt int) action {
+					if attempt == 1 && every(5, r.Header.Get("Idempotency-Key")) {
+						return action{drip: 50 * time.Millisecond} // about 4.5 s for the whole response
+					}
+					return action{}
+				}
+			},
+			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
+				checkGaveUpWithinTimeout(t, reqs, func(r sinkReq) bool { return r.attempt == 1 && every(5, r.key) })
+			},
+		},
+	}
+
+	for _, fault := range faults {
+		t.Run(fault.name, func(t *testing.T) {
+			t.Parallel()
+			f := jetstreamFixture(t, n)
+			state := &faultState{start: time.Now(), retryAfter: map[string]time.Time{}, capped: map[string]time.Time{}}
+			addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			config := writeConfig(t, pipeline{
+				source: f.source,
+				rate:   fmt.Sprintf("{limit: %d}", limit),
+				sink: fmt.Sprintf(`{http: {url: "http://%s/notify", max_in_flight: %d, timeout: %s, retry: {max_attempts: 6, initial_backoff: 50ms, max_backoff: %s, max_elapsed: 1m}}}`,
+					addr, inFlight, sfTimeout, sfMaxBackoff),
+				deadLetter: f.deadLetter,
+			}.yaml())
+			// A sink that takes 30 ms to answer keeps about 3 requests in
+			// flight at 100/s, so max_in_flight (4) is tested, not idle.
+			faulty := fault.rule(state)
+			rule := func(r *http.Request, attempt int) action {
+				a := faulty(r, attempt)
+				if a == (action{}) {
+					a.delay = 30 * time.Millisecond
+				}
+				return a
+			}
+			var sink *recSink
+			if fault.refuseFor == 0 {
+				sink = newSinkAt(t, addr, rule)
+			}
+			p := startShaper(t, "shaper", config)
+			admin := p.admin()
+			if fault.refuseFor > 0 {
+				time.Sleep(fault.refuseFor)
+				sink = newSinkAt(t, addr, rule)
+			}
+			var m metrics
+			waitFor(t, 2*time.Minute, "every message delivered or dead-lettered", func() bool {
+				var err error
+				m, err = scrape(admin)
+				return err == nil && m.sum("shaper_messages_completed_total") >= n
+			})
+			p.stop()
+			f.settled(30 * time.Second)
+			dls := f.dlq(int(m.sum("shaper_messages_completed_total", `outcome="dead_lettered"`)))
+			o := account(t, streamIDs(n), sink, dls)
+			for _, d := range dls {
+				if d.reason != "exhausted" {
+					t.Errorf("dead letter of %s has reason %q (%s); want exhausted", d.source, d.reason, d.errText)
+				}
+			}
+			most100, most1s := checkShaping(t, sink, limit, inFlight, sfTimeout)
+			reqs := sink.snapshot()
+			fault.check(t, state, reqs, m)
+			t.Logf("%s: %d messages, %d requests: %d delivered, %d dead-lettered, %d lost, %d duplicates; peak in flight %d/%d; most in 100 ms %d, in 1 s %d (limit %d/s)",
+				fault.name, n, len(reqs), len(o.delivered), len(o.deadLettered), len(o.lost), o.duplicates, sink.peakInFlight(sfTimeout), inFlight, most100, most1s, limit)
+		})
+	}
+}
+
+// checkGaveUpWithinTimeout checks that the requests picked by which were
+// abandoned by the client within the per-attempt timeout (plus 1 s for a
+// loaded machine): the timeout fired.
+func checkGaveUpWithinTimeout(t *testing.T, reqs []sinkReq, which func(sinkReq) bool) {
+	t.Helper()
+	var seen int
+	var longest time.Duration
+	for _, r := range reqs {
+		if !which(r) {
+			continue
+		}
+		seen++
+		held := r.end.Sub(r.at)
+		longest = max(longest, held)
+		if !r.gaveUp {
+			t.Errorf("request %s attempt %d: the client waited for the whole answer (%v); want it to give up at the %v timeout", r.key, r.attempt, held, sfTimeout)
+		} else if held > sfTimeout+time.Second {
+			t.Errorf("request %s attempt %d was held %v; want the client to give up after the %v timeout", r.key, r.attempt, held, sfTimeout)
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no request met the fault")
+	}
+	t.Logf("%d faulty attempts; the longest was abandoned after %v (timeout %v)", seen, longest.Round(time.Millisecond), sfTimeout)
+}
+
+// checkRetryAfter checks that each message answered with a Retry-After
+// was not tried again before the time it asked for, and that one asking
+// for an hour was tried again within max_backoff.
+func checkRetryAfter(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
+	t.Helper()
+	next := map[string]time.Time{} // id -> arrival of attempt 2
+	for _, r := range reqs {
+		if r.attempt == 2 {
+			next[r.key] = r.at
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.retryAfter) == 0 {
+		t.Fatalf("no Retry-After was answered")
+	}
+	var early time.Duration
+	for key, notBefore := range s.retryAfter {
+		at, ok := next[key]
+		if !ok {
+			t.Errorf("%s: answered with Retry-After but never tried again", key)
+			continue
+		}
+		if at.Before(notBefore) {
+			t.Errorf("%s: tried again %v before its Retry-After allowed", key, notBefore.Sub(at))
+		}
+		early = max(early, notBefore.Sub(at))
+	}
+	var longest time.Duration
+	for key, answered := range s.capped {
+		at, ok := next[key]
+		if !ok {
+			t.Errorf("%s: answered Retry-After: 3600 but never tried again", key)
+			continue
+		}
+		longest = max(longest, at.Sub(answered))
+		if at.Sub(answered) > sfMaxBackoff+time.Second {
+			t.Errorf("%s: Retry-After: 3600 was waited %v; want it capped at max_backoff %v", key, at.Sub(answered), sfMaxBackoff)
+		}
+	}
+	t.Logf("%d Retry-After answers honoured, none tried early", len(s.retryAfter))
+	if len(s.capped) > 0 {
+		t.Logf("%d Retry-After: 3600 capped at max_backoff %v: the longest wait was %v", len(s.capped), sfMaxBackoff, longest.Round(time.Millisecond))
+	}
+}
