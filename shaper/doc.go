@@ -11,10 +11,14 @@
 //   - bucket.go: the bounded FIFO and retry heap, and back-pressure;
 //   - pipeline.go: fetcher, scheduler, dispatcher, expiry, dead letters,
 //     acks and the graceful drain — the whole life of a message, top to bottom;
+//   - sleep.go: departures on time (the last 2ms slept in the kernel, since
+//     Go timers wake up to a millisecond late); semaphore.go: max_in_flight,
+//     resizable by a reload;
 //   - retry.go: the retry policy (backoff with full jitter, Retry-After,
 //     retryable and permanent statuses);
 //   - metrics.go, status.go, admin.go: Prometheus metrics, pipeline status,
-//     run-time rate changes and the admin HTTP API.
+//     run-time rate changes (and Reconfigure, for a reload) and the admin
+//     HTTP API.
 //
 // A program wires a pipeline by building its parts from a PipelineConfig and
 // calling New, then Run; cmd/shaper does exactly that.
