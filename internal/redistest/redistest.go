@@ -4,7 +4,6 @@
 package redistest
 
 import (
-	"fmt"
 	"net"
 	"os/exec"
 	"strconv"
@@ -80,6 +79,3 @@ func freePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
-
-// String returns the address.
-func (s *Server) String() string { return fmt.Sprintf("redis-server at %s", s.Addr) }
