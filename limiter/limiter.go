@@ -143,7 +143,8 @@ type Limiter struct {
 	// slots.
 	tat     int64
 	tatFrac float64
-	// last is the latest slot handed out; SetRate re-spaces from it.
+	// last is the latest slot handed out; SetRateAt re-spaces from it, or
+	// from its own now when that is earlier.
 	last int64
 }
 
@@ -177,15 +178,7 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 	n := max(int64(now.Sub(l.start)), 0)
 
 	l.mu.Lock()
-	// The slot goes at max(now, TAT-tau), rounded up to a whole nanosecond
-	// so that rounding never lets a slot go early.
-	d := l.tat - l.tau // tat >= 0 and tau <= maxNanos: no overflow
-	if l.tatFrac > l.tauFrac {
-		d++
-	}
-	if n > d {
-		d = n
-	}
+	d := l.slotLocked(n)
 	if d > l.last {
 		l.last = d
 	}
@@ -209,24 +202,57 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 	return l.start.Add(time.Duration(d))
 }
 
-// SetRate changes the limit (slots per second) and the burst; the next
-// Reserve uses them. Slots already handed out stay where they are. SetRate
-// takes no time, so it acts as of the last slot handed out: the slots still
-// owed there keep their number and are spaced at the new interval. In Leaky
-// mode the next slot thus comes exactly one new interval after the last; in
-// Token mode lowering the rate releases no burst and raising it makes no one
-// wait longer, and idle time since the last slot refills at the new rate.
+// Next returns the time of the slot that Reserve(now) would hand out,
+// without taking it. A caller that may not use a slot asks Next first and
+// calls Reserve only when it sends, so a slot is spent only by a request
+// that goes: one that waits for its slot and then gives up (its message
+// expired, the rate changed meanwhile) has taken nothing.
+func (l *Limiter) Next(now time.Time) time.Time {
+	n := max(int64(now.Sub(l.start)), 0)
+	l.mu.Lock()
+	d := l.slotLocked(n)
+	l.mu.Unlock()
+	return l.start.Add(time.Duration(d))
+}
+
+// slotLocked returns the slot for a caller at n nanoseconds after the start:
+// max(n, TAT-tau), rounded up to a whole nanosecond so that rounding never
+// lets a slot go early. It requires that l.mu is held.
+func (l *Limiter) slotLocked(n int64) int64 {
+	d := l.tat - l.tau // tat >= 0 and tau <= maxNanos: no overflow
+	if l.tatFrac > l.tauFrac {
+		d++
+	}
+	return max(d, n)
+}
+
+// SetRate is SetRateAt(time.Now(), limit, burst).
+func (l *Limiter) SetRate(limit float64, burst int) {
+	l.SetRateAt(time.Now(), limit, burst)
+}
+
+// SetRateAt changes the limit (slots per second) and the burst as of now;
+// the next Reserve uses them. A rate change takes effect from now, whatever
+// was reserved under the old rate: the slots still owed (one in Leaky mode,
+// up to the burst used in Token mode) keep their number and are spaced at
+// the new interval from the last slot handed out, or from now if that slot
+// lies in the future. Slots already handed out stay where they are. In
+// Leaky mode the next slot thus comes one new interval after the last sent
+// one, and never later than one new interval after now; in Token mode
+// lowering the rate releases no burst and raising it makes no one wait
+// longer, and idle time since the last slot refills at the new rate.
 //
-// SetRate ends a warm-up still running: whoever sets a rate at run time
+// SetRateAt ends a warm-up still running: whoever sets a rate at run time
 // means that rate now, and Limit reports it at once.
 //
-// SetRate ignores values that ValidateRate rejects (limit <= 0, NaN or
+// SetRateAt ignores values that ValidateRate rejects (limit <= 0, NaN or
 // infinite, burst < 1) and keeps the rate in force, warm-up included; check
 // with ValidateRate first to report them. Leaky mode ignores burst.
-func (l *Limiter) SetRate(limit float64, burst int) {
+func (l *Limiter) SetRateAt(now time.Time, limit float64, burst int) {
 	if ValidateRate(limit, burst) != nil {
 		return
 	}
+	n := max(int64(now.Sub(l.start)), 0)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
@@ -234,9 +260,10 @@ func (l *Limiter) SetRate(limit float64, burst int) {
 	owed := (float64(l.tat-l.last) + l.tatFrac) / l.intervalAt(l.last)
 	l.warmup = 0
 	l.setRate(limit, burst)
+	base := min(l.last, n)
 	span := math.Min(math.Max(owed*l.interval, 0), maxNanos)
 	whole := math.Floor(span)
-	l.tat = addSat(l.last, int64(whole))
+	l.tat = addSat(base, int64(whole))
 	l.tatFrac = span - whole
 }
 

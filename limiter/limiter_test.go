@@ -427,14 +427,16 @@ func TestSetRateNextSlotUsesTheNewInterval(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := newLimiter(t, tt.cfg)
+			last := start
 			for k, s := range tt.steps {
 				if s.setLimit != 0 {
-					l.SetRate(s.setLimit, s.setBurst)
+					l.SetRateAt(last, s.setLimit, s.setBurst) // the caller is at the last slot's time
 					if got := l.Limit(start); got != s.setLimit {
 						t.Errorf("after SetRate(%v, %d): Limit(start) = %v; want %v", s.setLimit, s.setBurst, got, s.setLimit)
 					}
 				}
-				if got := l.Reserve(start).Sub(start); got != s.want {
+				last = l.Reserve(start)
+				if got := last.Sub(start); got != s.want {
 					t.Errorf("Reserve(start) #%d = start+%v; want start+%v", k, got, s.want)
 				}
 			}
@@ -442,11 +444,51 @@ func TestSetRateNextSlotUsesTheNewInterval(t *testing.T) {
 	}
 }
 
+// A rate change takes effect from now: slots reserved far ahead under a
+// very low rate (a jammed caller) do not hold back the schedule once the
+// rate is raised again.
+func TestSetRateAtTakesEffectFromNowWhateverWasReservedBefore(t *testing.T) {
+	for _, mode := range []limiter.Mode{limiter.Leaky, limiter.Token} {
+		l := newLimiter(t, limiter.Config{Mode: mode, Limit: 200, Burst: 1})
+		now := at(time.Minute)
+		drain(l, now, 1)
+		l.SetRateAt(now, 0.01, 1)
+		for range 5 { // five slots taken and never used, 100s apart
+			l.Reserve(now)
+		}
+		now = now.Add(2 * time.Second)
+		l.SetRateAt(now, 200, 1)
+		if got, want := l.Reserve(now).Sub(now), 5*time.Millisecond; got > want {
+			t.Errorf("%s: 2s after lowering to 0.01/s and raising back to 200/s, the next slot is now+%v; want <= now+%v", mode, got, want)
+		}
+	}
+}
+
+func TestNextTellsTheNextSlotWithoutTakingIt(t *testing.T) {
+	for _, cfg := range []limiter.Config{
+		{Mode: limiter.Leaky, Limit: 10, Burst: 1},
+		{Mode: limiter.Token, Limit: 10, Burst: 3},
+		{Mode: limiter.Leaky, Limit: 10, Burst: 1, Warmup: time.Second},
+	} {
+		l := newLimiter(t, cfg)
+		for k := range 10 {
+			now := at(time.Duration(k) * 30 * time.Millisecond)
+			next := l.Next(now)
+			if again := l.Next(now); !again.Equal(next) {
+				t.Fatalf("%+v: Next(now) twice = %v then %v; want the same slot", cfg, next.Sub(start), again.Sub(start))
+			}
+			if got := l.Reserve(now); !got.Equal(next) {
+				t.Fatalf("%+v: Reserve(start+%v) #%d = start+%v; want start+%v as Next said", cfg, now.Sub(start), k, got.Sub(start), next.Sub(start))
+			}
+		}
+	}
+}
+
 func TestSetRateRaisingBurstLetsMoreGoAtOnce(t *testing.T) {
 	l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: 10, Burst: 2})
 	now := at(time.Hour)
 	drain(l, now, 2) // the whole bucket
-	l.SetRate(10, 5)
+	l.SetRateAt(now, 10, 5)
 	got := 0
 	for l.Reserve(now).Equal(now) {
 		got++
@@ -484,7 +526,7 @@ func TestSetRateEndsTheWarmup(t *testing.T) {
 		t.Fatalf("Limit(start) = %v; want %v", got, want)
 	}
 	first := l.Reserve(start)
-	l.SetRate(100, 1)
+	l.SetRateAt(first, 100, 1)
 	for _, d := range []time.Duration{0, 5 * time.Second, time.Minute} {
 		if got := l.Limit(at(d)); got != 100 {
 			t.Errorf("after SetRate(100, 1): Limit(start+%v) = %v; want 100", d, got)
@@ -690,7 +732,8 @@ func TestConcurrentSetRateKeepsSlotsInOrder(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range 1000 {
-			l.SetRate(float64(500+i%1000), 1)
+			// At a time after every slot: what was reserved keeps its order.
+			l.SetRateAt(at(time.Hour), float64(500+i%1000), 1)
 		}
 	})
 	var got []time.Time
