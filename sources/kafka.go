@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,12 @@ const (
 	// quarter of the rebalance or session timeout when that is shorter, so
 	// the member still rejoins in time.
 	kafkaSettleWaitMax = 5 * time.Second
+	// kafkaRequestTimeout bounds one commit, or one read of the committed
+	// offsets, at the group coordinator (kafka-go's consumer group uses 5s).
+	kafkaRequestTimeout = 5 * time.Second
+	// kafkaRestoreAttempts is how often a partition reader tries to read the
+	// commit metadata before it starts without it.
+	kafkaRestoreAttempts = 3
 )
 
 // errKafkaClosed is returned by Fetch, Ready and late receipts after Close.
@@ -65,10 +72,18 @@ var errKafkaClosed = errors.New("kafka: source closed")
 // contiguous finished offset: the lowest offset fetched and not yet acked, or
 // one past the last one fetched when all are acked (see commitTracker). An
 // Ack makes its offset committable at once. The source commits, with the
-// generation that assigned the partition, every CommitInterval while marks
-// advance, when the generation ends (a rebalance, or Close), and never an
+// generation that assigned the partition, every CommitInterval while acks
+// come, when the generation ends (a rebalance, or Close), and never an
 // offset past an unfinished message. A crash loses nothing: every message not
 // acked, and those acked after the last commit, are redelivered to the group.
+//
+// Each commit also stores, in the metadata Kafka keeps beside a committed
+// offset, which offsets above it are finished (see kafka_metadata.go; at
+// most 4 KiB of it). Whoever reads the partition next from that commit, this
+// member after a restart or another after a rebalance, skips them: a message
+// without an outcome (a retry pending at a drain, a nack) brings back itself
+// and the other unfinished ones, not everything its partition finished
+// after it.
 //
 // # Rebalances
 //
@@ -86,9 +101,10 @@ var errKafkaClosed = errors.New("kafka: source closed")
 // from the delay queue, and its reader resumes after the last offset fetched,
 // so nothing of it is fetched or delivered twice. A partition given to
 // another member is revoked for good: its messages report Revoked, a Nack
-// drops them and an Ack commits nothing; the new owner delivers them. A
-// rebalance thus duplicates only what finished here after its commit (a
-// request that outlasted the wait). A partition is kept only across
+// drops them and an Ack commits nothing; the new owner delivers them, and
+// skips those the commit's metadata has as finished. A rebalance thus
+// duplicates only what finished here after its commit (a request that
+// outlasted the wait). A partition is kept only across
 // consecutive generations of the same member, and only when the group's
 // committed offset has not passed its mark; otherwise it is revoked and read
 // again from the committed offset.
@@ -100,7 +116,7 @@ var errKafkaClosed = errors.New("kafka: source closed")
 // passed, before any new message. Its offset stays unfinished meanwhile, so
 // the partition's commits wait for it. On Close, a message still in the
 // delay queue is not committed: it comes back after a restart, from the
-// broker.
+// broker, without the messages finished after it.
 //
 // Kafka is safe for concurrent use by multiple goroutines; concurrent Fetch
 // calls take turns.
@@ -113,6 +129,8 @@ type Kafka struct {
 	log        *slog.Logger
 	marks      *commitTracker
 	health     *kafkaHealth
+	transport  *kafka.Transport // commits, and reads the commit metadata
+	addr       net.Addr         // the brokers, for transport
 
 	group      atomic.Pointer[kafka.ConsumerGroup] // nil until the topic is first seen
 	incoming   chan kafkaFetched                   // unbuffered: a partition reader hands Fetch one message
@@ -181,6 +199,11 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 		lag:        make(map[int]int64),
 	}
 	s.health = newKafkaHealth(cfg, dialer, s.log)
+	if s.transport, err = kafkaconn.Transport(cfg.KafkaConnConfig, name); err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	s.transport.MetadataTopics = []string{cfg.Topic}
+	s.addr = kafka.TCP(cfg.Brokers...)
 
 	start := kafka.FirstOffset
 	if cfg.Start == shaper.StartLatest {
@@ -406,6 +429,18 @@ func (s *Kafka) hold(f kafkaFetched) *kafkaDelivery {
 	return d
 }
 
+// skip passes over m, read in generation g, which finished before this
+// member took its partition (the commit metadata says so): it is not handed
+// out, and only the partition's lag is updated.
+func (s *Kafka) skip(g *kafkaGeneration, m kafka.Message) {
+	s.mu.Lock()
+	if s.gen == g {
+		s.lag[m.Partition] = max(m.HighWaterMark-m.Offset-1, 0)
+	}
+	s.mu.Unlock()
+	s.health.fetched()
+}
+
 // kafkaHeader returns the record headers hs by name, values in record order,
 // or nil when there are none.
 func kafkaHeader(hs []kafka.Header) map[string][]string {
@@ -481,11 +516,12 @@ func (s *Kafka) close(ctx context.Context) error {
 	}
 	g := s.group.Load() // set for good: its only writer, health.watch, has exited
 	if g == nil {
-		return nil // the topic was never seen: nothing fetched
+		return nil // the topic was never seen: nothing fetched, nothing committed
 	}
 	if err := waitCtx(ctx, func() {
 		_ = g.Close() // never fails
 		s.wg.Wait()
+		s.transport.CloseIdleConnections() // after the last commit
 	}); err != nil {
 		return fmt.Errorf("kafka: close consumer group: %w", err)
 	}
@@ -493,15 +529,15 @@ func (s *Kafka) close(ctx context.Context) error {
 }
 
 // finish marks d's offset finished, unless its partition was revoked, and
-// wakes the generation's commit function if the partition's mark advanced.
+// wakes the generation's commit function: the partition's commit changed.
 func (s *Kafka) finish(d *kafkaDelivery) error {
 	s.mu.Lock()
 	closed := s.closed
 	state := d.claim.state.Load()
 	d.claim.outstanding--
-	advanced := state != claimRevoked && s.marks.finish(d.pending)
+	changed := state != claimRevoked && s.marks.finish(d.pending)
 	s.mu.Unlock()
-	if advanced {
+	if changed {
 		notify(s.commitWake)
 	}
 	switch {

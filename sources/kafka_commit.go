@@ -1,6 +1,9 @@
 package sources
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // commitTracker computes, per partition, the offset a consumer group may
 // commit while messages finish out of order (max_in_flight > 1, retries,
@@ -14,11 +17,20 @@ import "sync"
 // finishing are O(1), and memory is one node per unfinished offset. The caller
 // owns the nodes, so it can embed them in its own per-message struct.
 //
+// A commit also carries, as its metadata, the offsets finished above the
+// mark (see kafka_metadata.go): between unfinished offsets, and past the last
+// of them. Writing it walks the unfinished offsets, once per partition per
+// commit, and stops when the metadata is full. A partition taken over from
+// the group (restore) starts with the offsets the committed metadata has as
+// finished; the reader skips them, and the mark moves past them as if they
+// had been fetched and finished here.
+//
 // The zero value is not usable; call newCommitTracker. commitTracker is safe
 // for concurrent use by multiple goroutines.
 type commitTracker struct {
-	mu    sync.Mutex
-	parts map[int]*partitionMarks
+	mu          sync.Mutex
+	parts       map[int]*partitionMarks
+	metadataMax int // the most bytes of metadata per commit; 0: none
 }
 
 // pendingOffset is one fetched offset while it is unfinished. Set partition
@@ -37,20 +49,26 @@ type partitionMarks struct {
 	head, tail *pendingOffset // unfinished offsets, lowest first
 	unfinished int
 	last       int64 // the last offset added
-	base       int64 // the first offset added: the mark before any finish
-	committed  int64 // the last mark committed, or base
-	dirty      bool  // the mark advanced since advanced last returned it
+	// ahead are the offsets above last that were finished before this
+	// member took the partition (restore), lowest first, disjoint and not
+	// adjacent: the reader skips them.
+	ahead         []offsetRange
+	committed     int64  // the last mark committed; at first the first offset added, or the restored one
+	committedMeta string // the metadata committed with it
+	changed       bool   // the mark or the offsets finished above it changed since advanced last returned it
 }
 
-// partitionMark is the offset a partition may commit: every offset below
-// Offset has finished (or was never fetched, being in a gap of the log).
+// partitionMark is what a partition may commit: every offset below Offset
+// has finished (or was never fetched, being in a gap of the log), and so
+// have those Metadata records above it.
 type partitionMark struct {
 	Partition int
 	Offset    int64
+	Metadata  string
 }
 
 func newCommitTracker() *commitTracker {
-	return &commitTracker{parts: make(map[int]*partitionMarks)}
+	return &commitTracker{parts: make(map[int]*partitionMarks), metadataMax: kafkaMetadataMax}
 }
 
 // mark returns the committable offset of p. It requires that the tracker's mu
@@ -59,26 +77,60 @@ func (p *partitionMarks) mark() int64 {
 	if p.head != nil {
 		return p.head.offset
 	}
-	return p.last + 1
+	m := p.last + 1
+	if len(p.ahead) > 0 && p.ahead[0].from == m {
+		m = p.ahead[0].to + 1 // finished before: no need to read it first
+	}
+	return m
+}
+
+// metadata returns the metadata of a commit of p's mark, in at most max
+// bytes: the offsets finished above the mark. It requires that the tracker's
+// mu is held.
+func (p *partitionMarks) metadata(max int) string {
+	if max <= 0 {
+		return ""
+	}
+	w := newMetadataWriter(p.mark(), max)
+	if p.head != nil {
+		// Between two unfinished offsets, and after the last one up to the
+		// last offset added, everything is finished (or a gap of the log).
+		prev := p.head.offset
+		for n := p.head.next; n != nil && !w.full; n = n.next {
+			if n.offset > prev+1 {
+				w.add(prev+1, n.offset-1)
+			}
+			prev = n.offset
+		}
+		if p.last > prev {
+			w.add(prev+1, p.last)
+		}
+	}
+	for _, r := range p.ahead {
+		w.add(r.from, r.to)
+	}
+	return w.String()
 }
 
 // add starts tracking n as fetched and unfinished. It returns false, and
 // tracks nothing, when n's offset is not past the last offset added for its
 // partition: a reader read it again while the first copy is either still
 // unfinished here, and will be settled, or already finished. The caller drops
-// the copy. Offsets may skip ahead (gaps in a compacted log).
+// the copy. Offsets may skip ahead (gaps in a compacted log, or offsets
+// finished before, which the reader skips).
 func (t *commitTracker) add(n *pendingOffset) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.parts[n.partition]
 	if p == nil {
-		p = &partitionMarks{id: n.partition, last: n.offset - 1, base: n.offset, committed: n.offset}
+		p = &partitionMarks{id: n.partition, last: n.offset - 1, committed: n.offset}
 		t.parts[n.partition] = p
 	}
 	if n.offset <= p.last {
 		return false
 	}
 	p.last = n.offset
+	p.trimAhead()
 	n.part, n.next, n.prev, n.finished = p, nil, p.tail, false
 	if p.tail != nil {
 		p.tail.next = n
@@ -90,9 +142,62 @@ func (t *commitTracker) add(n *pendingOffset) bool {
 	return true
 }
 
-// finish marks n finished and reports whether its partition's mark advanced,
-// which happens when n was the lowest unfinished offset. Finishing n twice,
-// a node never added, or one of a dropped partition, does nothing.
+// trimAhead drops from p.ahead the offsets up to p.last, which the reader
+// has passed. It requires that the tracker's mu is held.
+func (p *partitionMarks) trimAhead() {
+	i := 0
+	for i < len(p.ahead) && p.ahead[i].to <= p.last {
+		i++
+	}
+	p.ahead = p.ahead[i:]
+	if len(p.ahead) > 0 && p.ahead[0].from <= p.last {
+		// Not skipped after all: it is tracked as unfinished, and what
+		// follows it stays finished.
+		p.ahead[0].from = p.last + 1
+	}
+}
+
+// restore starts partition afresh at the group's committed offset, with
+// ahead, the runs the committed metadata has as finished above it (lowest
+// first, disjoint, as parseFinished returns them): the mark moves past them
+// without their being fetched. It forgets what was tracked of partition.
+func (t *commitTracker) restore(partition int, committed int64, ahead []offsetRange) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := &partitionMarks{id: partition, last: committed - 1, committed: committed}
+	p.ahead = slices.Clone(ahead)
+	p.trimAhead()
+	p.committedMeta = p.metadata(t.metadataMax)
+	t.parts[partition] = p
+}
+
+// finishedAhead returns the runs of partition finished before this member
+// took it that lie past the last offset added: those its reader skips.
+func (t *commitTracker) finishedAhead(partition int) []offsetRange {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.parts[partition]; p != nil {
+		return slices.Clone(p.ahead)
+	}
+	return nil
+}
+
+// shrinkMetadata halves the most bytes of metadata a commit carries, down to
+// none below kafkaMetadataMin, and returns the new limit: the broker refused
+// a commit's metadata as too large.
+func (t *commitTracker) shrinkMetadata() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.metadataMax /= 2; t.metadataMax < kafkaMetadataMin {
+		t.metadataMax = 0
+	}
+	return t.metadataMax
+}
+
+// finish marks n finished and reports whether its partition's commit
+// changed: the mark advanced (n was the lowest unfinished offset), or n
+// joined the offsets finished above it. Finishing n twice, a node never
+// added, or one of a dropped partition, does nothing and reports false.
 func (t *commitTracker) finish(n *pendingOffset) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -101,7 +206,6 @@ func (t *commitTracker) finish(n *pendingOffset) bool {
 		return false
 	}
 	n.finished = true
-	wasHead := n.prev == nil
 	if n.prev != nil {
 		n.prev.next = n.next
 	} else {
@@ -116,21 +220,30 @@ func (t *commitTracker) finish(n *pendingOffset) bool {
 	p.unfinished--
 	// Only the lowest unfinished offset holds the mark: finishing it moves
 	// the mark to the next unfinished offset, or past the last one fetched.
-	if wasHead {
-		p.dirty = true
-	}
-	return wasHead && t.parts[p.id] == p // not a dropped partition
+	// Any other joins the finished offsets that the metadata records.
+	p.changed = true
+	return t.parts[p.id] == p // not a dropped partition
 }
 
-// advanced appends to buf the marks of the partitions whose mark advanced
-// since the last call, and returns it.
+// commitOf returns p's mark and its metadata when they differ from what was
+// last committed. It requires that the tracker's mu is held.
+func (t *commitTracker) commitOf(p *partitionMarks) (partitionMark, bool) {
+	m := partitionMark{Partition: p.id, Offset: p.mark(), Metadata: p.metadata(t.metadataMax)}
+	return m, m.Offset > p.committed || m.Metadata != p.committedMeta
+}
+
+// advanced appends to buf the marks of the partitions whose commit changed
+// since the last call (see finish), and returns it.
 func (t *commitTracker) advanced(buf []partitionMark) []partitionMark {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range t.parts {
-		if p.dirty {
-			p.dirty = false
-			buf = append(buf, partitionMark{Partition: p.id, Offset: p.mark()})
+		if !p.changed {
+			continue
+		}
+		p.changed = false
+		if m, ok := t.commitOf(p); ok {
+			buf = append(buf, m)
 		}
 	}
 	return buf
@@ -144,22 +257,23 @@ func (t *commitTracker) retry(marks []partitionMark) {
 	defer t.mu.Unlock()
 	for _, m := range marks {
 		if p := t.parts[m.Partition]; p != nil {
-			p.dirty = true
+			p.changed = true
 		}
 	}
 }
 
 // final appends to buf the mark of every partition whose mark has moved past
 // the last one committed (setCommitted) or, when none was, the first offset
-// fetched from it, advanced or not since the last call: what the end of a
-// generation commits, in case an earlier commit was lost.
+// fetched from it (or the restored one), or whose finished offsets above the
+// mark differ from those last committed, changed or not since the last call:
+// what the end of a generation commits, in case an earlier commit was lost.
 func (t *commitTracker) final(buf []partitionMark) []partitionMark {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range t.parts {
-		p.dirty = false
-		if m := p.mark(); m > p.committed {
-			buf = append(buf, partitionMark{Partition: p.id, Offset: m})
+		p.changed = false
+		if m, ok := t.commitOf(p); ok {
+			buf = append(buf, m)
 		}
 	}
 	return buf
@@ -171,8 +285,8 @@ func (t *commitTracker) setCommitted(marks []partitionMark) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, m := range marks {
-		if p := t.parts[m.Partition]; p != nil {
-			p.committed = max(p.committed, m.Offset)
+		if p := t.parts[m.Partition]; p != nil && m.Offset >= p.committed {
+			p.committed, p.committedMeta = m.Offset, m.Metadata
 		}
 	}
 }

@@ -137,7 +137,7 @@ func TestCommitTrackerAddRejectsOffsetsNotPastTheLast(t *testing.T) {
 	}
 }
 
-func TestCommitTrackerFinishReportsAdvanceOnlyWhenTheLowestFinishes(t *testing.T) {
+func TestCommitTrackerFinishReportsEveryChangeOfTheCommit(t *testing.T) {
 	tr := newCommitTracker()
 	n := make([]*pendingOffset, 4)
 	for i := range n {
@@ -149,8 +149,8 @@ func TestCommitTrackerFinishReportsAdvanceOnlyWhenTheLowestFinishes(t *testing.T
 		want     bool
 		wantMark int64
 	}{
-		{give: 2, want: false, wantMark: 0},
-		{give: 1, want: false, wantMark: 0},
+		{give: 2, want: true, wantMark: 0}, // finished above the mark: the metadata changes
+		{give: 1, want: true, wantMark: 0},
 		{give: 0, want: true, wantMark: 3},
 		{give: 0, want: false, wantMark: 3}, // twice
 		{give: 3, want: true, wantMark: 4},
@@ -187,8 +187,9 @@ func TestCommitTrackerNackedOffsetHoldsTheMarkUntilFinished(t *testing.T) {
 	if got, _ := tr.markOf(3); got != nacked {
 		t.Fatalf("markOf(3) with offset %d nacked = %d; want %d", nacked, got, nacked)
 	}
-	if got := tr.advanced(nil); !slices.Equal(got, []partitionMark{{Partition: 3, Offset: nacked}}) {
-		t.Fatalf("advanced() = %v; want [{3 %d}]", got, nacked)
+	// The commit records the 59 offsets finished above the nacked one.
+	if got := tr.advanced(nil); !slices.Equal(got, []partitionMark{{Partition: 3, Offset: nacked, Metadata: "s1:40:1+59"}}) {
+		t.Fatalf("advanced() = %v; want [{3 %d s1:40:1+59}]", got, nacked)
 	}
 	if got := tr.unfinished(3); got != 1 {
 		t.Errorf("unfinished(3) = %d; want 1 (memory holds only unfinished offsets)", got)
@@ -210,18 +211,26 @@ func TestCommitTrackerAdvancedReturnsEachAdvanceOnceAndRetryReturnsItAgain(t *te
 	if got := tr.advanced(nil); len(got) != 0 {
 		t.Fatalf("advanced() before any finish = %v; want none", got)
 	}
-	tr.finish(c) // not the lowest of partition 1
+	tr.finish(c) // not the lowest of partition 1: its metadata changes
 	tr.finish(a)
 	got := tr.advanced(nil)
-	if want := []partitionMark{{Partition: 0, Offset: 1}}; !slices.Equal(got, want) {
+	slices.SortFunc(got, func(a, b partitionMark) int { return a.Partition - b.Partition })
+	if want := []partitionMark{{Partition: 0, Offset: 1}, {Partition: 1, Offset: 10, Metadata: "s1:10:1+1"}}; !slices.Equal(got, want) {
 		t.Fatalf("advanced() = %v; want %v", got, want)
 	}
 	if again := tr.advanced(nil); len(again) != 0 {
 		t.Fatalf("advanced() again = %v; want none", again)
 	}
 	tr.retry(got)
-	if again := tr.advanced(nil); !slices.Equal(again, got) {
+	again := tr.advanced(nil)
+	slices.SortFunc(again, func(a, b partitionMark) int { return a.Partition - b.Partition })
+	if !slices.Equal(again, got) {
 		t.Fatalf("advanced() after retry = %v; want %v", again, got)
+	}
+	tr.setCommitted(again)
+	tr.retry(again)
+	if again := tr.advanced(nil); len(again) != 0 {
+		t.Fatalf("advanced() after the commit = %v; want none (nothing changed since)", again)
 	}
 	tr.finish(b)
 	if got := tr.advanced(nil); !slices.Equal(got, []partitionMark{{Partition: 1, Offset: 12}}) {
@@ -246,6 +255,17 @@ func TestCommitTrackerFinalReturnsEveryPartitionThatMoved(t *testing.T) {
 	want := []partitionMark{{Partition: 0, Offset: 1}, {Partition: 1, Offset: 103}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("final() = %v; want %v (partition 2 never moved)", got, want)
+	}
+	tr.setCommitted(got)
+
+	// A message finished behind one that still holds the mark: the mark
+	// stays, but final commits the partition again, for its metadata.
+	n := &pendingOffset{partition: 1, offset: 104}
+	tr.add(&pendingOffset{partition: 1, offset: 103})
+	tr.add(n)
+	tr.finish(n)
+	if got, want := tr.final(nil), []partitionMark{{Partition: 1, Offset: 103, Metadata: "s1:103:1+1"}}; !slices.Equal(got, want) {
+		t.Fatalf("final() after a finish above the mark = %v; want %v", got, want)
 	}
 }
 
@@ -351,5 +371,172 @@ func TestCommitTrackerFinalSkipsWhatWasCommittedAndDropForgetsAPartition(t *test
 	}
 	if got, _ := tr.markOf(0); got != 12 {
 		t.Errorf("markOf(0) = %d; want 12", got)
+	}
+}
+
+func TestCommitTrackerMetadataRecordsTheOffsetsFinishedAboveTheMark(t *testing.T) {
+	tests := []struct {
+		name string
+		give []trackerOp
+		want partitionMark
+	}{
+		{
+			name: "nothing finished above the mark",
+			give: append(fetchRange(0, 0, 4), finishOp(0, 0), finishOp(0, 1)),
+			want: partitionMark{Offset: 2},
+		},
+		{
+			name: "all finished",
+			give: append(fetchRange(0, 0, 2), finishOp(0, 2), finishOp(0, 0), finishOp(0, 1)),
+			want: partitionMark{Offset: 3},
+		},
+		{
+			name: "one pending, the rest finished",
+			give: append(fetchRange(0, 0, 9), finishOp(0, 0), finishOp(0, 2), finishOp(0, 3), finishOp(0, 4),
+				finishOp(0, 5), finishOp(0, 6), finishOp(0, 7), finishOp(0, 8), finishOp(0, 9)),
+			want: partitionMark{Offset: 1, Metadata: "s1:1:1+8"},
+		},
+		{
+			name: "holes, and unfinished offsets at the end",
+			give: append(fetchRange(0, 0, 9), finishOp(0, 1), finishOp(0, 2), finishOp(0, 5), finishOp(0, 7)),
+			want: partitionMark{Offset: 0, Metadata: "s1:0:1+2,2+1,1+1"},
+		},
+		{
+			name: "gaps in the log count as finished",
+			give: []trackerOp{fetchOp(0, 10), fetchOp(0, 15), fetchOp(0, 40), fetchOp(0, 41), finishOp(0, 15), finishOp(0, 41)},
+			want: partitionMark{Offset: 10, Metadata: "s1:10:1+29,1+1"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := newCommitTracker()
+			nodes := make(map[int64]*pendingOffset)
+			for _, op := range tt.give {
+				if op.fetch {
+					nodes[op.offset] = &pendingOffset{partition: 0, offset: op.offset}
+					tr.add(nodes[op.offset])
+				} else {
+					tr.finish(nodes[op.offset])
+				}
+			}
+			got := tr.final(nil)
+			if len(got) != 1 || got[0] != tt.want {
+				t.Errorf("final() = %v; want [%v]", got, tt.want)
+			}
+		})
+	}
+}
+
+// A partition taken over from the group starts with what its committed
+// metadata has as finished: the reader skips those offsets, the mark moves
+// past them without their being fetched, and the metadata keeps them until
+// the mark passes them.
+func TestCommitTrackerRestoredPartitionTakesTheCommittedFinishedOffsetsAsFinished(t *testing.T) {
+	tr := newCommitTracker()
+	ahead := parseFinished(10, "s1:10:1+39,1+49") // 11..49 and 51..99
+	tr.restore(0, 10, ahead)
+	if got := tr.finishedAhead(0); !slices.Equal(got, ahead) {
+		t.Fatalf("finishedAhead(0) = %v; want %v", got, ahead)
+	}
+	if got := tr.final(nil); len(got) != 0 {
+		t.Fatalf("final() right after restore = %v; want none (nothing changed)", got)
+	}
+	if got, ok := tr.next(0); !ok || got != 10 {
+		t.Fatalf("next(0) = %d, %v; want 10, true (the committed offset)", got, ok)
+	}
+
+	steps := []struct {
+		name     string
+		offset   int64 // fetched (the reader skipped what lies between), then finished
+		wantMark int64
+		wantMeta string
+	}{
+		{name: "the committed offset finishes: the mark jumps the first run", offset: 10, wantMark: 50, wantMeta: "s1:50:1+49"},
+		{name: "the second hole finishes: the mark jumps the second run", offset: 50, wantMark: 100},
+		{name: "new offsets as usual", offset: 100, wantMark: 101},
+	}
+	for _, st := range steps {
+		n := &pendingOffset{partition: 0, offset: st.offset}
+		if !tr.add(n) {
+			t.Fatalf("%s: add(%d) = false; want true", st.name, st.offset)
+		}
+		tr.finish(n)
+		got := tr.final(nil)
+		want := []partitionMark{{Partition: 0, Offset: st.wantMark, Metadata: st.wantMeta}}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: final() = %v; want %v", st.name, got, want)
+		}
+		tr.setCommitted(got)
+	}
+	if got := tr.finishedAhead(0); len(got) != 0 {
+		t.Errorf("finishedAhead(0) after the reader passed every run = %v; want none", got)
+	}
+}
+
+// An offset of a restored run that is fetched after all (the runs were read
+// again) is tracked as unfinished; the rest of the run stays finished.
+func TestCommitTrackerRestoredRunFetchedAfterAllIsUnfinished(t *testing.T) {
+	tr := newCommitTracker()
+	tr.restore(0, 10, []offsetRange{{11, 20}})
+	for _, o := range []int64{10, 11} {
+		n := &pendingOffset{partition: 0, offset: o}
+		tr.add(n)
+		if o == 10 {
+			tr.finish(n)
+		}
+	}
+	got := tr.final(nil)
+	if want := []partitionMark{{Partition: 0, Offset: 11, Metadata: "s1:11:1+9"}}; !slices.Equal(got, want) {
+		t.Fatalf("final() = %v; want %v", got, want)
+	}
+}
+
+// Metadata longer than the limit keeps the runs nearest the mark; after the
+// broker refused it, the limit halves down to none.
+func TestCommitTrackerMetadataStaysWithinTheLimitAndShrinks(t *testing.T) {
+	tr := newCommitTracker()
+	const n = 20000
+	for o := range int64(n) {
+		p := &pendingOffset{partition: 0, offset: o}
+		tr.add(p)
+		if o%2 == 1 { // every other offset pending: the longest metadata
+			tr.finish(p)
+		}
+	}
+	limits := []int{kafkaMetadataMax}
+	for limit := kafkaMetadataMax; limit > 0; {
+		limit = tr.shrinkMetadata()
+		limits = append(limits, limit)
+	}
+	if want := []int{4096, 2048, 1024, 512, 256, 128, 64, 0}; !slices.Equal(limits, want) {
+		t.Fatalf("limits after each shrinkMetadata = %v; want %v", limits, want)
+	}
+
+	tr = newCommitTracker()
+	for o := range int64(n) {
+		p := &pendingOffset{partition: 0, offset: o}
+		tr.add(p)
+		if o%2 == 1 {
+			tr.finish(p)
+		}
+	}
+	for _, limit := range limits {
+		got := tr.final(nil)
+		if len(got) != 1 {
+			t.Fatalf("limit %d: final() = %v; want one mark", limit, got)
+		}
+		md := got[0].Metadata
+		runs := parseFinished(0, md)
+		if len(md) > limit || (limit >= kafkaMetadataMin && len(runs) == 0) {
+			t.Fatalf("limit %d: metadata of %d bytes with %d runs", limit, len(md), len(runs))
+		}
+		for i, r := range runs {
+			if want := int64(2*i + 1); r.from != want || r.to != want {
+				t.Fatalf("limit %d: run %d = %v; want {%d %d} (the lowest finished offsets first)", limit, i, r, want, want)
+			}
+		}
+		t.Logf("limit %d: %d bytes record %d finished offsets", limit, len(md), len(runs))
+		tr.setCommitted(got)
+		tr.shrinkMetadata()
 	}
 }

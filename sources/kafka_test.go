@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -159,6 +162,14 @@ var allPartitions = []int32{0, 1, 2, 3}
 // topic (-1: none), read with the test's own client.
 func committed(t testing.TB, cl *kgo.Client, group string) map[int]int64 {
 	t.Helper()
+	offsets, _ := committedWithMetadata(t, cl, group)
+	return offsets
+}
+
+// committedWithMetadata returns the group's committed offset and its
+// metadata per partition of the test topic (-1 and "": none).
+func committedWithMetadata(t testing.TB, cl *kgo.Client, group string) (map[int]int64, map[int]string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrOffsetFetchRequest()
@@ -178,22 +189,39 @@ func committed(t testing.TB, cl *kgo.Client, group string) map[int]int64 {
 			ot.Topic = gt.Topic
 			for _, gp := range gt.Partitions {
 				op := kmsg.NewOffsetFetchResponseTopicPartition()
-				op.Partition, op.Offset, op.ErrorCode = gp.Partition, gp.Offset, gp.ErrorCode
+				op.Partition, op.Offset, op.Metadata, op.ErrorCode = gp.Partition, gp.Offset, gp.Metadata, gp.ErrorCode
 				ot.Partitions = append(ot.Partitions, op)
 			}
 			topics = append(topics, ot)
 		}
 	}
-	out := make(map[int]int64)
+	out, md := make(map[int]int64), make(map[int]string)
 	for _, tp := range topics {
 		for _, p := range tp.Partitions {
 			if p.ErrorCode != 0 {
 				t.Fatalf("offset fetch partition %d: error code %d", p.Partition, p.ErrorCode)
 			}
 			out[int(p.Partition)] = p.Offset
+			if p.Metadata != nil {
+				md[int(p.Partition)] = *p.Metadata
+			}
 		}
 	}
-	return out
+	return out, md
+}
+
+// waitCommittedMetadata waits until the group's committed metadata of
+// partition is want, and fails the test if it is not within 10s.
+func waitCommittedMetadata(t *testing.T, cl *kgo.Client, group string, partition int, want string) {
+	t.Helper()
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, md := committedWithMetadata(t, cl, group)
+		if got = md[partition]; got == want {
+			return
+		}
+	}
+	t.Fatalf("committed metadata of partition %d = %q; want %q", partition, got, want)
 }
 
 // waitCommitted waits until the group's committed offsets equal want,
@@ -452,7 +480,7 @@ func TestKafkaGracefulCloseCommitsEverythingSoTheGroupGetsNoDuplicate(t *testing
 	kexpectNothing(t, b, 500*time.Millisecond)
 }
 
-func TestKafkaCloseCommitsContiguousMarksAndNackedMessagesComeBackAfterRestart(t *testing.T) {
+func TestKafkaCloseCommitsContiguousMarksAndOnlyNackedMessagesComeBackAfterRestart(t *testing.T) {
 	t.Parallel()
 	c := startKfake(t)
 	cl := kafkaClient(t, c)
@@ -470,37 +498,31 @@ func TestKafkaCloseCommitsContiguousMarksAndNackedMessagesComeBackAfterRestart(t
 		}
 	}
 	closeKafka(t, a)
-	// Partition 3 never moved past its first offset: nothing to commit, and
-	// the group starts it from the earliest offset again.
-	wantMarks := map[int]int64{0: 10, 1: 4, 2: 10, 3: 0}
-	want := map[int]int64{0: 10, 1: 4, 2: 10, 3: -1}
-	if m := marks(a); !mapsEqual(m, wantMarks) {
-		t.Fatalf("contiguous marks = %v; want %v", m, wantMarks)
+	// Partition 3 never moved past its first offset, but the offsets
+	// finished after it are committed with it, in the metadata.
+	want := map[int]int64{0: 10, 1: 4, 2: 10, 3: 0}
+	wantMeta := map[int]string{1: "s1:4:1+5", 3: "s1:0:1+9"}
+	if m := marks(a); !mapsEqual(m, want) {
+		t.Fatalf("contiguous marks = %v; want %v", m, want)
 	}
-	if c := committed(t, cl, "g"); !mapsEqual(c, want) {
-		t.Fatalf("committed after Close = %v; want %v (the contiguous marks)", c, want)
+	offsets, md := committedWithMetadata(t, cl, "g")
+	if !mapsEqual(offsets, want) {
+		t.Fatalf("committed after Close = %v; want %v (the contiguous marks)", offsets, want)
+	}
+	for p := range kafkaTestPartitions {
+		if md[p] != wantMeta[p] {
+			t.Errorf("committed metadata of partition %d = %q; want %q", p, md[p], wantMeta[p])
+		}
 	}
 	if n := lb.count("nacked messages waiting for redelivery"); n != 1 {
 		t.Errorf("logged %d times that nacked messages were left; want 1", n)
 	}
 
 	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
-	again := kfetchN(t, b, 6+10, 100)
-	var gotIDs []string
-	for _, m := range again {
-		gotIDs = append(gotIDs, m.ID)
-	}
+	gotIDs := ids(kfetchN(t, b, 2, 100))
 	slices.Sort(gotIDs)
-	var wantIDs []string
-	for o := 4; o < 10; o++ {
-		wantIDs = append(wantIDs, fmt.Sprintf("topic/1/%d", o))
-	}
-	for o := range 10 {
-		wantIDs = append(wantIDs, fmt.Sprintf("topic/3/%d", o))
-	}
-	slices.Sort(wantIDs)
-	if !slices.Equal(gotIDs, wantIDs) {
-		t.Fatalf("after restart got %v; want %v", gotIDs, wantIDs)
+	if want := []string{"topic/1/4", "topic/3/0"}; !slices.Equal(gotIDs, want) {
+		t.Fatalf("after restart got %v; want %v, the nacked messages only", gotIDs, want)
 	}
 	kexpectNothing(t, b, 300*time.Millisecond)
 }
@@ -554,6 +576,7 @@ func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t
 	}
 	ackIDs(first)
 	waitCommitted(t, cl, "g", map[int]int64{0: 7, 1: 20, 2: 20, 3: 20})
+	waitCommittedMetadata(t, cl, "g", 0, "s1:7:1+12") // 8..19
 
 	// Acked, never committed: offsets 20..34 and topic/0/7. Then the crash.
 	reject.Store(true)
@@ -573,15 +596,11 @@ func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t
 	}
 	reject.Store(false)
 
-	// The next member gets what is left.
+	// The next member gets what is left: what was not acked, and what was
+	// acked after the last commit (the commit's metadata has topic/0/8..19
+	// as finished, above its offset 7).
 	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
-	var window int // acked after the last commit
-	for id := range acked {
-		p, o := partitionOffset(t, id)
-		if o >= atCrash[p] {
-			window++
-		}
-	}
+	window := len(second) // acked after the last commit
 	unacked := 4*perPartition - len(acked)
 	got := kfetchN(t, b, unacked+window, 100)
 	kexpectNothing(t, b, 300*time.Millisecond)
@@ -1237,7 +1256,7 @@ func TestKafkaTwoMembersDeliverABacklogOnceAcrossARebalanceMidStream(t *testing.
 // A partition that stays with a member across a rebalance keeps its state:
 // its unfinished message stays valid, and nothing of it is fetched again,
 // while a partition another member took restarts there from the committed
-// offset, the only thing the group knows.
+// offset and skips what the commit's metadata has as finished after it.
 func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *testing.T) {
 	t.Parallel()
 	const perPartition, held = 25, 3
@@ -1256,6 +1275,9 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 		kack(t, m)
 	}
 	waitCommitted(t, cl, "g", map[int]int64{0: held, 1: held, 2: held, 3: held})
+	for p := range kafkaTestPartitions {
+		waitCommittedMetadata(t, cl, "g", p, fmt.Sprintf("s1:%d:1+%d", held, perPartition-held-1))
+	}
 
 	b, _ := newKafkaSource(t, cfg, 1000)
 	waitGroupStable(t, cl, "g", 2)
@@ -1279,14 +1301,13 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 	// a fetches nothing again: its kept partitions resume after the last
 	// offset it fetched.
 	kexpectNothing(t, a, 300*time.Millisecond)
-	// b restarts the partitions it took at the committed offset: the
-	// message a held, and those a acked past it, which a single committed
-	// offset cannot tell apart.
+	// b restarts the partitions it took at the committed offset, and skips
+	// what a acked past it: it gets the message a held, and nothing else.
 	taken := kafkaTestPartitions - kept
-	bGot := kfetchN(t, b, taken*(perPartition-held), 100)
+	bGot := kfetchN(t, b, taken, 100)
 	for _, m := range bGot {
-		if p, o := partitionOffset(t, m.ID); !byPartition[p] || o < held {
-			t.Errorf("b fetched %s; want offsets %d.. of the partitions it took only", m.ID, held)
+		if p, o := partitionOffset(t, m.ID); !byPartition[p] || o != held {
+			t.Errorf("b fetched %s; want offset %d of the partitions it took only", m.ID, held)
 		}
 	}
 	kexpectNothing(t, b, 300*time.Millisecond)
@@ -1296,4 +1317,275 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 	kack(t, holding...) // the kept ones commit; the revoked ones commit nothing
 	kack(t, bGot...)
 	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
+}
+
+// The promise of the commit metadata: after a member closes with messages
+// unfinished, the next member of the group gets those messages, and not the
+// ones its partition finished after them.
+func TestKafkaRestartDeliversOnlyTheMessagesWithoutAnOutcome(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 100, 0)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	a, _ := newKafkaSource(t, cfg, 1000)
+	for _, m := range kfetchN(t, a, 100, 100) {
+		switch m.ID {
+		case "topic/0/10", "topic/0/50": // as a drain leaves a pending retry
+			if err := m.Receipt.Nack(context.Background(), time.Hour); err != nil {
+				t.Fatalf("Nack(%s): %v", m.ID, err)
+			}
+		default:
+			kack(t, m)
+		}
+	}
+	closeKafka(t, a)
+	offsets, md := committedWithMetadata(t, cl, "g")
+	if offsets[0] != 10 || md[0] != "s1:10:1+39,1+49" {
+		t.Fatalf("committed partition 0 at %d with metadata %q; want 10 with %q (11..49 and 51..99 finished)",
+			offsets[0], md[0], "s1:10:1+39,1+49")
+	}
+
+	b, lb := newKafkaSource(t, cfg, 1000)
+	got := kfetchN(t, b, 2, 100)
+	if want := []string{"topic/0/10", "topic/0/50"}; !slices.Equal(ids(got), want) {
+		t.Fatalf("after the restart got %v; want %v, the messages without an outcome", ids(got), want)
+	}
+	kexpectNothing(t, b, 300*time.Millisecond)
+	produce(t, cl, 100, 3, 0)
+	next := kfetchN(t, b, 3, 100)
+	if want := []string{"topic/0/100", "topic/0/101", "topic/0/102"}; !slices.Equal(ids(next), want) {
+		t.Fatalf("then got %v; want %v, what follows offset 99", ids(next), want)
+	}
+	kack(t, got...)
+	kack(t, next...)
+	waitCommitted(t, cl, "g", map[int]int64{0: 103, 1: -1, 2: -1, 3: -1})
+	waitCommittedMetadata(t, cl, "g", 0, "")
+	if n := lb.count("skipping the messages finished above the committed offset"); n != 1 {
+		t.Errorf("logged %d times that finished messages were skipped; want 1", n)
+	}
+}
+
+// The rebalance case: a member leaves with unfinished messages, and the
+// member that takes its partitions delivers those, not what the first one
+// finished after them.
+func TestKafkaMemberLeavingWithUnfinishedMessagesHandsOverOnlyThose(t *testing.T) {
+	t.Parallel()
+	const perPartition = 25
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	a, _ := newKafkaSource(t, cfg, 1000)
+	b, _ := newKafkaSource(t, cfg, 1000)
+	waitGroupStable(t, cl, "g", 2)
+	produce(t, cl, 0, perPartition, allPartitions...)
+
+	// a leaves offsets 3 and 7 of its partitions unfinished (nacked, as a
+	// drain does with pending retries) and finishes the rest; b finishes
+	// all it gets.
+	var held []string
+	aParts, bParts := make(map[int]bool), make(map[int]bool)
+	for n, deadline := 0, time.Now().Add(20*time.Second); n < 4*perPartition; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the two members fetched %d messages; want %d", n, 4*perPartition)
+		}
+		for _, src := range []*Kafka{a, b} {
+			msgs, err := kfetch(src, 100, 50*time.Millisecond)
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Fetch: %v", err)
+			}
+			n += len(msgs)
+			for _, m := range msgs {
+				p, o := partitionOffset(t, m.ID)
+				if src == b {
+					bParts[p] = true
+					kack(t, m)
+					continue
+				}
+				aParts[p] = true
+				if o == 3 || o == 7 {
+					held = append(held, m.ID)
+					if err := m.Receipt.Nack(context.Background(), time.Hour); err != nil {
+						t.Fatalf("Nack(%s): %v", m.ID, err)
+					}
+					continue
+				}
+				kack(t, m)
+			}
+		}
+	}
+	if len(aParts) == 0 || len(bParts) == 0 {
+		t.Fatalf("a consumed partitions %v, b %v; want both some", aParts, bParts)
+	}
+
+	closeKafka(t, a) // a leaves: b takes a's partitions
+	got := kfetchN(t, b, len(held), 100)
+	gotIDs := ids(got)
+	slices.Sort(gotIDs)
+	slices.Sort(held)
+	if !slices.Equal(gotIDs, held) {
+		t.Fatalf("b got %v from the partitions a left; want %v, the messages a left unfinished", gotIDs, held)
+	}
+	kexpectNothing(t, b, 300*time.Millisecond)
+	t.Logf("a left partitions %v with %d messages unfinished and %d finished after them; b redelivered %d",
+		slices.Sorted(maps.Keys(aParts)), len(held), len(aParts)*perPartition-len(held)-len(aParts)*3, len(got))
+	kack(t, got...)
+	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
+}
+
+// Metadata another tool left beside the committed offset, or left beside an
+// offset another tool moved, is ignored: the partition is read from the
+// committed offset, all of it.
+func TestKafkaIgnoresCommitMetadataItDidNotWrite(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 10, 0, 1, 2)
+	give := map[int]string{
+		0: "written by another tool",
+		1: "s1:4:1+3",     // for offset 4, but the group is at 5
+		2: "s1:5:1+3,0+1", // garbled
+	}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	admin := &kafka.Client{Addr: kafka.TCP(c.ListenAddrs()...), Transport: tr}
+	req := &kafka.OffsetCommitRequest{GroupID: "g", GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{}} // an admin commit to the empty group
+	for p, md := range give {
+		req.Topics[kafkaTestTopic] = append(req.Topics[kafkaTestTopic], kafka.OffsetCommit{Partition: p, Offset: 5, Metadata: md})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := admin.OffsetCommit(ctx, req)
+	if err != nil {
+		t.Fatalf("offset commit: %v", err)
+	}
+	for _, p := range resp.Topics[kafkaTestTopic] {
+		if p.Error != nil {
+			t.Fatalf("offset commit partition %d: %v", p.Partition, p.Error)
+		}
+	}
+
+	src, lb := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	got := ids(kfetchN(t, src, 15, 100))
+	slices.Sort(got)
+	var want []string
+	for p := range 3 {
+		for o := 5; o < 10; o++ {
+			want = append(want, fmt.Sprintf("topic/%d/%d", p, o))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fetched %v; want %v", got, want)
+	}
+	kexpectNothing(t, src, 300*time.Millisecond)
+	if n := lb.count("commit metadata ignored"); n != 3 {
+		t.Errorf("logged %d times that commit metadata was ignored; want 3", n)
+	}
+}
+
+// A broker whose offset.metadata.max.bytes is below the 4 KiB the source
+// writes refuses the commit: the source commits again with less metadata,
+// lowest offsets first, and whatever it left out comes again, nothing else.
+func TestKafkaCommitsLessMetadataWhenTheBrokerRefusesItAsTooLarge(t *testing.T) {
+	t.Parallel()
+	const n, limit = 200, 100
+	c := startKfake(t)
+	var refused atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		tooLarge := false
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				if rp.Metadata != nil && len(*rp.Metadata) > limit {
+					sp.ErrorCode, tooLarge = kerr.OffsetMetadataTooLarge.Code, true
+				}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		if !tooLarge {
+			return nil, nil, false // the cluster commits it
+		}
+		refused.Add(1)
+		return resp, nil, true // one partition per commit here: nothing else to commit
+	})
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, n, 0)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	a, lb := newKafkaSource(t, cfg, 1000)
+	for _, m := range kfetchN(t, a, n, 100) {
+		if _, o := partitionOffset(t, m.ID); o%2 == 0 { // every other one pending: the longest metadata
+			if err := m.Receipt.Nack(context.Background(), time.Hour); err != nil {
+				t.Fatalf("Nack(%s): %v", m.ID, err)
+			}
+			continue
+		}
+		kack(t, m)
+	}
+	closeKafka(t, a)
+	offsets, md := committedWithMetadata(t, cl, "g")
+	runs := parseFinished(0, md[0])
+	t.Logf("%d commits refused; committed %d with %d bytes of metadata: %d finished offsets of %d", refused.Load(), offsets[0], len(md[0]), len(runs), n/2)
+	if offsets[0] != 0 || len(runs) == 0 || len(md[0]) > limit {
+		t.Fatalf("committed %d with metadata %q; want 0 with at most %d bytes recording some finished offsets", offsets[0], md[0], limit)
+	}
+	if refused.Load() == 0 || lb.count("refused the commit metadata as too large") == 0 {
+		t.Errorf("%d commits refused, %d warnings logged; want both > 0", refused.Load(), lb.count("refused the commit metadata as too large"))
+	}
+
+	skipped := make(map[string]bool)
+	for _, r := range runs {
+		for o := r.from; o <= r.to; o++ {
+			if o%2 == 0 {
+				t.Fatalf("metadata %q has offset %d finished; it was nacked", md[0], o)
+			}
+			skipped[fmt.Sprintf("topic/0/%d", o)] = true
+		}
+	}
+	b, _ := newKafkaSource(t, cfg, 1000)
+	got := kfetchN(t, b, n-len(skipped), 100)
+	kexpectNothing(t, b, 300*time.Millisecond)
+	for _, m := range got {
+		if skipped[m.ID] {
+			t.Errorf("%s delivered again; the metadata has it as finished", m.ID)
+		}
+	}
+	kack(t, got...)
+	waitCommitted(t, cl, "g", map[int]int64{0: n, 1: -1, 2: -1, 3: -1})
+}
+
+// Commits carry the generation: once the group has moved on, a commit of
+// an ended generation is refused, whatever its offsets and metadata.
+func TestKafkaCommitOfAnEndedGenerationIsRefused(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	cl := kafkaClient(t, c)
+	produce(t, cl, 0, 10, 0)
+	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	a, _ := newKafkaSource(t, cfg, 100)
+	kack(t, kfetchN(t, a, 10, 100)...)
+	waitCommitted(t, cl, "g", map[int]int64{0: 10, 1: -1, 2: -1, 3: -1})
+	a.mu.Lock()
+	old := a.gen
+	a.mu.Unlock()
+	if old == nil {
+		t.Fatal("a runs no generation")
+	}
+
+	newKafkaSource(t, cfg, 100) // joins: a new generation
+	waitGroupStable(t, cl, "g", 2)
+	err := a.commit(old, []partitionMark{{Partition: 0, Offset: 3, Metadata: "s1:3:1+1"}})
+	if !errors.Is(err, kafka.IllegalGeneration) {
+		t.Errorf("commit with generation %d after the group moved on = %v; want %v", old.gen.ID, err, kafka.IllegalGeneration)
+	}
+	offsets, md := committedWithMetadata(t, cl, "g")
+	if offsets[0] != 10 || md[0] != "" {
+		t.Errorf("committed partition 0 at %d with %q; want 10 with no metadata, as before", offsets[0], md[0])
+	}
 }
