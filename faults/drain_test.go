@@ -149,23 +149,21 @@ func newFixture(t testing.TB, kind string, n int) fixture {
 	return jetstreamFixture(t, n)
 }
 
-// TestGracefulDrainWithRetriesPendingDuplicatesNothing drains while some
-// messages wait in the retry heap (a 503 asked for 3 s; drain_timeout is
-// 1 s), so the drain nacks them while later messages are done. A restart
-// must deliver exactly the rest. JetStream acks each message: it holds.
-// Kafka commits contiguous offsets: the nacked message holds back the
-// commit of everything its partition finished after it, and the restart
-// delivers all of that again — the known bug "a graceful drain duplicates
-// what finished behind a pending retry" (docs/reliability.md); its subtest
-// runs with -args -known-bugs.
-func TestGracefulDrainWithRetriesPendingDuplicatesNothing(t *testing.T) {
+// TestGracefulDrainWithRetriesPendingRedeliversOnlyTheUnfinished drains
+// while some messages wait in the retry heap (a 503 asked for 3 s;
+// drain_timeout is 1 s), so the drain nacks them while later messages are
+// done. A restart must deliver the rest and repeat at most the messages that
+// had no final outcome at the drain: those the sink was asked for and did
+// not answer 2xx. JetStream acks each message: it repeats nothing. Kafka
+// commits contiguous offsets, so a pending retry holds back its partition's
+// offset; the offsets finished after it go with the commit, in its
+// metadata, and the restart skips them (before they did, 182 of 400
+// messages came again: docs/reliability.md, finding 3).
+func TestGracefulDrainWithRetriesPendingRedeliversOnlyTheUnfinished(t *testing.T) {
 	t.Parallel()
 	const n, limit = 400, 100
 	for _, kind := range []string{"jetstream", "kafka"} {
 		t.Run(kind, func(t *testing.T) {
-			if kind == "kafka" && !*knownBugs {
-				t.Skip("known bug, fix pending a decision (docs/reliability.md, what broke); run with -args -known-bugs")
-			}
 			t.Parallel()
 			f := newFixture(t, kind, n)
 			sink := newSink(t, func(r *http.Request, attempt int) action {
@@ -189,7 +187,18 @@ func TestGracefulDrainWithRetriesPendingDuplicatesNothing(t *testing.T) {
 				t.Errorf("exit code after SIGTERM = %d; want 0", code)
 			}
 			checkFinishedWereDelivered(t, f, sink, nil, "after the drain")
-			before := sink.deliveredCount()
+			// Without a final outcome at the drain: asked for, never
+			// answered 2xx (here, the retries still pending).
+			deliveredBefore, _ := sink.deliveredKeys()
+			unfinished := make(map[string]bool)
+			for _, r := range sink.snapshot() {
+				if deliveredBefore[r.key] == 0 {
+					unfinished[r.key] = true
+				}
+			}
+			if len(unfinished) == 0 {
+				t.Fatalf("no retry was pending at the drain (%d delivered); the test needs some", len(deliveredBefore))
+			}
 
 			second := startShaper(t, "second", config)
 			waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
@@ -197,10 +206,18 @@ func TestGracefulDrainWithRetriesPendingDuplicatesNothing(t *testing.T) {
 			second.stop()
 			f.settled(30 * time.Second)
 			delivered, answers := sink.deliveredKeys()
-			t.Logf("%s: %d delivered before the drain; %d messages, %d lost, %d duplicates after the restart",
-				kind, before, n, n-len(delivered), answers-len(delivered))
-			if len(delivered) != n || answers != n {
-				t.Errorf("delivered %d unique in %d 2xx answers; want %d, each once", len(delivered), answers, n)
+			dups := answers - len(delivered)
+			t.Logf("%s: %d delivered before the drain, %d without a final outcome at it; %d messages, %d lost, %d duplicates after the restart",
+				kind, len(deliveredBefore), len(unfinished), n, n-len(delivered), dups)
+			if len(delivered) != n {
+				t.Errorf("delivered %d unique; want all %d", len(delivered), n)
+			}
+			want := len(unfinished)
+			if kind == "jetstream" {
+				want = 0 // acked one by one: nothing finished comes again
+			}
+			if dups > want {
+				t.Errorf("%d duplicates after the restart; want at most %d (the messages without a final outcome at the drain)", dups, want)
 			}
 		})
 	}

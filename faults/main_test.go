@@ -16,12 +16,6 @@ import (
 // shaperBin is the shaper binary TestMain builds once for every test.
 var shaperBin string
 
-// knownBugs runs the tests that show product bugs not fixed yet; they are
-// skipped otherwise, so that CI stays green while the fix is decided:
-//
-//	go test -race -run RetriesPending ./faults/ -args -known-bugs
-var knownBugs = flag.Bool("known-bugs", false, "run the tests of known product bugs (they fail until fixed)")
-
 // soakFor turns TestSoak on: go test -run TestSoak ./faults/ -args -soak=10m.
 var soakFor = flag.Duration("soak", 0, "run TestSoak, mixed faults for this long (opt-in, not in CI)")
 
