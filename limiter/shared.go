@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,10 +45,22 @@ const (
 	// two slots at least 1/limit - 2ms apart.
 	maxLate = 2 * time.Millisecond
 
-	// probeMin and probeMax bound the exponential backoff between probes
-	// of Redis while fallen back.
-	probeMin = 100 * time.Millisecond
-	probeMax = 5 * time.Second
+	// probeGapMin and probeGapMax bound the time from the start of one
+	// probe of Redis to the start of the next while fallen back. Each gap
+	// is drawn uniformly between them, so replicas that fell back at the
+	// same moment drift apart instead of probing in lockstep. No backoff:
+	// the gap is the same after a second of outage as after an hour, so
+	// the return never waits longer than probeGapMax for the next probe,
+	// and a replica never probes more than 1/probeGapMin (5) times a
+	// second.
+	probeGapMin = 200 * time.Millisecond
+	probeGapMax = 300 * time.Millisecond
+	// maxCalls is how many Redis calls may run at once: a call that hangs
+	// past its timeout (the client waits out its read timeout unless it
+	// has ContextTimeoutEnabled) and one more, so that a hung connection
+	// delays no probe, while a hung server collects no more than two
+	// connections per replica.
+	maxCalls = 2
 )
 
 // SharedConfig configures a Shared limiter. NewShared checks it.
@@ -74,7 +88,8 @@ type SharedConfig struct {
 	// (50ms). Must be >= 0.
 	Timeout time.Duration
 	// Logger receives one warning when the limiter falls back, with the
-	// error, and one info line when it returns. Nil means slog.Default().
+	// error, and one info line when it returns; in between, a debug line
+	// for each failed probe. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -172,23 +187,46 @@ func (c SharedConfig) validate() error {
 // is the shared limit last known). It logs a warning with the error once
 // (after a timeout, a second one with the call's own error if it ends in
 // one), stops calling Redis on the hot path, and probes it from its own
-// goroutine with exponential backoff from 100ms to 5s. The first probe
-// that answers within Timeout brings it back to the shared limit, logged
-// once at info. Reserve never waits longer than about
-// Timeout, whatever Redis or the client do: calls run on the limiter's own
-// goroutine, and Reserve stops waiting for one at Timeout. A client built
-// with ContextTimeoutEnabled also gives up the call itself at Timeout;
-// otherwise the call runs on to the client's read timeout in the
-// background, and Close waits for it. Lease slots still unused when the
-// limiter falls back are dropped; the switch either way may put one slot
-// of the new limiter (Token mode: its burst) right after the last of the
-// old.
+// goroutine. The first probe that answers within Timeout brings it back to
+// the shared limit, logged once at info.
+//
+// A probe starts 200–300ms after the previous one, the gap drawn at
+// random so that replicas that fell back together do not probe in
+// lockstep, and the gap never backs off. So a replica probes at most five
+// times a second (four on average), and after an outage of any length it
+// is back on the shared limit within 300ms plus one round trip of Redis
+// answering again (if two calls are still running then, the next probe
+// waits for one of them to end: see below).
+//
+// A probe first opens and closes one connection with the client's own
+// dialer (for a Cluster, to any of its seed addresses; a Ring has no such
+// check) and calls through the client only if that works. So while Redis
+// is down a probe costs one refused connection, and the client's pool
+// records no failed dial: after PoolSize failed dials, counted over the
+// client's life, go-redis's pool stops dialing and tries once a second,
+// which would add up to a second to the return.
+//
+// The limiter waits for no call longer than Timeout. A call that outlives
+// it (a client without ContextTimeoutEnabled waits out its read timeout)
+// runs on in the background, and the next probe goes on a connection of
+// its own. At most two calls run at once, so a hung server holds at most
+// two connections of a replica; while both hang, the next probe waits for
+// one of them to end.
+//
+// Reserve never waits longer than about Timeout, whatever Redis or the
+// client do: calls run on goroutines of the limiter, and Reserve stops
+// waiting for one at Timeout. A client built with ContextTimeoutEnabled
+// also gives up the call itself at Timeout; otherwise the call runs on to
+// the client's read timeout in the background, and Close waits for it.
+// Lease slots still unused when the limiter falls back are dropped; the
+// switch either way may put one slot of the new limiter (Token mode: its
+// burst) right after the last of the old.
 //
 // Reserve needs real time (time.Now) for now, since slots come from the
 // server's clock; Limit and the fallback work from any now.
 //
 // Shared is safe for simultaneous use by multiple goroutines. Close stops
-// its goroutine.
+// its goroutines.
 type Shared struct {
 	client        redis.UniversalClient
 	keys          []string
@@ -199,10 +237,15 @@ type Shared struct {
 	timeout       time.Duration
 	fallbackLimit float64
 	log           *slog.Logger
+	// dial opens and closes one connection to Redis the way the client
+	// would, or is nil; see Fallback.
+	dial func(ctx context.Context) error
+	// rand returns a number in [0, 1) for the gaps between probes.
+	rand func() float64
 
 	// wake asks the goroutine to look for work: a lease, a rate to write,
-	// a new probe time. Size one, so that a signal is never lost and a
-	// sender never waits.
+	// a new probe time, a call that ended. Size one, so that a signal is
+	// never lost and a sender never waits.
 	wake      chan struct{}
 	quit      chan struct{}
 	cancel    context.CancelFunc
@@ -220,13 +263,16 @@ type Shared struct {
 	pending bool
 	pendSeq uint64
 	lease   lease
-	// op is the Redis call asked for or running, nil when none is.
+	// op is the Redis call for the shared limit asked for or running,
+	// nil when none is. A probe is never op, nor is a call left running
+	// when the limiter fell back.
 	op *call
+	// calls counts the Redis calls running, at most maxCalls.
+	calls int
 
 	fallback  bool
 	since     time.Time // when fallback began
-	backoff   time.Duration
-	nextProbe time.Time
+	nextProbe time.Time // when the next probe may start
 	// local is the fallback limiter, at localLimit and localBurst.
 	local      *Limiter
 	localLimit float64
@@ -257,7 +303,7 @@ func (l *lease) slot(i int) time.Time {
 }
 
 // call is one Redis call of the script, asked for by Reserve, SetRate or a
-// probe, and run by the limiter's goroutine.
+// probe, and run on a goroutine of its own.
 type call struct {
 	// done is closed once the result has been applied.
 	done    chan struct{}
@@ -301,33 +347,7 @@ func NewShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultSharedTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	s := &Shared{
-		client:        client,
-		keys:          []string{cfg.Key},
-		key:           cfg.Key,
-		target:        target(client),
-		mode:          cfg.Mode,
-		modeArg:       "0",
-		timeout:       cfg.Timeout,
-		fallbackLimit: cfg.FallbackLimit,
-		log:           cfg.Logger,
-		wake:          make(chan struct{}, 1),
-		quit:          make(chan struct{}),
-		limit:         cfg.Limit,
-		burst:         cfg.Burst,
-		backoff:       probeMin,
-	}
-	if cfg.Mode == Token {
-		s.modeArg = "1"
-	}
-	s.localLimit, s.localBurst = s.fallbackRateLocked()
-	s.local, err = New(Config{Mode: cfg.Mode, Limit: s.localLimit, Burst: s.localBurst}, now)
+	s, err := newShared(client, cfg, now)
 	if err != nil {
 		return nil, err // not reached: the rate was validated above
 	}
@@ -348,6 +368,44 @@ func NewShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 			s.timedOutLocked()
 		}
 		s.mu.Unlock()
+	}
+	return s, nil
+}
+
+// newShared returns a Shared limiter for a valid cfg with its defaults
+// applied, without starting its goroutine.
+func newShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*Shared, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultSharedTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Shared{
+		client:        client,
+		keys:          []string{cfg.Key},
+		key:           cfg.Key,
+		target:        target(client),
+		dial:          dialer(client),
+		rand:          rand.Float64,
+		mode:          cfg.Mode,
+		modeArg:       "0",
+		timeout:       cfg.Timeout,
+		fallbackLimit: cfg.FallbackLimit,
+		log:           cfg.Logger,
+		wake:          make(chan struct{}, 1),
+		quit:          make(chan struct{}),
+		limit:         cfg.Limit,
+		burst:         cfg.Burst,
+	}
+	if cfg.Mode == Token {
+		s.modeArg = "1"
+	}
+	s.localLimit, s.localBurst = s.fallbackRateLocked()
+	var err error
+	s.local, err = New(Config{Mode: cfg.Mode, Limit: s.localLimit, Burst: s.localBurst}, now)
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -499,8 +557,8 @@ func (s *Shared) Fallback() bool {
 	return s.fallback || s.closed
 }
 
-// Close stops the limiter's goroutine and waits for it, including a Redis
-// call in flight (cut short if the client has ContextTimeoutEnabled).
+// Close stops the limiter's goroutines and waits for them, including Redis
+// calls in flight (cut short if the client has ContextTimeoutEnabled).
 // Afterwards Reserve uses the local fallback limiter, so a limiter closed
 // too early still never sends unlimited. Close does not close the client.
 // It always returns nil.
@@ -516,9 +574,10 @@ func (s *Shared) Close() error {
 	return nil
 }
 
-// run is the limiter's goroutine: it makes every Redis call, one at a
-// time, so that no caller ever waits on Redis longer than it chooses to,
-// and probes Redis while fallen back.
+// run is the limiter's goroutine: it starts every Redis call, each on a
+// goroutine of its own so that neither a caller nor the probe schedule
+// ever waits on Redis longer than it chooses to, and probes Redis while
+// fallen back.
 func (s *Shared) run(ctx context.Context) {
 	probe := time.NewTimer(time.Hour)
 	probe.Stop()
@@ -528,7 +587,7 @@ func (s *Shared) run(ctx context.Context) {
 		op, wait := s.nextLocked(time.Now())
 		s.mu.Unlock()
 		if op != nil {
-			s.do(ctx, op)
+			s.wg.Go(func() { s.do(ctx, op) })
 			continue
 		}
 		if wait > 0 {
@@ -543,39 +602,52 @@ func (s *Shared) run(ctx context.Context) {
 	}
 }
 
-// nextLocked returns the call to make now, or nil and how long until the
-// next probe (0 for none). It requires that s.mu is held.
+// nextLocked returns the call to start at now, or nil and how long until
+// the next probe (0 for none, or until a call ends). On the shared limit
+// calls run one at a time; while fallen back a probe starts once its time
+// has come. It requires that s.mu is held.
 func (s *Shared) nextLocked(now time.Time) (*call, time.Duration) {
-	if (s.closed || s.fallback) && s.op != nil && !s.op.started {
-		// Asked for before the fallback or Close; its waiters use the
-		// local limiter now.
+	if s.closed && s.op != nil && !s.op.started {
+		// Asked for before Close; its waiters use the local limiter now.
 		close(s.op.done)
 		s.op = nil
 	}
+	if s.closed || s.calls >= maxCalls {
+		return nil, 0 // the end of a call wakes the goroutine
+	}
 	var op *call
 	switch {
-	case s.closed:
-		return nil, 0
 	case s.fallback:
 		if now.Before(s.nextProbe) {
 			return nil, s.nextProbe.Sub(now)
 		}
 		op = &call{done: make(chan struct{}), probe: true}
-	case s.op != nil && !s.op.started:
+		s.nextProbe = now.Add(s.probeGap())
+	case s.op != nil && s.op.started:
+		return nil, 0
+	case s.op != nil:
 		op = s.op
-	case s.op == nil && s.pending:
+	case s.pending:
 		op = &call{done: make(chan struct{})}
+		s.op = op
 	default:
 		return nil, 0
 	}
 	op.started = true
 	op.limit, op.burst = s.limit, s.burst
 	op.set, op.seq = s.pending, s.pendSeq
-	s.op = op
+	s.calls++
 	return op, 0
 }
 
-// do makes one call of the script and applies its result.
+// probeGap returns the time from the start of one probe to the start of
+// the next, between probeGapMin and probeGapMax.
+func (s *Shared) probeGap() time.Duration {
+	return probeGapMin + time.Duration(s.rand()*float64(probeGapMax-probeGapMin))
+}
+
+// do makes one call of the script, a probe's preceded by its dial, and
+// applies the result.
 func (s *Shared) do(ctx context.Context, op *call) {
 	set := "0"
 	if op.set {
@@ -583,8 +655,15 @@ func (s *Shared) do(ctx context.Context, op *call) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	start := time.Now()
-	vals, err := sharedScript.Run(ctx, s.client, s.keys,
-		op.want, s.modeArg, strconv.FormatFloat(op.limit, 'g', -1, 64), op.burst, set).Slice()
+	var vals []any
+	var err error
+	if op.probe && s.dial != nil {
+		err = s.dial(ctx)
+	}
+	if err == nil {
+		vals, err = sharedScript.Run(ctx, s.client, s.keys,
+			op.want, s.modeArg, strconv.FormatFloat(op.limit, 'g', -1, 64), op.burst, set).Slice()
+	}
 	recv := time.Now()
 	cancel()
 	var r reply
@@ -604,11 +683,13 @@ func (s *Shared) do(ctx context.Context, op *call) {
 	s.mu.Lock()
 	s.applyLocked(op, r, recv, err)
 	s.mu.Unlock()
+	s.signal() // a call slot is free
 }
 
 // applyLocked takes in the result of op, received at recv. It requires
 // that s.mu is held.
 func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
+	s.calls--
 	defer func() {
 		if s.op == op {
 			s.op = nil
@@ -617,15 +698,28 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
 	}()
 	if err != nil {
 		switch {
-		case op.abandoned && !op.cut && !s.closed:
-			// The timeout alone does not say why; this does.
-			s.log.Warn("shared limiter: the redis call that timed out has failed", "key", s.key, "redis", s.target, "err", err)
-		case !s.fallback && !s.closed:
+		case s.closed:
+		case op.abandoned:
+			if !op.cut {
+				// The timeout alone does not say why; this does.
+				s.log.Warn("shared limiter: the redis call that timed out has failed", "key", s.key, "redis", s.target, "err", err)
+			}
+		case op.probe:
+			if s.fallback {
+				s.log.Debug("shared limiter: redis probe failed", "key", s.key, "redis", s.target,
+					"next_probe", s.nextProbe.Sub(recv).Round(time.Millisecond), "err", err)
+			}
+		case !s.fallback:
 			s.fallBackLocked(err, recv)
-		case s.fallback && op.probe:
-			s.backoff = min(2*s.backoff, probeMax)
-			s.nextProbe = recv.Add(s.backoff)
-			s.log.Debug("shared limiter: redis probe failed", "key", s.key, "redis", s.target, "next_probe", s.backoff, "err", err)
+		}
+		return
+	}
+	if op.abandoned {
+		// A caller gave up on it and fell back; a probe may have brought
+		// the limiter back since, with a newer reply. Only its write of
+		// the rate counts.
+		if op.set && op.seq == s.pendSeq {
+			s.pending = false
 		}
 		return
 	}
@@ -638,10 +732,9 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
 	}
 	if s.fallback {
 		if !op.probe {
-			return // a call from before the fallback; only a probe ends it
+			return // not reached: the call that failed or timed out is the one that fell back
 		}
 		s.fallback = false
-		s.backoff = probeMin
 		s.lease = lease{}
 		s.log.Info("shared limiter: redis answers again; back to the shared limit",
 			"key", s.key, "limit", s.limit, "fallback_for", recv.Sub(s.since).Round(time.Millisecond))
@@ -656,14 +749,20 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
 	}
 }
 
-// fallBackLocked switches to the local limiter because of err, at at. It
-// requires that s.mu is held.
+// fallBackLocked switches to the local limiter because of err, at at. The
+// call for the shared limit, if one is running, runs on without waiters;
+// one not yet started never will be. It requires that s.mu is held.
 func (s *Shared) fallBackLocked(err error, at time.Time) {
 	s.fallback = true
 	s.since = at
 	s.lease = lease{}
-	s.backoff = probeMin
-	s.nextProbe = at.Add(probeMin)
+	if op := s.op; op != nil {
+		if !op.started {
+			close(op.done) // its waiters use the local limiter now
+		}
+		s.op = nil
+	}
+	s.nextProbe = at.Add(s.probeGap())
 	s.log.Warn("shared limiter: redis failed; falling back to the local limit",
 		"key", s.key, "redis", s.target, "fallback_limit", s.localLimit, "err", err)
 	s.signal() // the goroutine arms the probe
@@ -697,6 +796,43 @@ func target(client redis.UniversalClient) string {
 		return "ring " + strings.Join(slices.Sorted(maps.Keys(c.Options().Addrs)), ",")
 	}
 	return fmt.Sprintf("%T", client)
+}
+
+// dialer returns a function that opens one connection to Redis the way
+// client's pool would, with its own dialer, and closes it again: for a
+// Cluster to any of its seed addresses. It returns nil for other clients.
+func dialer(client redis.UniversalClient) func(ctx context.Context) error {
+	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	var network string
+	var addrs []string
+	switch c := client.(type) {
+	case *redis.Client:
+		// A failover client's dialer asks the sentinels for the master
+		// and ignores the address.
+		o := c.Options()
+		dial, network, addrs = o.Dialer, o.Network, []string{o.Addr}
+	case *redis.ClusterClient:
+		o := c.Options()
+		dial, network, addrs = o.Dialer, "tcp", o.Addrs
+		if dial == nil {
+			dial = redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})
+		}
+	}
+	if dial == nil || len(addrs) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		var errs []error
+		for _, addr := range addrs {
+			conn, err := dial(ctx, network, addr)
+			if err == nil {
+				_ = conn.Close() // only the connection mattered
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
 }
 
 // fallbackRateLocked returns the fallback limiter's limit, min(FallbackLimit,
