@@ -67,13 +67,17 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("%w: --log-level: want debug, info, warn or error, got %q", errUsage, g.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	switch g.logFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		log = slog.New(slog.NewTextHandler(w, opts))
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		log = slog.New(slog.NewJSONHandler(w, opts))
+	default:
+		return nil, fmt.Errorf("%w: --log-format: want json or text, got %q", errUsage, g.logFormat)
 	}
-	return nil, fmt.Errorf("%w: --log-format: want json or text, got %q", errUsage, g.logFormat)
+	logRedisTo(log) // go-redis's logger is one per process
+	return log, nil
 }
 
 // realMain runs the command line args and returns the exit code. Only main exits.
