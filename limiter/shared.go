@@ -417,19 +417,36 @@ func newShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 // at most Timeout; past it the limiter falls back and the slot comes from
 // the local limiter. now must come from time.Now.
 func (s *Shared) Reserve(now time.Time) time.Time {
+	return s.slot(now, true)
+}
+
+// Next returns when the slot that Reserve(now) would take comes, without
+// taking it. While the shared limit is in force that is the next usable
+// slot of this replica's lease; with the lease used up, Next waits for the
+// next lease as Reserve does (at most Timeout) and keeps it for Reserve.
+// now must come from time.Now.
+func (s *Shared) Next(now time.Time) time.Time {
+	return s.slot(now, false)
+}
+
+// slot is Reserve when take is true, and Next when it is false.
+func (s *Shared) slot(now time.Time, take bool) time.Time {
 	var timer *time.Timer
 	expired := false
 	s.mu.Lock()
 	for {
 		if s.fallback || s.closed {
-			t := s.local.Reserve(now)
+			t := s.local.Next(now)
+			if take {
+				t = s.local.Reserve(now)
+			}
 			s.mu.Unlock()
 			if timer != nil {
 				timer.Stop()
 			}
 			return t
 		}
-		if t, ok := s.takeLocked(now); ok {
+		if t, ok := s.takeLocked(now, take); ok {
 			s.mu.Unlock()
 			if timer != nil {
 				timer.Stop()
@@ -458,8 +475,9 @@ func (s *Shared) Reserve(now time.Time) time.Time {
 }
 
 // takeLocked hands out the next usable slot of the lease, skipping those
-// too late for now. It requires that s.mu is held.
-func (s *Shared) takeLocked(now time.Time) (time.Time, bool) {
+// too late for now; with take false it only tells which slot that is (the
+// ones too late stay skipped). It requires that s.mu is held.
+func (s *Shared) takeLocked(now time.Time, take bool) (time.Time, bool) {
 	l := &s.lease
 	if l.next >= l.n {
 		return time.Time{}, false
@@ -479,7 +497,11 @@ func (s *Shared) takeLocked(now time.Time) (time.Time, bool) {
 			}
 		}
 		if t.Sub(at) < late {
-			l.prev = t
+			if take {
+				l.prev = t
+			} else {
+				l.next--
+			}
 			return t, true
 		}
 	}
