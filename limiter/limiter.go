@@ -1,9 +1,13 @@
 // Package limiter gives each request of a pipeline its departure time.
 //
-// The dispatcher asks a Limiter for a slot before every attempt it sends to a
-// sink, retries included, and waits until the slot's time. A Limiter spaces
-// slots 1/limit apart (leaky mode) or lets up to burst go at once after idle
-// time and then holds the average at limit (token mode).
+// The pipeline's scheduler asks a Limiter when the next slot comes (Next)
+// before every attempt it sends to a sink, retries included, waits until
+// then, and takes the slot (Allow) only when it sends: a slot is spent only
+// by a request that goes. Reserve takes a slot at once, for callers that
+// always send. A Limiter spaces slots 1/limit apart (leaky mode) or lets up
+// to burst go at once after idle time and then holds the average at limit
+// (token mode). A rate change takes effect from the time it is made,
+// whatever was reserved under the old rate.
 //
 // Both modes are one formula, the generic cell rate algorithm (GCRA) in its
 // virtual-scheduling form. The whole state is the theoretical arrival time
@@ -21,7 +25,8 @@
 // on the server's clock, each replica leases short runs of slots from it to
 // keep Redis off the hot path, and a replica that cannot reach Redis falls
 // back to a local Limiter at its own fallback limit, never unlimited. It
-// runs one goroutine for its Redis calls, which Close stops.
+// runs one goroutine that schedules its Redis calls (each call on a
+// goroutine of its own, at most two at once), which Close stops.
 package limiter
 
 import (
@@ -179,6 +184,33 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 
 	l.mu.Lock()
 	d := l.slotLocked(n)
+	l.takeLocked(n, d)
+	l.mu.Unlock()
+
+	return l.start.Add(time.Duration(d))
+}
+
+// Allow takes the next slot if it has come by now, and reports whether it
+// did; when it has not, nothing is taken. With Next it is how a caller
+// that may not use a slot waits for one: ask Next, sleep until then, and
+// take the slot with Allow. If the schedule moved meanwhile (SetRate), Allow
+// refuses and the caller asks Next again, so no slot is ever taken and then
+// left unused. Allow does not allocate.
+func (l *Limiter) Allow(now time.Time) bool {
+	n := max(int64(now.Sub(l.start)), 0)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.slotLocked(n)
+	if d > n {
+		return false
+	}
+	l.takeLocked(n, d)
+	return true
+}
+
+// takeLocked takes slot d for a caller at n: it moves TAT past it. It
+// requires that l.mu is held.
+func (l *Limiter) takeLocked(n, d int64) {
 	if d > l.last {
 		l.last = d
 	}
@@ -197,16 +229,13 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 	whole := math.Floor(f)
 	l.tat = addSat(l.tat, int64(whole))
 	l.tatFrac = f - whole
-	l.mu.Unlock()
-
-	return l.start.Add(time.Duration(d))
 }
 
 // Next returns the time of the slot that Reserve(now) would hand out,
 // without taking it. A caller that may not use a slot asks Next first and
-// calls Reserve only when it sends, so a slot is spent only by a request
-// that goes: one that waits for its slot and then gives up (its message
-// expired, the rate changed meanwhile) has taken nothing.
+// takes the slot with Allow only when it sends, so a slot is spent only by
+// a request that goes: one that waits for its slot and then gives up (its
+// message expired, the rate changed meanwhile) has taken nothing.
 func (l *Limiter) Next(now time.Time) time.Time {
 	n := max(int64(now.Sub(l.start)), 0)
 	l.mu.Lock()

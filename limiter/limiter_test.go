@@ -484,6 +484,35 @@ func TestNextTellsTheNextSlotWithoutTakingIt(t *testing.T) {
 	}
 }
 
+// Allow takes the slot only once it has come, and a rate lowered between
+// Next and Allow makes Allow refuse, having taken nothing: the caller asks
+// Next again and gets the new schedule.
+func TestAllowTakesTheSlotOnlyOnceItHasCome(t *testing.T) {
+	for _, mode := range []limiter.Mode{limiter.Leaky, limiter.Token} {
+		l := newLimiter(t, limiter.Config{Mode: mode, Limit: 10, Burst: 1})
+		if !l.Allow(start) {
+			t.Fatalf("%s: Allow(start) = false; want the first slot", mode)
+		}
+		next := l.Next(start)
+		if got, want := next.Sub(start), 100*time.Millisecond; got != want {
+			t.Fatalf("%s: Next(start) = start+%v; want start+%v", mode, got, want)
+		}
+		if l.Allow(next.Add(-time.Nanosecond)) {
+			t.Errorf("%s: Allow 1ns before the slot = true; want false", mode)
+		}
+		if got := l.Next(start); !got.Equal(next) {
+			t.Errorf("%s: Next after a refused Allow = start+%v; want start+%v: nothing taken", mode, got.Sub(start), next.Sub(start))
+		}
+		l.SetRateAt(start, 0.5, 1) // lowered while the caller sleeps until next
+		if l.Allow(next) {
+			t.Errorf("%s: Allow(start+100ms) after lowering to 0.5/s = true; want false", mode)
+		}
+		if got, want := l.Next(next).Sub(start), 2*time.Second; got != want {
+			t.Errorf("%s: Next after the change = start+%v; want start+%v, the new schedule untouched by the refused Allow", mode, got, want)
+		}
+	}
+}
+
 func TestSetRateRaisingBurstLetsMoreGoAtOnce(t *testing.T) {
 	l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: 10, Burst: 2})
 	now := at(time.Hour)
@@ -749,7 +778,7 @@ func TestConcurrentSetRateKeepsSlotsInOrder(t *testing.T) {
 	}
 }
 
-func TestReserveDoesNotAllocate(t *testing.T) {
+func TestReserveNextAndAllowDoNotAllocate(t *testing.T) {
 	for _, cfg := range []limiter.Config{
 		{Mode: limiter.Leaky, Limit: 1000, Burst: 1},
 		{Mode: limiter.Token, Limit: 1000, Burst: 50},
@@ -762,6 +791,12 @@ func TestReserveDoesNotAllocate(t *testing.T) {
 			l.Reserve(now)
 		}); got != 0 {
 			t.Errorf("%+v: Reserve allocates %v times per call; want 0", cfg, got)
+		}
+		if got := testing.AllocsPerRun(1000, func() {
+			now = now.Add(time.Millisecond)
+			l.Allow(l.Next(now))
+		}); got != 0 {
+			t.Errorf("%+v: Next and Allow allocate %v times per slot; want 0", cfg, got)
 		}
 	}
 }

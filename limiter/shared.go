@@ -417,7 +417,8 @@ func newShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 // at most Timeout; past it the limiter falls back and the slot comes from
 // the local limiter. now must come from time.Now.
 func (s *Shared) Reserve(now time.Time) time.Time {
-	return s.slot(now, true)
+	t, _ := s.slot(now, reserve)
+	return t
 }
 
 // Next returns when the slot that Reserve(now) would take comes, without
@@ -426,32 +427,57 @@ func (s *Shared) Reserve(now time.Time) time.Time {
 // next lease as Reserve does (at most Timeout) and keeps it for Reserve.
 // now must come from time.Now.
 func (s *Shared) Next(now time.Time) time.Time {
-	return s.slot(now, false)
+	t, _ := s.slot(now, peek)
+	return t
 }
 
-// slot is Reserve when take is true, and Next when it is false.
-func (s *Shared) slot(now time.Time, take bool) time.Time {
+// Allow takes the next slot if it has come by now, and reports whether it
+// did; when it has not, nothing is taken (see Limiter.Allow). It may wait
+// for a lease as Reserve does. now must come from time.Now.
+func (s *Shared) Allow(now time.Time) bool {
+	_, taken := s.slot(now, allow)
+	return taken
+}
+
+// use says what slot does with the slot it finds.
+type use int
+
+const (
+	reserve use = iota // take it (Reserve)
+	peek               // only tell it (Next)
+	allow              // take it if it has come (Allow)
+)
+
+// slot finds the next slot for a caller at now and does with it what how
+// says; it reports whether it took it.
+func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 	var timer *time.Timer
 	expired := false
 	s.mu.Lock()
 	for {
 		if s.fallback || s.closed {
-			t := s.local.Next(now)
-			if take {
+			var t time.Time
+			taken := true
+			switch how {
+			case reserve:
 				t = s.local.Reserve(now)
+			case peek:
+				t, taken = s.local.Next(now), false
+			case allow:
+				t, taken = now, s.local.Allow(now)
 			}
 			s.mu.Unlock()
 			if timer != nil {
 				timer.Stop()
 			}
-			return t
+			return t, taken
 		}
-		if t, ok := s.takeLocked(now, take); ok {
+		if t, taken, ok := s.takeLocked(now, how); ok {
 			s.mu.Unlock()
 			if timer != nil {
 				timer.Stop()
 			}
-			return t
+			return t, taken
 		}
 		if expired {
 			// Redis did not deliver a lease within Timeout: whether the
@@ -474,13 +500,14 @@ func (s *Shared) slot(now time.Time, take bool) time.Time {
 	}
 }
 
-// takeLocked hands out the next usable slot of the lease, skipping those
-// too late for now; with take false it only tells which slot that is (the
-// ones too late stay skipped). It requires that s.mu is held.
-func (s *Shared) takeLocked(now time.Time, take bool) (time.Time, bool) {
+// takeLocked finds the next usable slot of the lease, skipping those too
+// late for now, and does with it what how says (the ones too late stay
+// skipped). It reports whether it took the slot, and false for ok when the
+// lease has none left. It requires that s.mu is held.
+func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok bool) {
 	l := &s.lease
 	if l.next >= l.n {
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	interval := time.Duration(math.Min(math.Round(l.interval*1e3), maxNanos))
 	late := max(min(interval, maxLate), 1)
@@ -497,15 +524,15 @@ func (s *Shared) takeLocked(now time.Time, take bool) (time.Time, bool) {
 			}
 		}
 		if t.Sub(at) < late {
-			if take {
+			if how == reserve || how == allow && !t.After(now) {
 				l.prev = t
-			} else {
-				l.next--
+				return t, true, true
 			}
-			return t, true
+			l.next--
+			return t, false, true
 		}
 	}
-	return time.Time{}, false
+	return time.Time{}, false, false
 }
 
 // leaseSizeLocked returns how many slots to lease at the current limit. It

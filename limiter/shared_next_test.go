@@ -9,10 +9,11 @@ import (
 	"github.com/shaper-dev/shaper/limiter"
 )
 
-// Next tells the slot Reserve will take, from the lease while Redis is up
-// and from the fallback limiter after Close, and takes nothing: a
-// scheduler that asks and then does not send has spent no slot.
-func TestSharedNextTellsTheNextSlotWithoutTakingIt(t *testing.T) {
+// Next tells the slot Reserve or Allow will take, from the lease while
+// Redis is up and from the fallback limiter after Close, and takes nothing;
+// Allow takes it only once it has come: a scheduler that asks and then does
+// not send has spent no slot.
+func TestSharedNextTellsTheNextSlotAndAllowTakesItOnceItHasCome(t *testing.T) {
 	addr, _, _ := startRedis(t)
 	cfg := limiter.SharedConfig{Key: "shaper:next", Mode: limiter.Leaky, Limit: 100, Burst: 1, FallbackLimit: 50, Timeout: loadedTimeout}
 	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), cfg, nil)
@@ -24,10 +25,20 @@ func TestSharedNextTellsTheNextSlotWithoutTakingIt(t *testing.T) {
 			if again := s.Next(now); !again.Equal(next) {
 				t.Fatalf("%s: Next(now) twice = %v then %v apart; want the same slot", state, next.Sub(now), again.Sub(now))
 			}
-			if got := s.Reserve(now); !got.Equal(next) {
-				t.Fatalf("%s: Reserve #%d = now+%v; want now+%v as Next said", state, k, got.Sub(now), next.Sub(now))
+			if next.After(now) && s.Allow(now) {
+				t.Fatalf("%s: Allow(now) #%d = true for a slot now+%v; want false", state, k, next.Sub(now))
+			}
+			if k%2 == 0 {
+				if got := s.Reserve(now); !got.Equal(next) {
+					t.Fatalf("%s: Reserve #%d = now+%v; want now+%v as Next said", state, k, got.Sub(now), next.Sub(now))
+				}
+				time.Sleep(time.Until(next))
+				continue
 			}
 			time.Sleep(time.Until(next))
+			if !s.Allow(time.Now()) {
+				t.Fatalf("%s: Allow at the slot Next told (#%d) = false; want true", state, k)
+			}
 		}
 	}
 	check("shared")
