@@ -10,8 +10,8 @@ import (
 )
 
 // The baselines are what shaper is measured against, driven by the same
-// pipeline through shaper.Limiter: each Reserve returns the departure time,
-// and the scheduler sends at that time. They live here only; the product
+// pipeline through shaper.Limiter: Next tells the departure time, and the
+// scheduler sends at that time after taking it with Allow. They live here only; the product
 // does not use them.
 
 // fixedWindow is the counter most hand-rolled limiters are: at most n
@@ -35,11 +35,32 @@ func newFixedWindow(limit float64, origin time.Time) *fixedWindow {
 	return &fixedWindow{origin: origin, n: max(int(limit), 1)}
 }
 
-// Reserve takes a place in the window of now or, when that one is full, in
-// the first window after it with room.
-func (f *fixedWindow) Reserve(now time.Time) time.Time {
+// Next tells the place a request at now would take: in the window of now
+// or, when that one is full, in the first window after it with room.
+func (f *fixedWindow) Next(now time.Time) time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.place(now, false)
+}
+
+// Allow takes a place in the window of now if it has room.
+func (f *fixedWindow) Allow(now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.place(now, false).After(now) {
+		return false
+	}
+	f.place(now, true)
+	return true
+}
+
+// place finds the place of a request at now, and takes it when take is
+// true. It requires that f.mu is held.
+func (f *fixedWindow) place(now time.Time, take bool) time.Time {
+	window, count := f.window, f.count
+	if !take {
+		defer func() { f.window, f.count = window, count }()
+	}
 	w := int64(now.Sub(f.origin) / time.Second)
 	if now.Before(f.origin) {
 		w = -1
@@ -92,9 +113,15 @@ func newXRate(limit float64, burst int) xrate {
 	return xrate{l: rate.NewLimiter(rate.Limit(limit), burst)}
 }
 
-func (x xrate) Reserve(now time.Time) time.Time {
-	return now.Add(x.l.ReserveN(now, 1).DelayFrom(now))
+// Next reserves a token and cancels the reservation at once, which gives
+// it back whole while nothing was reserved after it.
+func (x xrate) Next(now time.Time) time.Time {
+	r := x.l.ReserveN(now, 1)
+	defer r.CancelAt(now)
+	return now.Add(r.DelayFrom(now))
 }
+
+func (x xrate) Allow(now time.Time) bool { return x.l.AllowN(now, 1) }
 
 func (x xrate) SetRate(limit float64, burst int) {
 	now := time.Now()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/shaper-dev/shaper/shaper"
 )
 
 func TestMain(m *testing.M) {
@@ -48,12 +50,16 @@ func TestMaxInWindowCountsTheBusiestHalfOpenWindow(t *testing.T) {
 }
 
 // reserveBacklog takes n slots the way the pipeline's scheduler does with a
-// backlog: each Reserve comes at the time the previous slot went.
-func reserveBacklog(l interface{ Reserve(time.Time) time.Time }, from time.Time, n int) []time.Time {
+// backlog: it asks Next at the time the previous slot went, and takes the
+// slot with Allow at its time.
+func reserveBacklog(l shaper.Limiter, from time.Time, n int) []time.Time {
 	out := make([]time.Time, n)
 	now := from
 	for i := range out {
-		out[i] = l.Reserve(now)
+		out[i] = l.Next(now)
+		if !l.Allow(out[i]) {
+			panic("Allow refused the slot Next told, at its time")
+		}
 		now = out[i]
 	}
 	return out

@@ -106,34 +106,41 @@ func (r *running) stop() error {
 }
 
 // probedLimiter passes every call to the limiter under test and records,
-// for each Reserve, how long after the previous slot's time it came. With
-// a backlog the scheduler asks for the next slot as soon as it has sent at
-// the previous one, so this is how late its timer woke it (plus the few
-// microseconds of taking the next message): the cause of most of what the
-// sink sees as jitter, and of a leaky limiter's lost time.
+// for each slot taken, how long after the slot it waited for the scheduler
+// came to take it. The scheduler asks Next for the next slot, sleeps until
+// it, and then takes it with Allow: the difference is how late its timer
+// woke it (plus the few microseconds of getting there), the cause of most of
+// what the sink sees as jitter, and of a leaky limiter's lost time.
 type probedLimiter struct {
 	shaper.Limiter
 	mu    sync.Mutex
-	last  time.Time
+	next  time.Time // the slot Next last told
 	calls []lateCall
 }
 
-// lateCall is one Reserve: when it came, and how long after the previous
-// slot's time.
+// lateCall is one slot taken: when, and how long after the slot it waited
+// for.
 type lateCall struct {
 	at   time.Time
 	late time.Duration
 }
 
-func (p *probedLimiter) Reserve(now time.Time) time.Time {
-	slot := p.Limiter.Reserve(now)
+func (p *probedLimiter) Next(now time.Time) time.Time {
+	at := p.Limiter.Next(now)
 	p.mu.Lock()
-	if !p.last.IsZero() {
-		p.calls = append(p.calls, lateCall{at: now, late: now.Sub(p.last)})
-	}
-	p.last = slot
+	p.next = at
 	p.mu.Unlock()
-	return slot
+	return at
+}
+
+func (p *probedLimiter) Allow(now time.Time) bool {
+	if !p.Limiter.Allow(now) {
+		return false
+	}
+	p.mu.Lock()
+	p.calls = append(p.calls, lateCall{at: now, late: now.Sub(p.next)})
+	p.mu.Unlock()
+	return true
 }
 
 // lateness returns the p50, p99 and mean, in microseconds, of how late the

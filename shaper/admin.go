@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -19,9 +21,18 @@ const maxAdminBody = 4 << 10
 // Admin returns the handler of the admin API (SPEC §5) over the pipelines
 // that list returns at each call (a reload changes them): /metrics from
 // gatherer, /healthz, /readyz, GET /v1/pipelines and
-// PUT /v1/pipelines/{name}/rate. When token is not empty, PUT requires
-// "Authorization: Bearer <token>".
-func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string) http.Handler {
+// PUT /v1/pipelines/{name}/rate.
+//
+// Mutating calls need "Authorization: Bearer <token>" wherever the server
+// listens, loopback included: any process in the same pod or host could
+// otherwise push the whole backlog past max_queue_time. With no token
+// configured they are refused with 403 and a message saying how to enable
+// them. Every accepted change is logged to log with the caller's address and
+// the old and new values.
+func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -49,9 +60,7 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string) 
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("PUT /v1/pipelines/{name}/rate", func(w http.ResponseWriter, r *http.Request) {
-		if token != "" && !bearerMatches(r.Header.Get("Authorization"), token) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="shaper"`)
-			writeError(w, http.StatusUnauthorized, errors.New("a valid bearer token is required"))
+		if !authorized(w, r, token) {
 			return
 		}
 		var p *Pipeline
@@ -64,27 +73,93 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string) 
 			writeError(w, http.StatusNotFound, fmt.Errorf("no pipeline named %q", r.PathValue("name")))
 			return
 		}
-		var body struct {
-			Limit *float64 `json:"limit"`
-			Burst int      `json:"burst"`
-		}
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("body: want {\"limit\": 80, \"burst\": 1}: %v", err))
+		body, err := decodeRate(http.MaxBytesReader(w, r.Body, maxAdminBody))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf(`body: want {"limit": 80, "burst": 1}: %w`, err))
 			return
 		}
-		if body.Limit == nil {
-			writeError(w, http.StatusBadRequest, errors.New("body: limit is required"))
-			return
-		}
-		if err := p.SetRate(*body.Limit, body.Burst); err != nil {
+		before := p.Status()
+		if err := p.SetRate(body.limit, body.burst); err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, p.Status())
+		after := p.Status()
+		log.Warn("admin: rate changed", "pipeline", p.Name(), "remote", r.RemoteAddr,
+			"old_limit", before.Limit, "limit", after.Limit, "old_burst", before.Burst, "burst", after.Burst)
+		writeJSON(w, http.StatusOK, after)
 	})
 	return mux
+}
+
+// authorized reports whether r may mutate, and answers it when not: 403 when
+// no token is configured (mutations are off), 401 when the token is missing
+// or wrong.
+func authorized(w http.ResponseWriter, r *http.Request, token string) bool {
+	switch {
+	case token == "":
+		writeError(w, http.StatusForbidden, errors.New("changes through the admin API are disabled: "+
+			"set admin.token in the config (token: ${SHAPER_ADMIN_TOKEN}, at least 16 bytes) "+
+			"and send it as Authorization: Bearer <token>"))
+		return false
+	case !bearerMatches(r.Header.Get("Authorization"), token):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shaper"`)
+		writeError(w, http.StatusUnauthorized, errors.New("a valid bearer token is required"))
+		return false
+	}
+	return true
+}
+
+// rateBody is the body of PUT /v1/pipelines/{name}/rate.
+type rateBody struct {
+	limit float64
+	burst int // 0: keep the current burst
+}
+
+// decodeRate reads {"limit": 80, "burst": 1} strictly: one JSON object
+// with limit (required) and burst, each at most once and spelled exactly so,
+// and nothing after it. encoding/json alone would take the last of two
+// "limit" keys, "LIMIT" for "limit", and ignore what follows the object.
+func decodeRate(r io.Reader) (rateBody, error) {
+	var body rateBody
+	dec := json.NewDecoder(r)
+	if tok, err := dec.Token(); err != nil {
+		return body, err
+	} else if tok != json.Delim('{') {
+		return body, fmt.Errorf("want a JSON object, got %v", tok)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return body, err
+		}
+		key, _ := tok.(string) // object keys are strings
+		if seen[key] {
+			return body, fmt.Errorf("duplicate key %q", key)
+		}
+		seen[key] = true
+		switch key {
+		case "limit":
+			err = dec.Decode(&body.limit)
+		case "burst":
+			err = dec.Decode(&body.burst)
+		default:
+			return body, fmt.Errorf("unknown key %q", key)
+		}
+		if err != nil {
+			return body, fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return body, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return body, errors.New("data after the JSON object")
+	}
+	if !seen["limit"] {
+		return body, errors.New("limit is required")
+	}
+	return body, nil
 }
 
 // bearerMatches reports whether header is "Bearer <token>" (the scheme in

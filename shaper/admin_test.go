@@ -1,11 +1,15 @@
 package shaper_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +40,7 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 	const n = 200
 	e.publish(n)
 	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 }))
-	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "s3cret"))
+	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "s3cret", nil))
 	defer admin.Close()
 
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -66,6 +70,15 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 		{"zero limit", "s3cret", "/v1/pipelines/test/rate", `{"limit": 0}`, 400},
 		{"burst in leaky mode", "s3cret", "/v1/pipelines/test/rate", `{"limit": 5, "burst": 3}`, 400},
 		{"body too large", "s3cret", "/v1/pipelines/test/rate", `{"limit": 5` + strings.Repeat(" ", 8192) + `}`, 400},
+		{"duplicate key", "s3cret", "/v1/pipelines/test/rate", `{"limit": 50, "limit": 0.001}`, 400},
+		{"data after the object", "s3cret", "/v1/pipelines/test/rate", `{"limit": 50} {"limit": 0.001}`, 400},
+		{"key in another case", "s3cret", "/v1/pipelines/test/rate", `{"LIMIT": 50}`, 400},
+		{"not an object", "s3cret", "/v1/pipelines/test/rate", `[50]`, 400},
+		{"no limit", "s3cret", "/v1/pipelines/test/rate", `{"burst": 1}`, 400},
+		{"limit overflowing the capacity", "s3cret", "/v1/pipelines/test/rate", `{"limit": 1e308}`, 400},
+		{"limit above the maximum", "s3cret", "/v1/pipelines/test/rate", `{"limit": 1.6e17}`, 400},
+		{"denormal limit", "s3cret", "/v1/pipelines/test/rate", `{"limit": 5e-324}`, 400},
+		{"limit too low for max_queue_time", "s3cret", "/v1/pipelines/test/rate", `{"limit": 0.01}`, 400},
 	}
 	for _, tt := range tests {
 		if code, body := call(t, "PUT", admin.URL+tt.path, tt.token, tt.body); code != tt.want {
@@ -111,16 +124,125 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 	}
 }
 
+// Without a token no change goes through, on loopback too: any process on
+// the host could otherwise push the backlog past max_queue_time.
+func TestAdminChangesNeedATokenEvenOnLoopback(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	p := e.start(e.config(rec.srv.URL, nil))
+	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
+	defer admin.Close()
+	code, body := call(t, "PUT", admin.URL+"/v1/pipelines/test/rate", "", `{"limit": 50}`)
+	if code != http.StatusForbidden || !strings.Contains(body, "admin.token") {
+		t.Errorf("PUT rate without a configured token = %d %q; want 403 saying how to set admin.token", code, body)
+	}
+	if code, _ := call(t, "PUT", admin.URL+"/v1/pipelines/test/rate", "anything", `{"limit": 50}`); code != http.StatusForbidden {
+		t.Errorf("PUT rate with a bearer token but none configured = %d; want 403", code)
+	}
+	if got := p.Status().Limit; got != 100 {
+		t.Errorf("limit = %v; want 100, unchanged", got)
+	}
+}
+
+func TestAdminLogsEveryAcceptedChangeWithTheCallerAndTheValues(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	p := e.start(e.config(rec.srv.URL, nil))
+	var logs syncBuffer
+	const token = "0123456789abcdef-admin"
+	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, token, slog.New(slog.NewJSONHandler(&logs, nil))))
+	defer admin.Close()
+	if code, body := call(t, "PUT", admin.URL+"/v1/pipelines/test/rate", token, `{"limit": 40}`); code != 200 {
+		t.Fatalf("PUT rate 40 = %d %q; want 200", code, body)
+	}
+	var line struct {
+		Msg      string  `json:"msg"`
+		Pipeline string  `json:"pipeline"`
+		Remote   string  `json:"remote"`
+		OldLimit float64 `json:"old_limit"`
+		Limit    float64 `json:"limit"`
+	}
+	if err := json.Unmarshal([]byte(logs.String()), &line); err != nil {
+		t.Fatalf("admin log = %q: %v; want one JSON line", logs.String(), err)
+	}
+	if line.Pipeline != "test" || !strings.HasPrefix(line.Remote, "127.0.0.1:") || line.OldLimit != 100 || line.Limit != 40 {
+		t.Errorf("admin log = %+v; want pipeline test, remote 127.0.0.1:port, old_limit 100, limit 40", line)
+	}
+	if strings.Contains(logs.String(), token) {
+		t.Errorf("admin log contains the token: %q", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a handler's goroutine and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func TestReadyzIsUnavailableWhileDraining(t *testing.T) {
 	e := newEnv(t)
 	rec := newRecorder(t, nil)
 	p := e.start(e.config(rec.srv.URL, nil))
-	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, ""))
+	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
 	defer admin.Close()
 	waitFor(t, 10*time.Second, "/readyz 200", func() bool { code, _ := call(t, "GET", admin.URL+"/readyz", "", ""); return code == 200 })
 	p.Drain()
 	code, body := call(t, "GET", admin.URL+"/readyz", "", "")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "test: draining") {
 		t.Errorf("/readyz while draining = %d %q; want 503 naming the pipeline", code, body)
+	}
+}
+
+// A pipeline that expires more than it sends says so: state stalled,
+// /readyz 503 with the reason, shaper_expired_per_second above 0; and it
+// recovers once the sink does.
+func TestAPipelineThatExpiresMoreThanItSendsIsStalledAndNotReady(t *testing.T) {
+	e := newEnv(t)
+	var slow atomic.Bool
+	slow.Store(true)
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		if slow.Load() {
+			time.Sleep(2 * time.Second)
+		}
+	})
+	e.publish(2000)
+	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.Rate.Limit = 20
+		c.Bucket.MaxQueueTime = 500 * time.Millisecond // capacity 10: 9 wait while one hangs
+		c.Sink.HTTP.MaxInFlight = 1
+		c.Sink.HTTP.Timeout = 5 * time.Second
+	}))
+	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
+	defer admin.Close()
+
+	waitFor(t, 20*time.Second, "state stalled", func() bool { return p.Status().State == shaper.StateStalled })
+	code, body := call(t, "GET", admin.URL+"/readyz", "", "")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "test: stalled:") {
+		t.Errorf("/readyz while stalled = %d %q; want 503 saying the pipeline is stalled", code, body)
+	}
+	st := p.Status()
+	_, metrics := call(t, "GET", admin.URL+"/metrics", "", "")
+	if st.ExpiredPerSecond <= 0 || !strings.Contains(metrics, `shaper_expired_per_second{pipeline="test"}`) ||
+		strings.Contains(metrics, `shaper_expired_per_second{pipeline="test"} 0`+"\n") {
+		t.Errorf("expired_per_second = %v and the metric is not above 0; want both above 0", st.ExpiredPerSecond)
+	}
+	t.Logf("stalled: %s; expired_per_second %.1f", st.NotReady, st.ExpiredPerSecond)
+
+	slow.Store(false)
+	waitFor(t, 30*time.Second, "state running again", func() bool { return p.Status().State == shaper.StateRunning })
+	if code, body := call(t, "GET", admin.URL+"/readyz", "", ""); code != 200 {
+		t.Errorf("/readyz after the sink recovered = %d %q; want 200", code, body)
 	}
 }

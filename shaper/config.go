@@ -322,22 +322,45 @@ type HTTPSinkConfig struct {
 	// the server name and the oldest version. Left out: the system's CAs,
 	// TLS 1.2 or later. Only with an https:// URL.
 	TLS *TLSConfig `yaml:"tls"`
-	// Signing, when set, signs every request with an HMAC of its timestamp
-	// and body, so the receiver can tell it came from this daemon, unaltered
-	// and recent. Left out: requests are not signed.
+	// Signing, when set, signs every request with an HMAC of its message
+	// id, timestamp and body, so the receiver can tell it came from this
+	// daemon, unaltered, recent and meant for that id. Left out: requests
+	// are not signed.
 	Signing *SigningConfig `yaml:"signing"`
+	// Proxy is the proxy every request goes through: "" (the default) for
+	// none, whatever HTTP_PROXY or HTTPS_PROXY say; a URL with scheme http,
+	// https, socks5 or socks5h (user information in it authenticates to
+	// the proxy; use ${VAR}); or "environment" for what HTTPS_PROXY,
+	// HTTP_PROXY and NO_PROXY say for the sink's URL, read when the sink is
+	// built (at startup or on a reload). Loopback sinks never go through an
+	// environment proxy. The proxy in force is logged at startup.
+	Proxy string `yaml:"proxy"`
 
 	DeliveryConfig `yaml:",inline"`
 }
 
-// SigningConfig configures the signature of HTTP sink requests: header
-// Header carries "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">",
-// made with Secret, on every attempt. sinks.VerifySignature checks one.
+// ProxyEnvironment is the HTTPSinkConfig.Proxy value that takes the proxy
+// from the environment.
+const ProxyEnvironment = "environment"
+
+// SigningConfig configures the signature of HTTP sink requests, made with
+// Secret on every attempt over the message id (Idempotency-Key), the
+// attempt's time and the body. The formats are in package webhook, whose
+// Signer also verifies them at the receiver.
 type SigningConfig struct {
-	// Secret is the HMAC key shared with the receiver, at least 16 bytes.
-	// Required. Use ${VAR}: it is never printed.
+	// Scheme is the signature format: "standard" (the default), Standard
+	// Webhooks 1.0: headers webhook-id, webhook-timestamp and
+	// webhook-signature: v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">;
+	// or "shaper": one header (Header) carrying
+	// t=<unix seconds>,v2=<hex HMAC-SHA256 of "<t>\n<id>\n<body>">.
+	Scheme string `yaml:"scheme"`
+	// Secret gives the HMAC key shared with the receiver: "whsec_<base64>"
+	// is base64-decoded (the Standard Webhooks form); any other value is
+	// the key as it is. The key is at least 16 bytes. Required. Use ${VAR}:
+	// it is never printed.
 	Secret string `yaml:"secret"`
-	// Header is the name of the header that carries the signature. Default
+	// Header is the name of the header that carries the signature, with
+	// scheme shaper only (the standard headers are fixed). Default
 	// Shaper-Signature.
 	Header string `yaml:"header"`
 }

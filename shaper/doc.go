@@ -16,9 +16,11 @@
 //     resizable by a reload;
 //   - retry.go: the retry policy (backoff with full jitter, Retry-After,
 //     retryable and permanent statuses);
-//   - metrics.go, status.go, admin.go: Prometheus metrics, pipeline status,
+//   - metrics.go, status.go, recent.go, admin.go: Prometheus metrics,
+//     pipeline status and state (stalled when more expires than is sent),
 //     run-time rate changes (and Reconfigure, for a reload) and the admin
-//     HTTP API.
+//     HTTP API, whose changes need the token;
+//   - secrets.go: which config values are credentials.
 //
 // A program wires a pipeline by building its parts from a PipelineConfig and
 // calling New, then Run; cmd/shaper does exactly that.

@@ -3,6 +3,7 @@ package shaper
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"regexp"
@@ -15,18 +16,35 @@ import (
 
 // Load reads a config file, replaces ${VAR} from the environment, applies the
 // defaults and validates the result. The error lists every problem, each
-// prefixed by its key path (pipelines[0].rate.limit: must be > 0).
+// prefixed by its key path (pipelines[0].rate.limit: must be a number > 0).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	// One byte more than the cap tells a file at the cap from a larger one.
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return Parse(data, os.LookupEnv)
 }
 
+// MaxConfigBytes bounds a config file: a real one is a few KB, and decoding
+// a huge one takes minutes and gigabytes.
+const MaxConfigBytes = 4 << 20
+
+// maxProblems bounds the problems one Parse reports; past it, a last line
+// says how many more there were.
+const maxProblems = 100
+
 // Parse is Load on the bytes of a config file, with lookup standing in for
 // the environment.
 func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("config: larger than %d bytes (4 MiB): not read", MaxConfigBytes)
+	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -37,13 +55,43 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 		d.decode(root.Content[0], reflect.ValueOf(&cfg).Elem(), "")
 	}
 	if len(d.errs) > 0 {
-		return nil, errors.Join(d.errs...)
+		return nil, capped(d.errs)
 	}
 	cfg.SetDefaults()
+	errs := d.explicitZeros()
 	if err := cfg.Validate(); err != nil {
-		return nil, d.scrub(err)
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, joined.Unwrap()...)
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, capped(d.scrub(errs))
 	}
 	return &cfg, nil
+}
+
+// capped joins at most maxProblems errors, and says how many it left out.
+func capped(errs []error) error {
+	if len(errs) > maxProblems {
+		errs = append(errs[:maxProblems:maxProblems], fmt.Errorf("config: %d more problems not shown", len(errs)-maxProblems))
+	}
+	return errors.Join(errs...)
+}
+
+// explicitZeros returns a problem for each number or duration written as
+// zero that SetDefaults then replaced: zero stands for "left out" in the Go
+// config types, so an explicit 0 would silently become the default (a
+// capacity of 0 became 1000). It requires that SetDefaults has run.
+func (d *decoder) explicitZeros() []error {
+	var errs []error
+	for _, z := range d.zeros {
+		if !z.value.IsZero() {
+			errs = append(errs, fmt.Errorf("%s: must not be 0; leave the key out for the default (%v)", z.path, z.value.Interface()))
+		}
+	}
+	return errs
 }
 
 // decoder walks a YAML tree beside the Go value it fills, so that every
@@ -54,6 +102,13 @@ type decoder struct {
 	errs   []error
 	env    []envValue // string values that took something from the environment
 	nodes  int        // nodes decoded so far, aliases expanded
+	zeros  []zeroValue
+}
+
+// zeroValue is a number or duration written as zero, at its key path.
+type zeroValue struct {
+	path  string
+	value reflect.Value // the field itself, to look at once defaults are set
 }
 
 // maxNodes bounds the YAML nodes one Parse decodes, aliases expanded. An
@@ -79,16 +134,12 @@ const minScrubbed = 8
 // pipeline name, a topic), sometimes at another key path (a durable
 // consumer named after the pipeline): the value at the error's own key path
 // is blanked out whatever its length, any other from minScrubbed bytes.
-func (d *decoder) scrub(err error) error {
+func (d *decoder) scrub(errs []error) []error {
 	if len(d.env) == 0 {
-		return err
+		return errs
 	}
-	joined, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return err
-	}
-	var out []error
-	for _, e := range joined.Unwrap() {
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
 		path, msg, _ := strings.Cut(e.Error(), ": ")
 		for _, ev := range d.env {
 			if ev.value == "" || ev.path != path && len(ev.value) < minScrubbed {
@@ -101,7 +152,7 @@ func (d *decoder) scrub(err error) error {
 		}
 		out = append(out, errors.New(path+": "+msg))
 	}
-	return errors.Join(out...)
+	return out
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
@@ -134,8 +185,9 @@ var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	if d.nodes++; d.nodes > maxNodes {
-		if d.nodes == maxNodes+1 {
+		if d.nodes == maxNodes+1 { // first: it says why the rest is missing
 			d.fail("", "more than %d values once aliases are expanded: not decoded further", maxNodes)
+			d.errs = append(d.errs[len(d.errs)-1:], d.errs[:len(d.errs)-1]...)
 		}
 		return
 	}
@@ -225,6 +277,7 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		v.SetInt(int64(dur))
+		d.noteZero(v, path)
 		return
 	}
 	if v.Kind() == reflect.String {
@@ -234,6 +287,16 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 	// Numbers and booleans: let yaml resolve the expanded text as a scalar.
 	if err := yaml.Unmarshal([]byte(text), v.Addr().Interface()); err != nil || text == "" {
 		d.fail(path, "want %s, got %s", kindName(v.Kind()), shown)
+		return
+	}
+	d.noteZero(v, path)
+}
+
+// noteZero remembers a number or duration decoded as zero, for
+// explicitZeros.
+func (d *decoder) noteZero(v reflect.Value, path string) {
+	if v.Kind() != reflect.Bool && v.IsZero() {
+		d.zeros = append(d.zeros, zeroValue{path, v})
 	}
 }
 

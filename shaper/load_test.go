@@ -65,7 +65,7 @@ func TestTokenModeBurstDefaultsToOneSecondOfRate(t *testing.T) {
 func TestParseExpandsEnvironmentVariables(t *testing.T) {
 	src := strings.Replace(minimal, "{limit: 50}", "{limit: '${LIMIT}', warmup: '${WARM}'}", 1) +
 		"admin: {token: 'Bearer-${TOKEN}-x'}\n"
-	cfg, err := Parse([]byte(src), env(map[string]string{"LIMIT": "12.5", "WARM": "3s", "TOKEN": "s3cret"}))
+	cfg, err := Parse([]byte(src), env(map[string]string{"LIMIT": "12.5", "WARM": "3s", "TOKEN": "s3cret-0123456789"}))
 	if err != nil {
 		t.Fatalf("Parse = %v", err)
 	}
@@ -75,8 +75,8 @@ func TestParseExpandsEnvironmentVariables(t *testing.T) {
 	if got := cfg.Pipelines[0].Rate.Warmup; got != 3*time.Second {
 		t.Errorf("rate.warmup = %v; want 3s", got)
 	}
-	if got := cfg.Admin.Token; got != "Bearer-s3cret-x" {
-		t.Errorf("admin.token = %q; want Bearer-s3cret-x", got)
+	if got := cfg.Admin.Token; got != "Bearer-s3cret-0123456789-x" {
+		t.Errorf("admin.token = %q; want Bearer-s3cret-0123456789-x", got)
 	}
 }
 
@@ -110,7 +110,7 @@ pipelines:
 	for _, want := range []string{
 		"admin.listen: want host:port",
 		"pipelines[0].bucket.capacity: must be >= 1",
-		"pipelines[0].rate.limit: must be > 0",
+		"pipelines[0].rate.limit: must be a number > 0",
 		"pipelines[0].rate.mode: want leaky or token",
 		"pipelines[0].sink.http.url: want an absolute http:// or https:// URL",
 		"pipelines[0].sink.http.retry.max_attempts: must be >= 1",

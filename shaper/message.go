@@ -95,12 +95,19 @@ func (e *StatusError) Error() string {
 
 // Limiter gives each request its departure time. Implementations live in
 // package limiter; they must be safe for concurrent use.
+//
+// The scheduler asks Next when the next slot comes, waits for it, and takes
+// it with Allow only when it sends: a slot is spent only by a request that
+// goes.
 type Limiter interface {
-	// Reserve takes the next slot at or after now and returns its time. The
-	// caller sends at that time; the slot is used whether or not it does.
-	Reserve(now time.Time) time.Time
-	// SetRate changes the limit (requests per second) and burst; the next
-	// Reserve uses them.
+	// Next returns when the next slot comes for a caller at now, without
+	// taking it.
+	Next(now time.Time) time.Time
+	// Allow takes the next slot if it has come by now, and reports whether
+	// it did; when it has not, it takes nothing.
+	Allow(now time.Time) bool
+	// SetRate changes the limit (requests per second) and burst from now
+	// on, whatever was reserved under the old rate.
 	SetRate(limit float64, burst int)
 	// Limit returns the limit in force at now, after any warm-up.
 	Limit(now time.Time) float64

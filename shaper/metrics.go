@@ -76,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // counter could: the limit in force (it moves during warm-up and fallback),
 // whether a shared limiter has fallen back, and the source's lag.
 type liveCollector struct {
-	rateLimit, maxQueueTime, fallback, lag *prometheus.Desc
+	rateLimit, maxQueueTime, fallback, lag, expired *prometheus.Desc
 
 	mu        sync.Mutex
 	pipelines []*Pipeline
@@ -90,6 +90,8 @@ func newLiveCollector() *liveCollector {
 			"The bucket's max_queue_time in force, for alerts on queue wait approaching it.", []string{"pipeline"}, nil),
 		fallback: prometheus.NewDesc("shaper_limiter_fallback",
 			"1 while the shared limiter has fallen back to its local fallback_limit, else 0.", []string{"pipeline"}, nil),
+		expired: prometheus.NewDesc("shaper_expired_per_second",
+			"Messages expired per second over the last 10s; above the requests sent the pipeline is stalled (not ready).", []string{"pipeline"}, nil),
 		lag: prometheus.NewDesc("shaper_source_lag",
 			"Messages between the last one fetched and the end of the partition (Kafka).", []string{"pipeline", "partition"}, nil),
 	}
@@ -100,6 +102,7 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.maxQueueTime
 	ch <- c.fallback
 	ch <- c.lag
+	ch <- c.expired
 }
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -116,6 +119,8 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 			fallback = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.GaugeValue, fallback, name)
+		_, expired := p.recent.counts(now)
+		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.GaugeValue, float64(expired)/recentWindow, name)
 		if lr, ok := p.src.(LagReporter); ok {
 			for partition, lag := range lr.Lag() {
 				ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(lag), name, partition)

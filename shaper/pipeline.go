@@ -63,6 +63,11 @@ type Pipeline struct {
 	inFlight *semaphore
 	// attempting counts attempts in flight, for Status.
 	attempting atomic.Int64
+	// recent counts what was sent and what expired lately, for the state.
+	recent recent
+	// rateChanged carries one pending wake-up to the scheduler waiting for
+	// a slot under the old rate.
+	rateChanged chan struct{}
 	// drain is closed by Drain; draining mirrors it for cheap checks.
 	drain     chan struct{}
 	drainOnce sync.Once
@@ -95,6 +100,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		drainTimeout: parts.DrainTimeout,
 		inFlight:     newSemaphore(d.MaxInFlight),
 		drain:        make(chan struct{}),
+		rateChanged:  make(chan struct{}, 1),
 		rate:         cfg.Rate,
 	}
 	p.settings.Store(&settings{bucket: cfg.Bucket, delivery: d, policy: NewRetryPolicy(d.Retry)})
@@ -105,9 +111,14 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 
 // effectiveCapacity holds the bucket to limit × max_queue_time, so that
 // admission alone keeps the wait of a full bucket within max_queue_time.
+// The product stays a float until it is known to be below the capacity:
+// converted first, a huge one would overflow int.
 func effectiveCapacity(b BucketConfig, limit float64) int {
-	byWait := int(limit * b.MaxQueueTime.Seconds())
-	return max(min(b.Capacity, byWait), 1)
+	byWait := limit * b.MaxQueueTime.Seconds()
+	if !(byWait < float64(b.Capacity)) {
+		return max(b.Capacity, 1)
+	}
+	return max(int(byWait), 1)
 }
 
 // Name returns the pipeline's name.
@@ -125,13 +136,30 @@ func (p *Pipeline) Drain() {
 	})
 }
 
-// Ready returns nil when the pipeline's source is connected and the pipeline
-// is not draining, and otherwise why not.
+// Ready returns nil when the pipeline's source is connected, the pipeline
+// is not draining, and it is not stalled (expiring messages without sending
+// any), and otherwise why not.
 func (p *Pipeline) Ready() error {
 	if p.draining.Load() {
 		return errors.New("draining")
 	}
+	if err := p.stalled(time.Now()); err != nil {
+		return err
+	}
 	return p.src.Ready()
+}
+
+// stalled returns why the pipeline cannot send, or nil: over the last
+// recentWindow seconds more messages expired than requests were sent. A
+// sink that holds every in-flight slot for longer than max_queue_time, or
+// a rate far below what comes in, look like this.
+func (p *Pipeline) stalled(now time.Time) error {
+	sent, expired := p.recent.counts(now)
+	if expired <= sent {
+		return nil
+	}
+	return fmt.Errorf("stalled: %d messages expired in the last %ds and %d requests were sent (limit in force %g/s, max_queue_time %s)",
+		expired, recentWindow, sent, p.lim.Limit(now), p.settings.Load().bucket.MaxQueueTime)
 }
 
 // Run moves messages until Drain is called and the drain completes, or until
@@ -242,10 +270,16 @@ func (p *Pipeline) fetch(ctx context.Context) {
 	}
 }
 
-// schedule is the scheduler: it gives each task a rate slot and an in-flight
-// slot, in that order of waiting (in-flight first, so no rate slot is spent
-// waiting for a busy sink), and starts its attempt at the slot's time. It
-// returns when the drain is complete or schedCtx ends.
+// schedule is the scheduler: it gives each task an in-flight slot, then a
+// rate slot, and starts its attempt at the rate slot's time. It returns
+// when the drain is complete or schedCtx ends.
+//
+// A rate slot is spent only by a request that is sent. The scheduler asks
+// the limiter when the next slot comes (Next) and waits for it without
+// taking it; it takes the slot (Reserve) only when it sends. So a task
+// whose slot would come past its deadline expires without spending one (the
+// next task is looked at instead), and a rate change while the scheduler
+// waits wakes it to ask again under the new rate.
 func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 	for {
 		if !p.inFlight.acquire(schedCtx) {
@@ -256,27 +290,51 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 			p.inFlight.release()
 			return
 		}
-		bucket := p.settings.Load().bucket
-		now := time.Now()
-		slot := p.lim.Reserve(now)
-		// A task whose slot comes past its deadline expires at once; the next
-		// task takes the slot instead.
-		for t != nil && bucket.OnExpire != OnExpireDeliver && slot.After(t.queued.Add(bucket.MaxQueueTime)) {
-			expired := t
-			wg.Go(func() { p.expire(ctx, expired) })
-			t, _ = p.take(ctx, now)
-		}
-		if t == nil {
-			p.inFlight.release()
-			continue
-		}
-		if !sleepUntil(schedCtx, slot) {
+		t, ok := p.depart(ctx, schedCtx, t, wg)
+		switch {
+		case !ok:
 			p.inFlight.release()
 			p.bucket.retry(t, time.Time{}) // back into the bucket, nacked with the rest
 			return
+		case t == nil: // every task ready expired
+			p.inFlight.release()
+			continue
 		}
 		p.m.queueWait.Observe(time.Since(t.queued).Seconds())
 		wg.Go(func() { p.attempt(ctx, t) })
+	}
+}
+
+// depart waits for the rate slot of t and takes it, and returns the task to
+// send in it: t, or when t expired before its slot, the next ready task that
+// did not; nil when every ready task expired. It reports false, with the
+// task it held, when schedCtx ended first.
+func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitGroup) (*task, bool) {
+	for {
+		bucket := p.settings.Load().bucket
+		now := time.Now()
+		at := p.lim.Next(now)
+		if bucket.OnExpire != OnExpireDeliver && at.After(t.queued.Add(bucket.MaxQueueTime)) {
+			expired := t
+			wg.Go(func() { p.expire(ctx, expired) })
+			if t, _ = p.take(ctx, now); t == nil {
+				return nil, true
+			}
+			continue
+		}
+		switch sleepUntil(schedCtx, at, p.rateChanged) {
+		case woken:
+			continue // the rate changed: ask again
+		case cancelled:
+			return t, false
+		}
+		// The slot has come: take it, unless the schedule moved since
+		// Next (a rate change in the last stretch of the sleep, a shared
+		// limiter's lease gone stale); then ask again, having taken
+		// nothing.
+		if p.lim.Allow(time.Now()) {
+			return t, true
+		}
 	}
 }
 
@@ -342,6 +400,7 @@ func (p *Pipeline) attempt(ctx context.Context, t *task) {
 	p.m.inFlight.Inc()
 	p.attempting.Add(1)
 	start := time.Now()
+	p.recent.addSent(start)
 	actx, cancel := context.WithTimeout(ctx, set.delivery.Timeout)
 	code, err := p.sink.Send(actx, t.msg)
 	cancel()
@@ -376,6 +435,7 @@ func (p *Pipeline) attempt(ctx context.Context, t *task) {
 // expire applies on_expire to a task whose departure would come too late.
 func (p *Pipeline) expire(ctx context.Context, t *task) {
 	bucket := p.settings.Load().bucket
+	p.recent.addExpired(time.Now())
 	if t.err == nil {
 		t.err = fmt.Errorf("would wait longer than max_queue_time %s", bucket.MaxQueueTime)
 	}
@@ -524,11 +584,16 @@ func (p *Pipeline) Reconfigure(cfg PipelineConfig) error {
 	if cfg.Name != p.cfg.Name || cfg.Rate.Mode != p.cfg.Rate.Mode {
 		return fmt.Errorf("%w: name or rate.mode changed", ErrNeedsRestart)
 	}
-	if err := p.SetRate(cfg.Rate.Limit, *cfg.Rate.Burst); err != nil {
-		return err
+	var ps problems
+	validateRate("rate", cfg.Rate.Mode, cfg.Rate.Limit, cfg.Rate.Burst, cfg.Bucket.MaxQueueTime, &ps)
+	if len(ps) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidRate, errors.Join(ps...))
 	}
 	d := cfg.Sink.Delivery()
 	p.settings.Store(&settings{bucket: cfg.Bucket, delivery: d, policy: NewRetryPolicy(d.Retry)})
+	if err := p.SetRate(cfg.Rate.Limit, *cfg.Rate.Burst); err != nil {
+		return err // not reached: the same rules passed above
+	}
 	p.inFlight.resize(d.MaxInFlight)
 	p.bucket.SetCapacity(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit))
 	p.m.capacity.Set(float64(p.bucket.Capacity()))

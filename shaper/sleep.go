@@ -13,23 +13,35 @@ import (
 // ~0.5 ms with the timer alone, ~0.05 ms with the last stretch slept.
 const precise = 2 * time.Millisecond
 
-// sleepUntil waits until t, and reports false if ctx ended first. It waits
-// on a timer (watching ctx) until precise before t, then sleeps the rest
-// precisely; ctx is not watched during that last stretch.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	if d > precise {
+// wake is how sleepUntil ended.
+type wake int
+
+const (
+	reached   wake = iota // the time came
+	woken                 // the wake channel fired first
+	cancelled             // ctx ended first
+)
+
+// sleepUntil waits until t, or until ctx ends or wakeUp fires (nil: never).
+// It waits on a timer (watching ctx and wakeUp) until precise before t,
+// then sleeps the rest precisely; neither is watched during that last
+// stretch.
+func sleepUntil(ctx context.Context, t time.Time, wakeUp <-chan struct{}) wake {
+	if d := time.Until(t); d > precise {
 		timer := time.NewTimer(d - precise)
 		select {
 		case <-timer.C:
+		case <-wakeUp:
+			timer.Stop()
+			return woken
 		case <-ctx.Done():
 			timer.Stop()
-			return false
+			return cancelled
 		}
 	}
 	preciseSleep(time.Until(t))
-	return ctx.Err() == nil
+	if ctx.Err() != nil {
+		return cancelled
+	}
+	return reached
 }

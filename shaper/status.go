@@ -3,14 +3,16 @@ package shaper
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 )
 
 // Status is a pipeline's state, as GET /v1/pipelines shows it.
 type Status struct {
 	Name string `json:"name"`
-	Mode string `json:"mode"`
+	// State is running, draining, or stalled: over the last 10s more
+	// messages expired than requests were sent (NotReady says more).
+	State string `json:"state"`
+	Mode  string `json:"mode"`
 	// Limit is the configured rate; LimitNow the rate in force (they differ
 	// during warm-up).
 	Limit    float64 `json:"limit"`
@@ -28,18 +30,30 @@ type Status struct {
 	Ready    bool             `json:"ready"`
 	NotReady string           `json:"not_ready,omitempty"`
 	Outcomes map[string]int64 `json:"outcomes"`
+	// ExpiredPerSecond is the expirations per second over the last 10s.
+	ExpiredPerSecond float64 `json:"expired_per_second"`
 }
+
+// States of Status.State.
+const (
+	StateRunning  = "running"
+	StateDraining = "draining"
+	StateStalled  = "stalled"
+)
 
 // Status returns the pipeline's current state.
 func (p *Pipeline) Status() Status {
 	p.mu.Lock()
 	rate := p.rate
 	p.mu.Unlock()
+	now := time.Now()
+	_, expired := p.recent.counts(now)
 	s := Status{
 		Name:     p.cfg.Name,
+		State:    StateRunning,
 		Mode:     rate.Mode,
 		Limit:    rate.Limit,
-		LimitNow: p.lim.Limit(time.Now()),
+		LimitNow: p.lim.Limit(now),
 		Burst:    *rate.Burst,
 		Depth:    p.bucket.Held(),
 		Queued:   p.bucket.Queued(),
@@ -48,6 +62,14 @@ func (p *Pipeline) Status() Status {
 		Limiter:  "local",
 		Ready:    true,
 		Outcomes: map[string]int64{},
+
+		ExpiredPerSecond: float64(expired) / recentWindow,
+	}
+	switch {
+	case p.draining.Load():
+		s.State = StateDraining
+	case p.stalled(now) != nil:
+		s.State = StateStalled
 	}
 	if fr, ok := p.lim.(FallbackReporter); ok {
 		s.Limiter = "shared"
@@ -67,27 +89,27 @@ func (p *Pipeline) Status() Status {
 // ErrInvalidRate is returned by SetRate for a limit or burst it refuses.
 var ErrInvalidRate = errors.New("invalid rate")
 
-// SetRate changes the pipeline's rate at run time; the next departure uses
-// it. A burst of 0 keeps the current burst. The effective bucket capacity
-// follows the new limit.
+// SetRate changes the pipeline's rate at run time, from now on; the next
+// departure uses it. A burst of 0 keeps the current burst. The effective
+// bucket capacity follows the new limit. It refuses, changing nothing, a
+// rate that a config file could not hold (the same rules as validate).
 func (p *Pipeline) SetRate(limit float64, burst int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if burst == 0 {
 		burst = *p.rate.Burst
 	}
-	switch {
-	case !(limit > 0) || math.IsInf(limit, 0):
-		return fmt.Errorf("%w: limit must be > 0, got %v", ErrInvalidRate, limit)
-	case burst < 1:
-		return fmt.Errorf("%w: burst must be >= 1, got %d", ErrInvalidRate, burst)
-	case burst > 1 && p.rate.Mode == ModeLeaky:
-		return fmt.Errorf("%w: leaky mode never bursts, got burst %d", ErrInvalidRate, burst)
+	var ps problems
+	validateRate("rate", p.rate.Mode, limit, &burst, p.settings.Load().bucket.MaxQueueTime, &ps)
+	if len(ps) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidRate, errors.Join(ps...))
 	}
+	old := p.rate
 	p.lim.SetRate(limit, burst)
+	signal(p.rateChanged) // a scheduler waiting for a slot of the old rate asks again
 	p.rate.Limit, p.rate.Burst = limit, &burst
 	p.bucket.SetCapacity(effectiveCapacity(p.settings.Load().bucket, limit))
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
-	p.log.Info("rate changed", "limit", limit, "burst", burst, "capacity", p.bucket.Capacity())
+	p.log.Info("rate changed", "limit", limit, "burst", burst, "old_limit", old.Limit, "old_burst", *old.Burst, "capacity", p.bucket.Capacity())
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shaper-dev/shaper/webhook"
 )
 
 // Defaults, in one place. Field comments in config.go repeat them.
@@ -38,9 +40,14 @@ const (
 	DefaultRedisTimeout = 50 * time.Millisecond
 
 	DefaultTLSMinVersion = TLSVersion12
-	DefaultSigningHeader = "Shaper-Signature"
-	// MinSigningSecret is the shortest signing.secret accepted, in bytes.
-	MinSigningSecret = 16
+	// DefaultSigningScheme is signing.scheme's default: Standard Webhooks.
+	DefaultSigningScheme = string(webhook.Standard)
+	// DefaultSigningHeader is signing.header's default, with scheme shaper.
+	DefaultSigningHeader = webhook.DefaultHeader
+	// MinSigningSecret is the shortest signing key accepted, in bytes.
+	MinSigningSecret = webhook.MinKeyBytes
+	// MinAdminToken is the shortest admin.token accepted, in bytes.
+	MinAdminToken = 16
 )
 
 // SetDefaults fills every field left out with its default. Load calls it
@@ -122,8 +129,15 @@ func (p *PipelineConfig) setDefaults() {
 		if h.MaxBodyBytes == 0 {
 			h.MaxBodyBytes = DefaultMaxBodyBytes
 		}
-		if h.Signing != nil && h.Signing.Header == "" {
-			h.Signing.Header = DefaultSigningHeader
+		if s := h.Signing; s != nil {
+			if s.Scheme == "" {
+				s.Scheme = DefaultSigningScheme
+			}
+			// The standard scheme's headers are fixed: a header there is
+			// an error, not a default.
+			if s.Scheme == string(webhook.Shaper) && s.Header == "" {
+				s.Header = DefaultSigningHeader
+			}
 		}
 		h.TLS.setDefaults()
 		h.DeliveryConfig.setDefaults()
@@ -201,6 +215,8 @@ func (c *Config) Validate() error {
 	var ps problems
 	if host, port, err := net.SplitHostPort(c.Admin.Listen); err != nil || port == "" {
 		ps.add("admin.listen", "want host:port, got %q", c.Admin.Listen)
+	} else if c.Admin.Token != "" && len(c.Admin.Token) < MinAdminToken {
+		ps.add("admin.token", "must be at least %d bytes, got %d: a short token can be guessed", MinAdminToken, len(c.Admin.Token))
 	} else if c.Admin.Token == "" && !IsLoopback(host) {
 		where := fmt.Sprintf("admin.listen host %q is not a loopback address (127.0.0.0/8, ::1, localhost)", host)
 		if ip, err := netip.ParseAddr(host); host == "" || err == nil && ip.IsUnspecified() {
@@ -306,14 +322,7 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 	default:
 		ps.add(path+".rate.mode", "want leaky or token, got %q", r.Mode)
 	}
-	if !(r.Limit > 0) || math.IsInf(r.Limit, 0) {
-		ps.add(path+".rate.limit", "must be > 0, got %v", r.Limit)
-	}
-	if r.Burst != nil && *r.Burst < 1 {
-		ps.add(path+".rate.burst", "must be >= 1, got %d", *r.Burst)
-	} else if r.Burst != nil && *r.Burst > 1 && r.Mode == ModeLeaky {
-		ps.add(path+".rate.burst", "leaky mode never bursts: leave burst out or use mode: token, got %d", *r.Burst)
-	}
+	validateRate(path+".rate", r.Mode, r.Limit, r.Burst, b.MaxQueueTime, ps)
 	if r.Warmup < 0 {
 		ps.add(path+".rate.warmup", "must be >= 0, got %s", r.Warmup)
 	}
@@ -385,7 +394,8 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 			ps.add(sp+".tls", "needs an https:// url: a plain http:// request uses no TLS")
 		}
 		h.TLS.validate(sp+".tls", ps)
-		h.Signing.validate(sp+".signing", *h, ps)
+		h.Signing.validate(sp, *h, ps)
+		validateProxy(sp+".proxy", h.Proxy, ps)
 		h.DeliveryConfig.validate(sp, ps)
 	}
 	if n := p.Sink.NATS; n != nil {
@@ -415,31 +425,107 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 	}
 }
 
-// validate checks a signing config against the rest of its HTTP sink; nil
-// (no signing) is valid. The secret is never echoed.
-func (s *SigningConfig) validate(path string, h HTTPSinkConfig, ps *problems) {
+// MaxLimit is the highest rate.limit accepted, in requests per second: one
+// request per microsecond, far above what one sink takes.
+const MaxLimit = 1e6
+
+// validateRate checks a rate's limit and burst (nil: left out) in mode,
+// against the bucket's max_queue_time: the one set of rules for a config
+// file and for a change through the admin API. path is where the rate is
+// (pipelines[0].rate).
+func validateRate(path, mode string, limit float64, burst *int, maxQueueTime time.Duration, ps *problems) {
+	switch {
+	case !(limit > 0) || math.IsInf(limit, 0):
+		ps.add(path+".limit", "must be a number > 0, got %v", limit)
+	case limit > MaxLimit:
+		ps.add(path+".limit", "must be <= %g (one request per microsecond), got %v", MaxLimit, limit)
+	case maxQueueTime > 0 && limit*maxQueueTime.Seconds() < 1:
+		ps.add(path+".limit", "must be >= %g, got %v: at a lower rate not one message can leave within bucket.max_queue_time (%s), "+
+			"so every message would expire; raise max_queue_time or the limit", 1/maxQueueTime.Seconds(), limit, maxQueueTime)
+	}
+	switch {
+	case burst == nil:
+	case *burst < 1:
+		ps.add(path+".burst", "must be >= 1, got %d", *burst)
+	case *burst > 1 && mode == ModeLeaky:
+		ps.add(path+".burst", "leaky mode never bursts: leave burst out or use mode: token, got %d", *burst)
+	}
+}
+
+// validate checks a signing config against the rest of its HTTP sink at
+// key path sp; nil (no signing) is valid. The secret is never echoed.
+func (s *SigningConfig) validate(sp string, h HTTPSinkConfig, ps *problems) {
 	if s == nil {
 		return
 	}
-	switch {
-	case s.Secret == "":
+	path := sp + ".signing"
+	if s.Secret == "" {
 		ps.add(path+".secret", "required: the HMAC key shared with the receiver, at least %d bytes (use ${VAR})", MinSigningSecret)
-	case len(s.Secret) < MinSigningSecret:
-		ps.add(path+".secret", "must be at least %d bytes, got %d: a short key can be guessed from one signed request", MinSigningSecret, len(s.Secret))
+	} else if _, err := webhook.Key(s.Secret); err != nil {
+		// webhook.Key's errors say what is wrong, never what the secret is.
+		ps.add(path+".secret", "%s", strings.TrimPrefix(err.Error(), "webhook: secret: "))
 	}
-	switch {
-	case !headerName.MatchString(s.Header):
-		ps.add(path+".header", "invalid header name %q", s.Header)
-	case strings.EqualFold(s.Header, "Idempotency-Key"):
-		ps.add(path+".header", "Idempotency-Key is set by shaper to the message id")
-	case strings.EqualFold(s.Header, h.KeyHeader):
-		ps.add(path+".header", "%q is also the key_header: choose another", s.Header)
-	default:
+	switch webhook.Scheme(s.Scheme) {
+	case webhook.Standard:
+		if s.Header != "" {
+			ps.add(path+".header", "only with scheme: shaper; the standard scheme's headers are fixed: webhook-id, webhook-timestamp and webhook-signature")
+		}
+		// The fixed headers must stay free for the signature.
+		fixed := []string{webhook.IDHeader, webhook.TimestampHeader, webhook.SignatureHeader}
 		for name := range h.Headers {
-			if strings.EqualFold(name, s.Header) {
-				ps.add(path+".header", "%q is also set in headers: choose one", s.Header)
+			for _, f := range fixed {
+				if strings.EqualFold(name, f) {
+					ps.add(join(sp+".headers", name), "is set by signing (scheme standard)")
+				}
 			}
 		}
+		for _, f := range fixed {
+			if strings.EqualFold(h.KeyHeader, f) {
+				ps.add(sp+".key_header", "%q is set by signing (scheme standard): choose another", h.KeyHeader)
+			}
+		}
+	case webhook.Shaper:
+		switch {
+		case !headerName.MatchString(s.Header):
+			ps.add(path+".header", "invalid header name %q", s.Header)
+		case strings.EqualFold(s.Header, "Idempotency-Key"):
+			ps.add(path+".header", "Idempotency-Key is set by shaper to the message id")
+		case strings.EqualFold(s.Header, h.KeyHeader):
+			ps.add(path+".header", "%q is also the key_header: choose another", s.Header)
+		default:
+			for name := range h.Headers {
+				if strings.EqualFold(name, s.Header) {
+					ps.add(path+".header", "%q is also set in headers: choose one", s.Header)
+				}
+			}
+		}
+	default:
+		ps.add(path+".scheme", "want %s or %s, got %q", webhook.Standard, webhook.Shaper, s.Scheme)
+	}
+}
+
+// validateProxy checks sink.http.proxy: empty, "environment", or the URL
+// of a proxy net/http can use. The URL is described, never echoed: it may
+// carry the proxy's password.
+func validateProxy(path, proxy string, ps *problems) {
+	if proxy == "" || proxy == ProxyEnvironment {
+		return
+	}
+	const want = "want %q or a proxy URL such as http://proxy.example:3128 (scheme http, https, socks5 or socks5h)"
+	u, err := url.Parse(proxy)
+	switch {
+	case err != nil:
+		ps.add(path, want+": %s", ProxyEnvironment, urlProblem(err))
+	case u.Scheme == "":
+		ps.add(path, want+", got one without a scheme", ProxyEnvironment)
+	case u.Opaque != "": // host:port, read as scheme:opaque
+		ps.add(path, want+", got one without // after the scheme (host:port alone? write http://host:port)", ProxyEnvironment)
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "socks5" && u.Scheme != "socks5h":
+		ps.add(path, want+", got scheme %s", ProxyEnvironment, shownScheme(u.Scheme))
+	case u.Hostname() == "":
+		ps.add(path, want+", got one without a host", ProxyEnvironment)
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		ps.add(path, want+", got one with a path, query or fragment, which a proxy URL does not use", ProxyEnvironment)
 	}
 }
 

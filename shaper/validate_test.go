@@ -49,7 +49,7 @@ func TestValidateRequiresAnAdminTokenOffLoopback(t *testing.T) {
 				t.Errorf("error %q does not say why a token is needed", err)
 			}
 			withToken := minimal + "admin: {listen: '" + tt.listen + "', token: '${TOKEN}'}\n"
-			if _, err := Parse([]byte(withToken), env(map[string]string{"TOKEN": "t0ken-value"})); err != nil {
+			if _, err := Parse([]byte(withToken), env(map[string]string{"TOKEN": "t0ken-value-0123456"})); err != nil {
 				t.Errorf("Parse(listen %s, with a token) = %v; want nil", tt.listen, err)
 			}
 		})
@@ -102,21 +102,36 @@ func TestValidateSigningNeedsALongSecretAndAFreeHeader(t *testing.T) {
 		return strings.Replace(minimal, `{url: "https://psp.example.com/notify"}`,
 			`{url: "https://psp.example.com/notify", headers: {X-Taken: v}, key_header: X-Key, signing: `+body+`}`, 1)
 	}
-	vars := map[string]string{"LONG": "0123456789abcdef", "SHORT": "0123456789abcde"}
+	vars := map[string]string{
+		"LONG":    "0123456789abcdef",
+		"SHORT":   "0123456789abcde",
+		"WHSEC":   "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", // 32 bytes
+		"WHBAD":   "whsec_0123456789abcdef-not-base64",
+		"WHSHORT": "whsec_MDEyMzQ1Njc4OWFiY2Rl", // 15 bytes
+	}
 	tests := []struct {
-		name string
-		body string
-		want string // "" when valid
+		name       string
+		body       string
+		want       string // "" when valid
+		wantScheme string // when valid
+		wantHeader string // when valid
 	}{
-		{"16 bytes from the environment", "{secret: '${LONG}'}", ""},
-		{"custom header", "{secret: '${LONG}', header: X-Signature}", ""},
-		{"no secret", "{header: X-Signature}", "pipelines[0].sink.http.signing.secret: required"},
-		{"15 bytes", "{secret: '${SHORT}'}", "pipelines[0].sink.http.signing.secret: must be at least 16 bytes, got 15"},
-		{"header is Idempotency-Key", "{secret: '${LONG}', header: idempotency-key}", "pipelines[0].sink.http.signing.header: Idempotency-Key is set by shaper"},
-		{"header also in headers", "{secret: '${LONG}', header: x-taken}", `pipelines[0].sink.http.signing.header: "x-taken" is also set in headers`},
-		{"header is the key header", "{secret: '${LONG}', header: X-Key}", `pipelines[0].sink.http.signing.header: "X-Key" is also the key_header`},
-		{"header name invalid", "{secret: '${LONG}', header: 'X Sig'}", `pipelines[0].sink.http.signing.header: invalid header name "X Sig"`},
-		{"unknown key", "{secret: '${LONG}', algorithm: sha1}", "pipelines[0].sink.http.signing.algorithm: unknown key"},
+		{"16 bytes from the environment", "{secret: '${LONG}'}", "", "standard", ""},
+		{"whsec_ key", "{secret: '${WHSEC}'}", "", "standard", ""},
+		{"standard named", "{scheme: standard, secret: '${LONG}'}", "", "standard", ""},
+		{"shaper with the default header", "{scheme: shaper, secret: '${LONG}'}", "", "shaper", DefaultSigningHeader},
+		{"shaper with a custom header", "{scheme: shaper, secret: '${LONG}', header: X-Signature}", "", "shaper", "X-Signature"},
+		{"no secret", "{scheme: shaper, header: X-Signature}", "pipelines[0].sink.http.signing.secret: required", "", ""},
+		{"15 bytes", "{secret: '${SHORT}'}", "pipelines[0].sink.http.signing.secret: must be at least 16 bytes, got 15", "", ""},
+		{"whsec_ not base64", "{secret: '${WHBAD}'}", "pipelines[0].sink.http.signing.secret: what follows whsec_ is not standard base64 with padding", "", ""},
+		{"whsec_ key of 15 bytes", "{secret: '${WHSHORT}'}", "pipelines[0].sink.http.signing.secret: whsec_ key must be at least 16 bytes once decoded, got 15", "", ""},
+		{"unknown scheme", "{scheme: stripe, secret: '${LONG}'}", `pipelines[0].sink.http.signing.scheme: want standard or shaper, got "stripe"`, "", ""},
+		{"header with the standard scheme", "{secret: '${LONG}', header: X-Signature}", "pipelines[0].sink.http.signing.header: only with scheme: shaper", "", ""},
+		{"header is Idempotency-Key", "{scheme: shaper, secret: '${LONG}', header: idempotency-key}", "pipelines[0].sink.http.signing.header: Idempotency-Key is set by shaper", "", ""},
+		{"header also in headers", "{scheme: shaper, secret: '${LONG}', header: x-taken}", `pipelines[0].sink.http.signing.header: "x-taken" is also set in headers`, "", ""},
+		{"header is the key header", "{scheme: shaper, secret: '${LONG}', header: X-Key}", `pipelines[0].sink.http.signing.header: "X-Key" is also the key_header`, "", ""},
+		{"header name invalid", "{scheme: shaper, secret: '${LONG}', header: 'X Sig'}", `pipelines[0].sink.http.signing.header: invalid header name "X Sig"`, "", ""},
+		{"unknown key", "{secret: '${LONG}', algorithm: sha1}", "pipelines[0].sink.http.signing.algorithm: unknown key", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,22 +140,75 @@ func TestValidateSigningNeedsALongSecretAndAFreeHeader(t *testing.T) {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Parse = %v; want nil", err)
 			case tt.want == "":
-				if s := cfg.Pipelines[0].Sink.HTTP.Signing; s.Header == "" || s.Secret != vars["LONG"] {
-					t.Errorf("signing = header %q, secret of %d bytes; want a header and the secret", s.Header, len(s.Secret))
+				if s := cfg.Pipelines[0].Sink.HTTP.Signing; s.Scheme != tt.wantScheme || s.Header != tt.wantHeader || s.Secret == "" {
+					t.Errorf("signing = scheme %q, header %q, secret of %d bytes; want %q, %q and the secret", s.Scheme, s.Header, len(s.Secret), tt.wantScheme, tt.wantHeader)
 				}
 			case err == nil || !strings.Contains(err.Error(), tt.want):
 				t.Errorf("Parse = %v; want %q", err, tt.want)
-			case strings.Contains(err.Error(), "0123456789"):
+			case strings.Contains(err.Error(), "0123456789") || strings.Contains(err.Error(), "MDEyMzQ1"):
 				t.Errorf("Parse = %v; it shows the secret", err)
 			}
 		})
 	}
-	cfg, err := Parse([]byte(signing("{secret: '${LONG}'}")), env(vars))
-	if err != nil {
-		t.Fatal(err)
+}
+
+func TestValidateStandardSigningKeepsItsHeadersFree(t *testing.T) {
+	sink := func(extra string) string {
+		return strings.Replace(minimal, `{url: "https://psp.example.com/notify"}`,
+			`{url: "https://psp.example.com/notify", signing: {secret: 0123456789abcdef-secret}, `+extra+`}`, 1)
 	}
-	if got := cfg.Pipelines[0].Sink.HTTP.Signing.Header; got != DefaultSigningHeader {
-		t.Errorf("signing.header = %q; want the default %q", got, DefaultSigningHeader)
+	tests := []struct {
+		name, extra, want string
+	}{
+		{"webhook-id in headers", "headers: {webhook-id: x}", "pipelines[0].sink.http.headers.webhook-id: is set by signing (scheme standard)"},
+		{"Webhook-Signature in headers", "headers: {Webhook-Signature: x}", "pipelines[0].sink.http.headers.Webhook-Signature: is set by signing (scheme standard)"},
+		{"key_header webhook-timestamp", "key_header: webhook-timestamp", `pipelines[0].sink.http.key_header: "webhook-timestamp" is set by signing (scheme standard)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := problemsOf(t, sink(tt.extra), nil); !strings.Contains(got, tt.want) {
+				t.Errorf("Parse = %v; want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateProxyWithoutShowingIt(t *testing.T) {
+	const password = "Pr0xyPassw0rdSecret"
+	proxy := func(p string) string {
+		return strings.Replace(minimal, `{url: "https://psp.example.com/notify"}`, `{url: "https://psp.example.com/notify", proxy: '`+p+`'}`, 1)
+	}
+	tests := []struct {
+		proxy string
+		want  string // "" when valid
+	}{
+		{"", ""},
+		{"environment", ""},
+		{"http://proxy.example:3128", ""},
+		{"https://u:" + password + "@proxy.example:3129", ""},
+		{"socks5://127.0.0.1:1080", ""},
+		{"socks5h://proxy.example", ""},
+		{"http://proxy.example:3128/", ""},
+		{"Environment", `pipelines[0].sink.http.proxy: want "environment" or a proxy URL such as http://proxy.example:3128 (scheme http, https, socks5 or socks5h), got one without a scheme`},
+		{"ftp://u:" + password + "@proxy.example", `pipelines[0].sink.http.proxy: want "environment" or a proxy URL such as http://proxy.example:3128 (scheme http, https, socks5 or socks5h), got scheme "ftp"`},
+		{"proxy.example:3128", "got one without // after the scheme (host:port alone? write http://host:port)"},
+		{"127.0.0.1:3128", "sink.http.proxy: want \"environment\" or a proxy URL"},
+		{"http://u:" + password + "@", "sink.http.proxy: want \"environment\" or a proxy URL such as http://proxy.example:3128 (scheme http, https, socks5 or socks5h), got one without a host"},
+		{"http://u:" + password + "@proxy.example/path", "got one with a path, query or fragment"},
+		{password + "://proxy.example", "got scheme of 19 characters"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.proxy, func(t *testing.T) {
+			_, err := Parse([]byte(proxy(tt.proxy)), env(nil))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Parse(proxy %q) = %v; want nil", tt.proxy, err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Parse(proxy %q) = %v; want %q", tt.proxy, err, tt.want)
+			case err != nil && strings.Contains(err.Error(), password[:8]):
+				t.Errorf("Parse = %v; it shows the proxy password", err)
+			}
+		})
 	}
 }
 

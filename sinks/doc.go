@@ -70,49 +70,69 @@
 //
 // # Signed requests
 //
-// With signing: {secret: ${SINK_SIGNING_SECRET}} (header: default
-// Shaper-Signature), [HTTP] signs every attempt, the way common webhook
-// providers sign their callbacks:
+// With signing: {secret: ${SINK_SIGNING_SECRET}}, [HTTP] signs every
+// attempt over the message id, the attempt's time and the body, with
+// package [github.com/shaper-dev/shaper/webhook], which holds the formats
+// and the verifier. The default scheme is Standard Webhooks
+// (https://www.standardwebhooks.com/), which any Standard Webhooks library
+// verifies:
 //
-//	Shaper-Signature: t=1767225600,v1=b16c904d449f7e0540ab174aee0d4a4957a3e2e8dba4f75885b39b8f702c0713
+//	webhook-id: psp.callbacks/3/1234
+//	webhook-timestamp: 1767225600
+//	webhook-signature: v1,3gscjzCAfpd2N/5uGjUk8v79AUY/jhMM5bHzIFihFD4=
 //
-// t is the time of the attempt in Unix seconds and v1 the lower-case hex
-// HMAC-SHA256, keyed with the secret, of t, a '.', and the request body
-// exactly as sent: the message payload, byte for byte. (The value above is
-// that of the body {"payment":42,"status":"settled"} under the secret
-// whsec-0123456789abcdef.) Each attempt is
-// signed anew, so a retry after a long backoff carries a fresh timestamp.
+// v1 is the base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>",
+// webhook-id is the message id (also sent as Idempotency-Key) and the body
+// is the message payload, byte for byte. (The value above is that of the
+// body {"payment":42,"status":"settled"} under the secret
+// whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw.) A secret "whsec_<base64>" is
+// the base64 of the key, as Standard Webhooks libraries take it; any other
+// secret is the key as it is.
 //
-// A receiver verifies a request before acting on it:
+// With scheme: shaper, one header (header:, default Shaper-Signature)
+// carries the signature, and the id travels in Idempotency-Key:
 //
-//  1. Read the raw body, before any JSON decoding: re-encoding changes the
-//     bytes and the signature with them.
-//  2. Split the header on ',' into key=value entries; take t and every v1
-//     (ignore other keys: the format may grow).
-//  3. Compute the hex HMAC-SHA256 of t + "." + body with the shared secret
-//     and compare it with each v1 in constant time (hmac.Equal,
-//     crypto.timingSafeEqual, hmac.compare_digest), never with ==.
-//  4. Reject t further than a tolerance from the receiver's clock (5 minutes
-//     is usual): an old, captured request replayed later fails here.
-//  5. Inside the tolerance, drop duplicates: by Idempotency-Key, which
-//     shaper's own retries share, and, since the signature covers only t and
-//     the body, by the v1 value too, which a replay cannot change.
+//	Shaper-Signature: t=1767225600,v2=<hex HMAC-SHA256 of "<t>\n<id>\n<body>">
 //
-// Receivers written in Go call [VerifySignature], which does steps 2 to 4:
+// Either way, two messages with the same body sent in the same second carry
+// different signatures, a captured request does not verify under another
+// Idempotency-Key, and each attempt is signed anew, so a retry after a long
+// backoff carries a fresh timestamp. A message header of a signature
+// header's name is never forwarded. Signing with the standard scheme needs
+// a message id: a message without one is malformed (sources always set one).
 //
+// Receivers written in Go verify with [webhook.Signer.Verify]:
+//
+//	verifier, err := webhook.New(webhook.Config{Secret: os.Getenv("SINK_SIGNING_SECRET")})
+//	...
 //	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
 //	if err != nil { ... }
-//	err = sinks.VerifySignature(r.Header.Get("Shaper-Signature"), body,
-//		os.Getenv("SINK_SIGNING_SECRET"), 5*time.Minute, time.Now())
-//	if err != nil {
+//	if err := verifier.Verify(r.Header, body, 5*time.Minute, time.Now()); err != nil {
 //		http.Error(w, "bad signature", http.StatusUnauthorized) // 401 is not retried
 //		return
 //	}
 //
-// The secret is at least 16 bytes (32 random bytes, hex or base64, is a good
-// choice: openssl rand -hex 32) and never appears in errors or logs. A
-// request that fails verification should get a 4xx other than 408, 425 or
+// A request that fails verification should get a 4xx other than 408, 425 or
 // 429, so shaper dead-letters it instead of retrying.
+//
+// # Proxies
+//
+// [HTTP] uses a proxy only when proxy: names one (http://, https://,
+// socks5:// or socks5h://, with user information to authenticate) or says
+// environment, which takes HTTPS_PROXY, HTTP_PROXY and NO_PROXY as they are
+// when the sink is built (at startup, and again on a reload). Without it,
+// proxy variables in the environment are ignored: they would otherwise send
+// every callback, its credentials and its signature through whatever they
+// name. [HTTP.Proxy] says which proxy is in force; the daemon logs it.
+//
+// # One request per Send
+//
+// Every request that reaches the sink took a rate slot. net/http resends a
+// request it deems replayable (a GET, or any request with an
+// Idempotency-Key) when the kept-alive connection it was written on closes
+// before an answer; the sink refuses that resend, so the Send fails with a
+// retryable error, and the pipeline's next attempt takes a slot of its own.
+// A request of which nothing was written may still be resent at once.
 //
 // # TLS
 //

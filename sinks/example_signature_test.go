@@ -1,32 +1,46 @@
 package sinks_test
 
 import (
-	"errors"
+	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
+	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
+	"github.com/shaper-dev/shaper/webhook"
 )
 
-// A receiver checks the Shaper-Signature header of each request over the raw
-// body before acting on it.
-func ExampleVerifySignature() {
-	const secret = "whsec-0123456789abcdef" // from the environment in real code
-	body := []byte(`{"payment":42,"status":"settled"}`)
-	header := "t=1767225600,v1=b16c904d449f7e0540ab174aee0d4a4957a3e2e8dba4f75885b39b8f702c0713"
-	received := time.Unix(1767225600, 0).Add(3 * time.Second)
+// A sink with signing: {secret: ...} signs every request the Standard
+// Webhooks way; the receiver verifies it with package webhook (or any
+// Standard Webhooks library) over the raw body.
+func ExampleNewHTTP_signing() {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // ${SINK_SIGNING_SECRET} in a config
+	verifier, _ := webhook.New(webhook.Config{Secret: secret})
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := verifier.Verify(r.Header, body, 5*time.Minute, time.Now()); err != nil {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		fmt.Printf("verified %s: %s\n", r.Header.Get("webhook-id"), body)
+	}))
+	defer receiver.Close()
 
-	fmt.Println(sinks.VerifySignature(header, body, secret, 5*time.Minute, received))
-
-	tampered := []byte(`{"payment":4200,"status":"settled"}`)
-	err := sinks.VerifySignature(header, tampered, secret, 5*time.Minute, received)
-	fmt.Println(errors.Is(err, sinks.ErrBadSignature))
-
-	replayed := received.Add(time.Hour)
-	err = sinks.VerifySignature(header, body, secret, 5*time.Minute, replayed)
-	fmt.Println(errors.Is(err, sinks.ErrStaleSignature))
+	sink, err := sinks.NewHTTP(shaper.HTTPSinkConfig{
+		URL:            receiver.URL,
+		Signing:        &shaper.SigningConfig{Secret: secret}, // scheme: standard
+		DeliveryConfig: shaper.DeliveryConfig{Timeout: 2 * time.Second, MaxInFlight: 1},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer sink.Close()
+	code, err := sink.Send(context.Background(), &shaper.Message{ID: "psp.callbacks/3/1234", Payload: []byte(`{"payment":42}`)})
+	fmt.Println(code, err)
 	// Output:
-	// <nil>
-	// true
-	// true
+	// verified psp.callbacks/3/1234: {"payment":42}
+	// 200 <nil>
 }

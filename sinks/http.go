@@ -3,10 +3,6 @@ package sinks
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
@@ -24,8 +21,12 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http/httpproxy"
+
 	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/webhook"
 )
 
 const (
@@ -62,9 +63,16 @@ const (
 // With ForwardHeaders, the message's headers go along as HTTP headers of
 // the same name; see the package documentation for what is left out. With
 // KeyHeader, the message key goes in that header. With Signing, every
-// attempt carries a signature of its timestamp and body (see
-// [VerifySignature]). With TLS, an https:// URL uses those CAs, client
-// certificate and oldest version.
+// attempt carries a signature of its message id, timestamp and body, made
+// by package [webhook], which also verifies it. With TLS, an https:// URL
+// uses those CAs, client certificate and oldest version. Requests go
+// through a proxy only when Proxy names one or says "environment"; HTTP_PROXY
+// and its kin are otherwise ignored.
+//
+// One Send writes at most one request to the sink, so every request that
+// reaches it took a rate slot: net/http's own resending of a request it
+// wrote on a connection that then died is refused (see the comment in
+// httpSink.send).
 //
 // Credentials never reach an error: the URL's user information, path and
 // query are left out, and a response body quoted in a StatusError has the
@@ -80,7 +88,11 @@ type HTTP struct {
 	cur     atomic.Pointer[httpSink]
 	mu      sync.Mutex        // guards retired, and orders Reconfigure with Close
 	retired []*http.Transport // transports of replaced settings, closed by Close
+	dial    dialFunc          // dials every connection; nil: a net.Dialer (tests set it)
 }
+
+// dialFunc is the signature of net.Dialer.DialContext.
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // httpSink is one set of settings of an HTTP sink, with its client.
 type httpSink struct {
@@ -93,9 +105,12 @@ type httpSink struct {
 	forward   bool   // send m.Header as HTTP headers
 	keyHeader string // canonical name of the header carrying m.Key, or ""
 
-	signHeader string           // canonical name of the signature header, or "" (not signed)
-	signSecret []byte           // the HMAC key
-	now        func() time.Time // the signature's clock: time.Now, but in tests
+	signer      *webhook.Signer  // signs every attempt, or nil (not signed)
+	signHeaders []string         // canonical names of the headers the signer sets
+	now         func() time.Time // the signature's clock: time.Now, but in tests
+
+	proxy     *url.URL // every request goes through it; nil: none
+	proxyInfo string   // what Proxy reports: the setting and what it resolved to
 
 	secrets       [][]byte // blanked out of a quoted response body, longest first
 	longestSecret int
@@ -112,20 +127,27 @@ var _ shaper.Sink = (*HTTP)(nil)
 // bounds the wait for response headers, in case a caller passes a ctx
 // without a deadline.
 func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
-	s, err := newHTTPSink(cfg)
+	return newHTTPDialing(cfg, nil)
+}
+
+// newHTTPDialing is NewHTTP with every connection, now and after a Reconfigure,
+// dialled by dial (nil: a net.Dialer).
+func newHTTPDialing(cfg shaper.HTTPSinkConfig, dial dialFunc) (*HTTP, error) {
+	s, err := newHTTPSink(cfg, dial)
 	if err != nil {
 		return nil, err
 	}
-	h := &HTTP{}
+	h := &HTTP{dial: dial}
 	h.cur.Store(s)
 	return h, nil
 }
 
 // Reconfigure switches the sink to cfg (a live reload: new URL, headers,
 // signing, TLS, limits): the next Send uses it. Requests in flight finish
-// with the settings they started with. On error nothing changes.
+// with the settings they started with. On error nothing changes. The
+// proxy is chosen as by NewHTTP: "environment" reads the environment again.
 func (h *HTTP) Reconfigure(cfg shaper.HTTPSinkConfig) error {
-	s, err := newHTTPSink(cfg)
+	s, err := newHTTPSink(cfg, h.dial)
 	if err != nil {
 		return err
 	}
@@ -142,6 +164,14 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
 	return h.cur.Load().send(ctx, m)
 }
 
+// Proxy describes the proxy of the settings in force, for the startup
+// log: "none"; the proxy's URL without user information; or
+// "environment: " and what the environment gave for the sink's URL (a
+// proxy's URL, or "none for this url"). It never shows a credential.
+func (h *HTTP) Proxy() string {
+	return h.cur.Load().proxyInfo
+}
+
 // Close closes the idle keep-alive connections, also those of settings a
 // Reconfigure replaced. Requests still in flight finish on their own
 // connections.
@@ -155,8 +185,9 @@ func (h *HTTP) Close() error {
 	return nil
 }
 
-// newHTTPSink builds the settings and client of a validated config.
-func newHTTPSink(cfg shaper.HTTPSinkConfig) (*httpSink, error) {
+// newHTTPSink builds the settings and client of a validated config; dial
+// (nil: a net.Dialer) makes its connections.
+func newHTTPSink(cfg shaper.HTTPSinkConfig, dial dialFunc) (*httpSink, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("http: parse url: %w", withoutURL(err))
@@ -237,30 +268,41 @@ func newHTTPSink(cfg shaper.HTTPSinkConfig) (*httpSink, error) {
 		h.keyHeader = name
 	}
 	if sc := cfg.Signing; sc != nil {
-		header := sc.Header
-		if header == "" {
-			header = shaper.DefaultSigningHeader
+		// webhook's errors never show the secret.
+		signer, err := webhook.New(webhook.Config{Scheme: webhook.Scheme(sc.Scheme), Secret: sc.Secret, Header: sc.Header})
+		if err != nil {
+			return nil, fmt.Errorf("http: signing: %w", err)
 		}
-		name := http.CanonicalHeaderKey(header)
-		switch {
-		case !validToken(header):
-			return nil, fmt.Errorf("http: invalid signing header name %q", header)
-		case name == "Idempotency-Key" || unforwardable[name] || name == h.keyHeader || h.header[name] != nil:
-			return nil, fmt.Errorf("http: signing header %q is already a header shaper, net/http, key_header or headers set", header)
-		case len(sc.Secret) < shaper.MinSigningSecret:
-			// The secret is not shown, nor its length.
-			return nil, fmt.Errorf("http: signing secret must be at least %d bytes", shaper.MinSigningSecret)
+		for _, name := range signer.Headers() {
+			if unforwardable[name] || name == h.keyHeader || h.header[name] != nil {
+				return nil, fmt.Errorf("http: signing header %q is also a header net/http sets, the key_header or in headers", name)
+			}
 		}
-		h.signHeader, h.signSecret = name, []byte(sc.Secret)
+		h.signer, h.signHeaders = signer, signer.Headers()
 		h.addSecrets(sc.Secret)
+		if b64, ok := strings.CutPrefix(sc.Secret, webhook.SecretPrefix); ok {
+			h.addSecrets(b64) // a receiver may echo the key without its prefix
+		}
+	}
+	if h.proxy, h.proxyInfo, err = proxyFor(cfg.Proxy, u); err != nil {
+		return nil, err
+	}
+	if h.proxy != nil && h.proxy.User != nil {
+		if pw, ok := h.proxy.User.Password(); ok {
+			h.addSecrets(pw)
+		}
 	}
 	slices.SortFunc(h.secrets, func(a, b []byte) int { return len(b) - len(a) })
 
 	conns := max(cfg.MaxInFlight, 1)
-	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
 	h.transport = &http.Transport{
-		Proxy:             http.ProxyFromEnvironment,
-		DialContext:       dialer.DialContext,
+		// The Transport asks for the proxy before each attempt of a
+		// request, its own resends included: see sentOnce.
+		Proxy:             h.proxyOrRefuseResend,
+		DialContext:       dial,
 		ForceAttemptHTTP2: true,
 		// The default keeps 2 idle connections per host, so MaxInFlight
 		// workers would open and close a connection per request.
@@ -309,10 +351,36 @@ func (h *httpSink) send(ctx context.Context, m *shaper.Message) (string, error) 
 		return "", fmt.Errorf("http: message key of %d bytes is not a valid %s value (control characters, or white space at an end): %w", len(m.Key), h.keyHeader, shaper.ErrMalformed)
 	}
 
-	// bytes.Reader lets NewRequest set ContentLength and GetBody. With
-	// GetBody and an Idempotency-Key, net/http may replay the request when
-	// a keep-alive connection turns out to be closed by the server before
-	// it read anything.
+	// One Send writes at most one request, whatever net/http would do.
+	// The Transport resends a request on a new connection when it deems it
+	// replayable (GET, HEAD, OPTIONS, TRACE, or an Idempotency-Key, which
+	// we always send, with a body it can re-obtain or none) and the
+	// kept-alive connection it went out on died before an answer
+	// (transport.go, shouldRetryRequest). The sink may well have received
+	// the first: the resend would reach it as a duplicate that took no
+	// rate slot. Leaving GetBody nil would stop that only for requests
+	// with a body: an empty payload is sent as http.NoBody, and a bodiless
+	// request with an Idempotency-Key, or any GET, stays replayable. So
+	// the guard is general: the trace marks the request written once the
+	// Transport has written all of it, and the Transport's next attempt,
+	// which always starts by asking proxyOrRefuseResend for its proxy,
+	// is refused. The Transport decides to resend only after its writer
+	// has finished with the request (mapRoundTripError waits for it), so
+	// the mark is always seen. A resend of a request of which nothing was
+	// written (a dead connection found on writing) is harmless and still
+	// happens; bytes.Reader gives GetBody for that.
+	//
+	// HTTP/2 (https with ForceAttemptHTTP2) also retries inside its own
+	// RoundTrip, out of this guard's reach, but only streams the server
+	// declared unprocessed (REFUSED_STREAM, or past the last stream of a
+	// GOAWAY), never written, or reset with PROTOCOL_ERROR (golang/go#47635).
+	sent := &sentOnce{}
+	sent.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			sent.written.Store(true)
+		}
+	}
+	ctx = httptrace.WithClientTrace(context.WithValue(ctx, sentOnceKey{}, sent), &sent.trace)
 	req, err := http.NewRequestWithContext(ctx, h.method, h.url, bytes.NewReader(m.Payload))
 	if err != nil {
 		return "", fmt.Errorf("http: new request: %w", withoutURL(err))
@@ -328,9 +396,12 @@ func (h *httpSink) send(ctx context.Context, m *shaper.Message) (string, error) 
 		req.Header.Set("Idempotency-Key", m.ID)
 	}
 	var sig string
-	if h.signHeader != "" {
-		sig = signature(h.signSecret, h.now(), m.Payload)
-		req.Header.Set(h.signHeader, sig)
+	if h.signer != nil {
+		// After the forwarded headers: a message cannot choose them.
+		if err := h.signer.Sign(req.Header, m.ID, h.now(), m.Payload); err != nil {
+			return "", fmt.Errorf("http: sign: %w: %w", err, shaper.ErrMalformed)
+		}
+		sig = req.Header.Get(h.signer.SignatureHeader())
 	}
 	if h.host != "" {
 		req.Host = h.host
@@ -355,10 +426,15 @@ func (h *httpSink) send(ctx context.Context, m *shaper.Message) (string, error) 
 	// Read past maxErrorBody by the longest secret, so that one starting
 	// within the excerpt is blanked out whole. The signature goes too: it
 	// is no key, but could be replayed within the receiver's tolerance.
+	// The value first, then the MAC alone ("v1,<base64>" or
+	// "t=...,v2=<hex>"), which a receiver may echo without its prefix.
 	secrets := h.secrets
 	if sig != "" {
-		_, v1, _ := strings.Cut(sig, "v1=")
-		secrets = append([][]byte{[]byte(sig), []byte(v1)}, secrets...)
+		_, mac, ok := strings.Cut(sig, "v1,")
+		if !ok {
+			_, mac, _ = strings.Cut(sig, ",v2=")
+		}
+		secrets = append([][]byte{[]byte(sig), []byte(mac)}, secrets...)
 	}
 	buf := make([]byte, maxErrorBody+max(h.longestSecret, len(sig)))
 	n, _ := io.ReadFull(resp.Body, buf) // a short or failed read keeps what came
@@ -427,16 +503,16 @@ var unforwardable = map[string]bool{
 
 // forwardHeaders adds the message headers src to the request headers dst,
 // leaving out what is not valid HTTP, what may never be forwarded, and what
-// shaper sets itself: the configured headers, Idempotency-Key and the key
-// header. Names that differ only in case become one header, their values
-// in the sorted order of the names.
+// shaper sets itself: the configured headers, Idempotency-Key, the key
+// header and the signature's headers. Names that differ only in case become
+// one header, their values in the sorted order of the names.
 func (h *httpSink) forwardHeaders(dst http.Header, src map[string][]string) {
 	for _, name := range slices.Sorted(maps.Keys(src)) {
 		if !validToken(name) {
 			continue
 		}
 		key := http.CanonicalHeaderKey(name)
-		if unforwardable[key] || key == "Idempotency-Key" || key == h.keyHeader || key == h.signHeader || h.header[key] != nil {
+		if unforwardable[key] || key == "Idempotency-Key" || key == h.keyHeader || slices.Contains(h.signHeaders, key) || h.header[key] != nil {
 			continue
 		}
 		for _, v := range src[name] {
@@ -505,92 +581,68 @@ func ParseRetryAfter(v string, now time.Time) (time.Time, bool) {
 	return at, true
 }
 
-// DefaultSignatureTolerance is how far from now a signature's timestamp
-// may be, either way, when VerifySignature is given no tolerance.
-const DefaultSignatureTolerance = 5 * time.Minute
-
-// Errors of VerifySignature, matched with errors.Is.
-var (
-	// ErrBadSignature: the header is malformed, or no signature in it
-	// matches the body and timestamp under the secret. The request did not
-	// come from a sender holding the secret, or was altered on the way.
-	ErrBadSignature = errors.New("signature does not match")
-	// ErrStaleSignature: the signature matches, but its timestamp is
-	// further from now than the tolerance: a replay, or a clock far off.
-	ErrStaleSignature = errors.New("signature timestamp outside the tolerance")
-)
-
-// signature returns the value of the signature header for body sent at t:
-// "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" under secret>".
-func signature(secret []byte, t time.Time, body []byte) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(signatureMAC(secret, ts, body))
+// sentOnce is the state of one Send that the Transport's hooks share
+// through the request's context: whether the request was written whole.
+type sentOnce struct {
+	written atomic.Bool
+	trace   httptrace.ClientTrace
 }
 
-func signatureMAC(secret []byte, ts string, body []byte) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return m.Sum(nil)
+type sentOnceKey struct{}
+
+// errResend refuses net/http's resending of a request it wrote whole.
+var errResend = errors.New("connection lost after the request was written, before an answer; not sent again, as a second request would take no rate slot")
+
+// proxyOrRefuseResend is the Transport's Proxy function. The Transport
+// calls it before every attempt of a request, so it is where a resend of a
+// request already written is stopped (see send); otherwise it returns the
+// proxy of these settings, nil for none.
+func (h *httpSink) proxyOrRefuseResend(r *http.Request) (*url.URL, error) {
+	if s, _ := r.Context().Value(sentOnceKey{}).(*sentOnce); s != nil && s.written.Load() {
+		return nil, errResend
+	}
+	return h.proxy, nil
 }
 
-// VerifySignature checks the signature header of a request an HTTP sink
-// signed (signing: {secret: ...}), for receivers written in Go. header is
-// the header's value, body the raw request body as received (before any
-// JSON decoding), secret the shared signing secret, and now the time of
-// receipt. It returns nil when a v1 signature in header is the HMAC-SHA256,
-// under secret, of "<t>.<body>" and t is within tolerance of now (either
-// way; tolerance <= 0 means DefaultSignatureTolerance); an error wrapping
-// ErrBadSignature when the header is malformed or nothing matches; and one
-// wrapping ErrStaleSignature when it matches but t is too far from now.
-//
-// Signatures are compared in constant time. Entries other than t and v1
-// are ignored, and several v1 entries are allowed (any may match), so the
-// format can grow. The signature does not cover Idempotency-Key or other
-// headers: dedupe on Idempotency-Key to drop shaper's own retries, and
-// remember the v1 values accepted within the tolerance to drop a replayed
-// request, whatever headers it carries.
-func VerifySignature(header string, body []byte, secret string, tolerance time.Duration, now time.Time) error {
-	var ts string
-	var sigs [][]byte
-	for _, part := range strings.Split(header, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		switch {
-		case !ok:
-			return fmt.Errorf("%w: malformed entry in signature header", ErrBadSignature)
-		case k == "t" && ts != "":
-			return fmt.Errorf("%w: two timestamps in signature header", ErrBadSignature)
-		case k == "t":
-			if !isDigits(v) || len(v) > 18 {
-				return fmt.Errorf("%w: timestamp is not unix seconds", ErrBadSignature)
-			}
-			ts = v
-		case k == "v1":
-			if sig, err := hex.DecodeString(v); err == nil && len(sig) == sha256.Size {
-				sigs = append(sigs, sig)
-			}
+// proxyFor returns the proxy of a validated sink.http.proxy setting for
+// requests to target (nil for none) and its description for Proxy.
+// "environment" reads HTTPS_PROXY, HTTP_PROXY and NO_PROXY (or their lower
+// case forms) now, not once per process as http.ProxyFromEnvironment does,
+// and like it never proxies a loopback target. Errors never show the URL:
+// it may hold the proxy's password.
+func proxyFor(setting string, target *url.URL) (*url.URL, string, error) {
+	switch setting {
+	case "":
+		return nil, "none", nil
+	case shaper.ProxyEnvironment:
+		p, err := httpproxy.FromEnvironment().ProxyFunc()(target)
+		if err != nil { // only in a CGI environment; no value in the message
+			return nil, "", fmt.Errorf("http: proxy: environment: %w", err)
 		}
+		if p == nil {
+			return nil, "environment: none for this url", nil
+		}
+		return p, "environment: " + proxyShown(p), nil
 	}
-	if ts == "" || len(sigs) == 0 {
-		return fmt.Errorf("%w: signature header needs t= and v1=", ErrBadSignature)
+	p, err := url.Parse(setting)
+	if err != nil {
+		return nil, "", errors.New("http: proxy: not a URL (not shown: it may hold a password)")
 	}
-	want := signatureMAC([]byte(secret), ts, body)
-	match := 0
-	for _, sig := range sigs {
-		match |= subtle.ConstantTimeCompare(sig, want)
+	switch p.Scheme {
+	case "http", "https", "socks5", "socks5h":
+	default:
+		return nil, "", errors.New("http: proxy: want scheme http, https, socks5 or socks5h")
 	}
-	if match != 1 {
-		return ErrBadSignature
+	if p.Hostname() == "" {
+		return nil, "", errors.New("http: proxy: no host")
 	}
-	if tolerance <= 0 {
-		tolerance = DefaultSignatureTolerance
-	}
-	secs, _ := strconv.ParseInt(ts, 10, 64) // at most 18 digits: fits
-	if age := now.Sub(time.Unix(secs, 0)); age > tolerance || age < -tolerance {
-		return fmt.Errorf("%w: signed %s from now, tolerance %s", ErrStaleSignature, age.Round(time.Second), tolerance)
-	}
-	return nil
+	return p, proxyShown(p), nil
+}
+
+// proxyShown is a proxy's URL for a log: scheme and host, no user
+// information or path.
+func proxyShown(p *url.URL) string {
+	return p.Scheme + "://" + p.Host
 }
 
 func isDigits(s string) bool {
@@ -634,21 +686,7 @@ func excerpt(b []byte) string {
 
 // validToken reports whether s is an RFC 9110 token, as header names and
 // methods must be.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+func validToken(s string) bool { return httpguts.ValidHeaderFieldName(s) }
 
 // validHeaderValue reports whether s may be sent as a header value: no
 // control characters (CR, LF, NUL, DEL, ...). A horizontal tab is allowed

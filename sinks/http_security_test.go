@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -18,128 +19,187 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/webhook"
 )
 
-const testSecret = "0123456789abcdef-signing-secret"
+const (
+	testSecret = "0123456789abcdef-signing-secret"
+	// whsecSecret is a Standard Webhooks secret: whsec_ and the base64 of
+	// a 32-byte key.
+	whsecSecret = "whsec_c2hhcGVyLXRlc3Qta2V5LTAxMjM0NTY3ODlhYmNkZWY="
+)
 
 // receiverMAC is what a receiver computes on its own, with nothing of this
-// package: the hex HMAC-SHA256 of "<t>.<body>".
-func receiverMAC(secret, t string, body []byte) string {
+// module, from the documented formats: for the standard scheme the base64
+// HMAC-SHA256 of "<id>.<t>.<body>" under the base64-decoded whsec_ key; for
+// the shaper scheme the hex HMAC-SHA256 of "<t>\n<id>\n<body>" under the
+// secret's bytes.
+func receiverMAC(t *testing.T, scheme, secret, id, ts string, body []byte) string {
+	t.Helper()
+	if scheme == "standard" {
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(id + "." + ts + "."))
+		m.Write(body)
+		return base64.StdEncoding.EncodeToString(m.Sum(nil))
+	}
 	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(t + "."))
+	m.Write([]byte(ts + "\n" + id + "\n"))
 	m.Write(body)
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// signedParts reads the id, timestamp and MAC a request carries in scheme.
+func signedParts(scheme, sigHeader string, h http.Header) (id, ts, mac string, ok bool) {
+	if scheme == "standard" {
+		mac, ok = strings.CutPrefix(h.Get("webhook-signature"), "v1,")
+		return h.Get("webhook-id"), h.Get("webhook-timestamp"), mac, ok
+	}
+	ts, mac, ok = strings.Cut(h.Get(sigHeader), ",v2=")
+	ts, tsOK := strings.CutPrefix(ts, "t=")
+	return h.Get("Idempotency-Key"), ts, mac, ok && tsOK
+}
+
 func TestHTTPSignatureMatchesWhatTheReceiverComputes(t *testing.T) {
-	type seen struct {
-		header string
-		body   []byte
-		err    error // VerifySignature's verdict on receipt
+	tests := []struct {
+		scheme, secret, header string
+		sigHeader              string // where the MAC arrives
+	}{
+		{"standard", whsecSecret, "", "Webhook-Signature"},
+		{"shaper", testSecret, "X-Webhook-Signature", "X-Webhook-Signature"},
 	}
-	var mu sync.Mutex
-	var got []seen
-	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		sig := r.Header.Get("X-Webhook-Signature")
-		mu.Lock()
-		got = append(got, seen{sig, body, VerifySignature(sig, body, testSecret, time.Minute, time.Now())})
-		n := len(got)
-		mu.Unlock()
-		if n == 1 {
-			w.WriteHeader(http.StatusServiceUnavailable) // the retry is signed anew
-		}
-	})
-	cfg := httpConfig(srv.URL)
-	cfg.Signing = &shaper.SigningConfig{Secret: testSecret, Header: "X-Webhook-Signature"}
-	cfg.ForwardHeaders = true
-	h := newHTTP(t, cfg)
-	clock := time.Now().Add(-10 * time.Second)
-	h.cur.Load().now = func() time.Time { clock = clock.Add(5 * time.Second); return clock }
+	for _, tt := range tests {
+		t.Run(tt.scheme, func(t *testing.T) {
+			type seen struct {
+				header http.Header
+				body   []byte
+				err    error // webhook.Verify's verdict on receipt
+			}
+			verifier, err := webhook.New(webhook.Config{Scheme: webhook.Scheme(tt.scheme), Secret: tt.secret, Header: tt.header})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var got []seen
+			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				got = append(got, seen{r.Header.Clone(), body, verifier.Verify(r.Header, body, time.Minute, time.Now())})
+				n := len(got)
+				mu.Unlock()
+				if n == 1 {
+					w.WriteHeader(http.StatusServiceUnavailable) // the retry is signed anew
+				}
+			})
+			cfg := httpConfig(srv.URL)
+			cfg.Signing = &shaper.SigningConfig{Scheme: tt.scheme, Secret: tt.secret, Header: tt.header}
+			cfg.ForwardHeaders = true
+			h := newHTTP(t, cfg)
+			clock := time.Now().Add(-10 * time.Second)
+			h.cur.Load().now = func() time.Time { clock = clock.Add(5 * time.Second); return clock }
 
-	// A producer must not choose the signature: a forged header is dropped.
-	m := &shaper.Message{ID: "s/1", Payload: []byte(`{"amount":42,"note":"café"}`),
-		Header: map[string][]string{"X-Webhook-Signature": {"t=1,v1=forged"}}}
-	if code, err := h.Send(testCtx(t), m); code != "503" || err == nil {
-		t.Fatalf("first Send = %q, %v; want \"503\" and a StatusError", code, err)
-	}
-	sendHTTP(t, h, m)
+			// A producer must not choose the signature: forged headers are dropped.
+			m := &shaper.Message{ID: "psp.callbacks/3/1234", Payload: []byte(`{"amount":42,"note":"café"}`),
+				Header: map[string][]string{tt.sigHeader: {"t=1,v2=forged"}, "webhook-id": {"forged"}, "webhook-timestamp": {"1"}}}
+			if code, err := h.Send(testCtx(t), m); code != "503" || err == nil {
+				t.Fatalf("first Send = %q, %v; want \"503\" and a StatusError", code, err)
+			}
+			sendHTTP(t, h, m)
 
-	if len(got) != 2 {
-		t.Fatalf("receiver saw %d requests; want 2", len(got))
-	}
-	for i, g := range got {
-		ts, mac, ok := strings.Cut(g.header, ",v1=")
-		ts = strings.TrimPrefix(ts, "t=")
-		if !ok || !isDigits(ts) {
-			t.Fatalf("attempt %d: signature header %q; want t=<unix seconds>,v1=<hex>", i+1, g.header)
-		}
-		if want := receiverMAC(testSecret, ts, g.body); mac != want {
-			t.Errorf("attempt %d: v1 = %s; the receiver computes %s", i+1, mac, want)
-		}
-		if want := strconv.FormatInt(clock.Add(time.Duration(i-1)*5*time.Second).Unix(), 10); ts != want {
-			t.Errorf("attempt %d: t = %s; want the attempt's own time %s", i+1, ts, want)
-		}
-		if g.err != nil {
-			t.Errorf("attempt %d: VerifySignature on receipt = %v; want nil", i+1, g.err)
-		}
-	}
-	if got[0].header == got[1].header {
-		t.Errorf("the retry carries the first attempt's signature %q; want a fresh one", got[0].header)
+			if len(got) != 2 {
+				t.Fatalf("receiver saw %d requests; want 2", len(got))
+			}
+			for i, g := range got {
+				id, ts, mac, ok := signedParts(tt.scheme, tt.sigHeader, g.header)
+				if !ok || len(g.header.Values(tt.sigHeader)) != 1 {
+					t.Fatalf("attempt %d: headers %v; want one signature in the %s format", i+1, g.header, tt.scheme)
+				}
+				if id != m.ID || g.header.Get("Idempotency-Key") != m.ID {
+					t.Errorf("attempt %d: signed id %q, Idempotency-Key %q; want both %q", i+1, id, g.header.Get("Idempotency-Key"), m.ID)
+				}
+				if want := receiverMAC(t, tt.scheme, tt.secret, id, ts, g.body); mac != want {
+					t.Errorf("attempt %d: MAC = %s; the receiver computes %s", i+1, mac, want)
+				}
+				if want := strconv.FormatInt(clock.Add(time.Duration(i-1)*5*time.Second).Unix(), 10); ts != want {
+					t.Errorf("attempt %d: timestamp = %s; want the attempt's own time %s", i+1, ts, want)
+				}
+				if g.err != nil {
+					t.Errorf("attempt %d: webhook.Verify on receipt = %v; want nil", i+1, g.err)
+				}
+			}
+			if got[0].header.Get(tt.sigHeader) == got[1].header.Get(tt.sigHeader) {
+				t.Errorf("the retry carries the first attempt's signature %q; want a fresh one", got[0].header.Get(tt.sigHeader))
+			}
+		})
 	}
 }
 
-func TestVerifySignatureDetectsTamperingReplaysAndMalformedHeaders(t *testing.T) {
-	body := []byte(`{"payment":42,"status":"settled"}`)
-	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	valid := signature([]byte(testSecret), at, body)
-	ts := strconv.FormatInt(at.Unix(), 10)
-	mac := receiverMAC(testSecret, ts, body)
-
-	tests := []struct {
-		name      string
-		header    string
-		body      []byte
-		secret    string
-		tolerance time.Duration
-		now       time.Time
-		want      error // nil, ErrBadSignature or ErrStaleSignature
-	}{
-		{"valid", valid, body, testSecret, time.Minute, at.Add(30 * time.Second), nil},
-		{"valid at the edge of the tolerance", valid, body, testSecret, time.Minute, at.Add(time.Minute), nil},
-		{"receiver clock a little behind", valid, body, testSecret, time.Minute, at.Add(-30 * time.Second), nil},
-		{"default tolerance of 5 minutes", valid, body, testSecret, 0, at.Add(4 * time.Minute), nil},
-		{"spaces and unknown entries are ignored", "t=" + ts + ", v0=abc, v1=" + mac + ", x=1", body, testSecret, time.Minute, at, nil},
-		{"one of several v1 matches (rotation)", "t=" + ts + ",v1=" + strings.Repeat("0", 64) + ",v1=" + mac, body, testSecret, time.Minute, at, nil},
-
-		{"tampered body", valid, []byte(`{"payment":43,"status":"settled"}`), testSecret, time.Minute, at, ErrBadSignature},
-		{"body re-encoded", valid, []byte(`{"payment": 42, "status": "settled"}`), testSecret, time.Minute, at, ErrBadSignature},
-		{"wrong secret", valid, body, testSecret + "x", time.Minute, at, ErrBadSignature},
-		{"timestamp moved forward", "t=" + strconv.FormatInt(at.Unix()+600, 10) + ",v1=" + mac, body, testSecret, time.Minute, at.Add(10 * time.Minute), ErrBadSignature},
-		{"stale: replayed after the tolerance", valid, body, testSecret, time.Minute, at.Add(time.Minute + time.Second), ErrStaleSignature},
-		{"stale: default tolerance", valid, body, testSecret, 0, at.Add(6 * time.Minute), ErrStaleSignature},
-		{"from the future", valid, body, testSecret, time.Minute, at.Add(-2 * time.Minute), ErrStaleSignature},
-
-		{"empty header", "", body, testSecret, time.Minute, at, ErrBadSignature},
-		{"no timestamp", "v1=" + mac, body, testSecret, time.Minute, at, ErrBadSignature},
-		{"no v1", "t=" + ts, body, testSecret, time.Minute, at, ErrBadSignature},
-		{"two timestamps", "t=" + ts + ",t=" + ts + ",v1=" + mac, body, testSecret, time.Minute, at, ErrBadSignature},
-		{"negative timestamp", "t=-" + ts + ",v1=" + mac, body, testSecret, time.Minute, at, ErrBadSignature},
-		{"huge timestamp", "t=99999999999999999999,v1=" + mac, body, testSecret, time.Minute, at, ErrBadSignature},
-		{"v1 not hex", "t=" + ts + ",v1=" + strings.ToUpper(mac[:10]) + "zz" + mac[12:], body, testSecret, time.Minute, at, ErrBadSignature},
-		{"v1 truncated", "t=" + ts + ",v1=" + mac[:32], body, testSecret, time.Minute, at, ErrBadSignature},
-		{"entry without =", "t=" + ts + ",v1" + mac, body, testSecret, time.Minute, at, ErrBadSignature},
-	}
+// TestHTTPSignaturesCoverTheMessageID: two messages with the same body
+// sent in the same second carry different signatures, and neither
+// verifies under the other's id: a captured request replayed under a new
+// Idempotency-Key fails verification.
+func TestHTTPSignaturesCoverTheMessageID(t *testing.T) {
+	tests := []struct{ scheme, secret string }{{"standard", whsecSecret}, {"shaper", testSecret}}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := VerifySignature(tt.header, tt.body, tt.secret, tt.tolerance, tt.now)
-			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
-				t.Errorf("VerifySignature(%q) = %v; want %v", tt.header, err, tt.want)
+		t.Run(tt.scheme, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []http.Header
+			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				got = append(got, r.Header.Clone())
+				mu.Unlock()
+			})
+			cfg := httpConfig(srv.URL)
+			cfg.Signing = &shaper.SigningConfig{Scheme: tt.scheme, Secret: tt.secret}
+			h := newHTTP(t, cfg)
+			second := time.Unix(time.Now().Unix(), 0)
+			h.cur.Load().now = func() time.Time { return second }
+
+			body := []byte(`{"payment":42,"status":"settled"}`)
+			sendHTTP(t, h, &shaper.Message{ID: "psp.callbacks/3/1234", Payload: body})
+			sendHTTP(t, h, &shaper.Message{ID: "psp.callbacks/3/1235", Payload: body})
+
+			verifier, err := webhook.New(webhook.Config{Scheme: webhook.Scheme(tt.scheme), Secret: tt.secret})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if err != nil && strings.Contains(err.Error(), tt.secret) {
-				t.Errorf("VerifySignature error %q shows the secret", err)
+			sig := "Webhook-Signature"
+			if tt.scheme == "shaper" {
+				sig = "Shaper-Signature"
+			}
+			if got[0].Get(sig) == got[1].Get(sig) {
+				t.Errorf("same body, same second, ids .../1234 and .../1235: both carry %s %q; want different signatures", sig, got[0].Get(sig))
+			}
+			// The first request, replayed with the second's id.
+			replay := got[0].Clone()
+			replay.Set("Webhook-Id", got[1].Get("Webhook-Id"))
+			replay.Set("Idempotency-Key", got[1].Get("Idempotency-Key"))
+			if err := verifier.Verify(replay, body, time.Minute, second); !errors.Is(err, webhook.ErrBadSignature) {
+				t.Errorf("Verify of the first signature under the second id = %v; want ErrBadSignature", err)
+			}
+			for i, g := range got {
+				if err := verifier.Verify(g, body, time.Minute, second); err != nil {
+					t.Errorf("Verify of request %d as sent = %v; want nil", i+1, err)
+				}
 			}
 		})
+	}
+}
+
+func TestHTTPStandardSigningWithoutAnIDIsMalformedWithoutRequest(t *testing.T) {
+	srv, n := newServer(t, func(http.ResponseWriter, *http.Request) {})
+	cfg := httpConfig(srv.URL)
+	cfg.Signing = &shaper.SigningConfig{Scheme: "standard", Secret: whsecSecret}
+	h := newHTTP(t, cfg)
+	code, err := h.Send(testCtx(t), &shaper.Message{Payload: []byte("{}")})
+	if code != "" || !errors.Is(err, shaper.ErrMalformed) {
+		t.Errorf("Send(no id) = %q, %v; want \"\" and ErrMalformed: webhook-id is required", code, err)
+	}
+	if n.Load() != 0 {
+		t.Errorf("server saw %d requests; want 0", n.Load())
 	}
 }
 
@@ -153,11 +213,16 @@ func TestNewHTTPRefusesSigningItCannotDoWithoutShowingTheSecret(t *testing.T) {
 	}{
 		{"short secret", shaper.SigningConfig{Secret: short}, nil, ""},
 		{"empty secret", shaper.SigningConfig{}, nil, ""},
-		{"header is Idempotency-Key", shaper.SigningConfig{Secret: testSecret, Header: "idempotency-key"}, nil, ""},
-		{"header is framing", shaper.SigningConfig{Secret: testSecret, Header: "Content-Length"}, nil, ""},
-		{"header also configured", shaper.SigningConfig{Secret: testSecret, Header: "X-Sig"}, map[string]string{"x-sig": short}, ""},
-		{"header is the key header", shaper.SigningConfig{Secret: testSecret, Header: "X-Key"}, nil, "x-key"},
-		{"header name invalid", shaper.SigningConfig{Secret: testSecret, Header: "X Sig"}, nil, ""},
+		{"whsec secret not base64", shaper.SigningConfig{Secret: "whsec_" + testSecret}, nil, ""},
+		{"unknown scheme", shaper.SigningConfig{Scheme: "stripe", Secret: testSecret}, nil, ""},
+		{"header with the standard scheme", shaper.SigningConfig{Secret: testSecret, Header: "X-Sig"}, nil, ""},
+		{"standard header also configured", shaper.SigningConfig{Secret: testSecret}, map[string]string{"webhook-id": "x"}, ""},
+		{"standard header is the key header", shaper.SigningConfig{Scheme: "standard", Secret: testSecret}, nil, "webhook-signature"},
+		{"header is Idempotency-Key", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "idempotency-key"}, nil, ""},
+		{"header is framing", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "Content-Length"}, nil, ""},
+		{"header also configured", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X-Sig"}, map[string]string{"x-sig": short}, ""},
+		{"header is the key header", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X-Key"}, nil, "x-key"},
+		{"header name invalid", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X Sig"}, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,56 +248,66 @@ func TestHTTPStatusErrorBlanksOutEchoedCredentials(t *testing.T) {
 		query  = "query-token-24680246"
 		path   = "PathTokenABCDEFGHIJKLMNOP"
 	)
-	var echo string // what the receiver answers, before and after its echo
-	var v1 string   // the signature of the last request
-	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		_, v1, _ = strings.Cut(r.Header.Get("Shaper-Signature"), "v1=")
-		w.WriteHeader(http.StatusBadRequest)
-		io.WriteString(w, strings.NewReplacer(
-			"SIGV1", v1,
-			"AUTH", r.Header.Get("Authorization"),
-			"TOKEN", strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "),
-			"KEY", r.Header.Get("X-Api-Key"),
-			"SIG", r.Header.Get("Shaper-Signature"),
-			"URL", r.URL.String(),
-		).Replace(echo))
-	})
-	cfg := httpConfig(strings.Replace(srv.URL, "http://", "http://shaper:"+urlPW+"@", 1) + "/hooks/" + path + "?token=" + query)
-	cfg.Headers = map[string]string{"Authorization": "Bearer " + bearer, "X-Api-Key": apiKey, "Content-Type": "application/json"}
-	cfg.Signing = &shaper.SigningConfig{Secret: testSecret, Header: "Shaper-Signature"}
-	h := newHTTP(t, cfg)
-
-	tests := []struct {
-		name string
-		echo string
-		want string // in the excerpt
+	schemes := []struct {
+		scheme, secret, sigHeader string
 	}{
-		{"every header echoed", "bad request: authorization=AUTH token=TOKEN key=KEY signature=SIG v1=SIGV1 url=URL content-type=application/json", "content-type=application/json"},
-		{"a secret across the excerpt's end", strings.Repeat("a", 500) + "KEY tail", strings.Repeat("a", 500) + "[redacted]"},
-		// Blanking the first two in place and cutting after would pull the
-		// start of the third (at byte 525, past the read) into the excerpt.
-		{"a shorter replacement does not pull a secret into the excerpt", "TOKENTOKEN" + strings.Repeat("b", 479) + "TOKEN", "[redacted][redacted]" + strings.Repeat("b", 512-46)},
+		{"standard", whsecSecret, "Webhook-Signature"},
+		{"shaper", testSecret, "Shaper-Signature"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			echo = tt.echo
-			_, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("{}")})
-			var se *shaper.StatusError
-			if !errors.As(err, &se) {
-				t.Fatalf("Send = %v; want a StatusError", err)
+	for _, sc := range schemes {
+		t.Run(sc.scheme, func(t *testing.T) {
+			var echo string // what the receiver answers, before and after its echo
+			var mac string  // the signature of the last request, without prefix
+			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				_, _, mac, _ = signedParts(sc.scheme, sc.sigHeader, r.Header)
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, strings.NewReplacer(
+					"SIGMAC", mac,
+					"AUTH", r.Header.Get("Authorization"),
+					"TOKEN", strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "),
+					"KEY", r.Header.Get("X-Api-Key"),
+					"SIG", r.Header.Get(sc.sigHeader),
+					"URL", r.URL.String(),
+				).Replace(echo))
+			})
+			cfg := httpConfig(strings.Replace(srv.URL, "http://", "http://shaper:"+urlPW+"@", 1) + "/hooks/" + path + "?token=" + query)
+			cfg.Headers = map[string]string{"Authorization": "Bearer " + bearer, "X-Api-Key": apiKey, "Content-Type": "application/json"}
+			cfg.Signing = &shaper.SigningConfig{Scheme: sc.scheme, Secret: sc.secret}
+			h := newHTTP(t, cfg)
+
+			tests := []struct {
+				name string
+				echo string
+				want string // in the excerpt
+			}{
+				{"every header echoed", "bad request: authorization=AUTH token=TOKEN key=KEY signature=SIG mac=SIGMAC url=URL content-type=application/json", "content-type=application/json"},
+				{"a secret across the excerpt's end", strings.Repeat("a", 500) + "KEY tail", strings.Repeat("a", 500) + "[redacted]"},
+				// Blanking the first two in place and cutting after would pull the
+				// start of the third (at byte 525, past the read) into the excerpt.
+				{"a shorter replacement does not pull a secret into the excerpt", "TOKENTOKEN" + strings.Repeat("b", 479) + "TOKEN", "[redacted][redacted]" + strings.Repeat("b", 512-46)},
 			}
-			for _, secret := range []string{bearer, apiKey, urlPW, query, path, testSecret} {
-				for n := minRedacted; n <= len(secret); n++ {
-					if strings.Contains(err.Error(), secret[:n]) {
-						t.Fatalf("error %q shows %d bytes of the credential %q", err, n, secret)
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					echo = tt.echo
+					_, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("{}")})
+					var se *shaper.StatusError
+					if !errors.As(err, &se) {
+						t.Fatalf("Send = %v; want a StatusError", err)
 					}
-				}
-			}
-			if strings.Contains(err.Error(), "t=") || strings.Contains(err.Error(), v1) {
-				t.Errorf("error %q shows the request's signature", err)
-			}
-			if !strings.Contains(se.Body, tt.want) || len(se.Body) > maxErrorBody+len(redacted) {
-				t.Errorf("Body = %q (%d bytes); want it to hold %q and stay near %d bytes", se.Body, len(se.Body), tt.want, maxErrorBody)
+					for _, secret := range []string{bearer, apiKey, urlPW, query, path, sc.secret, strings.TrimPrefix(sc.secret, "whsec_")} {
+						for n := minRedacted; n <= len(secret); n++ {
+							if strings.Contains(err.Error(), secret[:n]) {
+								t.Fatalf("error %q shows %d bytes of the credential %q", err, n, secret)
+							}
+						}
+					}
+					if mac == "" || strings.Contains(err.Error(), mac) || strings.Contains(err.Error(), mac[:16]) {
+						t.Errorf("error %q shows the request's signature %q", err, mac)
+					}
+					if !strings.Contains(se.Body, tt.want) || len(se.Body) > maxErrorBody+len(redacted) {
+						t.Errorf("Body = %q (%d bytes); want it to hold %q and stay near %d bytes", se.Body, len(se.Body), tt.want, maxErrorBody)
+					}
+				})
 			}
 		})
 	}

@@ -109,7 +109,7 @@ func (d *daemon) listen() (net.Listener, error) {
 // reloads the config on SIGHUP and, with watch, when the file changes.
 func (d *daemon) serve(ctx, force context.Context, ln net.Listener) error {
 	srv := &http.Server{
-		Handler:           shaper.Admin(d.list, d.registry, d.cfg.Admin.Token),
+		Handler:           shaper.Admin(d.list, d.registry, d.cfg.Admin.Token, d.log),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,

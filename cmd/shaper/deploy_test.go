@@ -1754,7 +1754,7 @@ func TestKubeManifestsAgreeWithTheConfigTheImageAndEachOther(t *testing.T) {
 				t.Errorf("env %s comes from key %q, which the example Secret lacks", v, yamlStr(yamlDig(ref, "key")))
 			}
 		}
-		t.Setenv(v, "from-the-secret")
+		t.Setenv(v, "from-the-secret-0123456789")
 	}
 	path := filepath.Join(t.TempDir(), filepath.Base(configPath))
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {

@@ -68,8 +68,8 @@ func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 	}{
 		{"no pipelines", "pipelines: []\n", []string{"pipelines: at least one pipeline is required"}},
 		{"unknown key", replace("rate: {limit: 50}", "rate: {limit: 50, limt: 5}"), []string{"pipelines[0].rate.limt: unknown key"}},
-		{"zero limit", replace("limit: 50", "limit: 0"), []string{"pipelines[0].rate.limit: must be > 0"}},
-		{"negative limit", replace("limit: 50", "limit: -3"), []string{"pipelines[0].rate.limit: must be > 0"}},
+		{"zero limit", replace("limit: 50", "limit: 0"), []string{"pipelines[0].rate.limit: must be a number > 0"}},
+		{"negative limit", replace("limit: 50", "limit: -3"), []string{"pipelines[0].rate.limit: must be a number > 0"}},
 		{"limit not a number", replace("limit: 50", "limit: fast"), []string{"pipelines[0].rate.limit: want a number"}},
 		{"explicit zero burst", replace("{limit: 50}", "{limit: 50, mode: token, burst: 0}"), []string{"pipelines[0].rate.burst: must be >= 1"}},
 		{"burst in leaky mode", replace("{limit: 50}", "{limit: 50, burst: 5}"), []string{"pipelines[0].rate.burst: leaky mode never bursts"}},
@@ -91,7 +91,7 @@ func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 		{"admin on another host without a token", validConfig + "admin: {listen: \"10.0.0.5:9090\"}\n", []string{"admin.token: required: admin.listen host \"10.0.0.5\" is not a loopback address"}},
 		{"sink url credentials not echoed", replace("https://psp.example.com/notify", "ftp://user:hunter2@psp.example.com/notify?token=hunter2"), []string{"pipelines[0].sink.http.url: want an absolute http:// or https:// URL, got scheme \"ftp\""}},
 		{"signing secret too short", replace("timeout: 2s", "timeout: 2s, signing: {secret: hunter2}"), []string{"pipelines[0].sink.http.signing.secret: must be at least 16 bytes, got 7"}},
-		{"signing header taken", replace("timeout: 2s", "timeout: 2s, headers: {X-Sig: v}, signing: {secret: 0123456789abcdef, header: x-sig}"), []string{"pipelines[0].sink.http.signing.header: \"x-sig\" is also set in headers"}},
+		{"signing header taken", replace("timeout: 2s", "timeout: 2s, headers: {X-Sig: v}, signing: {scheme: shaper, secret: 0123456789abcdef, header: x-sig}"), []string{"pipelines[0].sink.http.signing.header: \"x-sig\" is also set in headers"}},
 		{"sink tls on http", replace(`"https://psp.example.com/notify", timeout: 2s`, `"http://psp.example.com/notify", timeout: 2s, tls: {}`), []string{"pipelines[0].sink.http.tls: needs an https:// url"}},
 		{"tls min_version 1.1", replace("timeout: 2s", "timeout: 2s, tls: {min_version: \"1.1\"}"), []string{"pipelines[0].sink.http.tls.min_version: want \"1.2\" or \"1.3\", got \"1.1\""}},
 		{"kafka and nats at once", replace("    source:\n", "    source:\n      kafka: {brokers: [\"127.0.0.1:9092\"], topic: t, group: g}\n"), []string{"pipelines[0].source: exactly one of kafka or nats"}},
@@ -148,7 +148,7 @@ func kafkaSource(t *testing.T, body string) string {
 }
 
 func TestExampleConfigsPassValidate(t *testing.T) {
-	t.Setenv("SHAPER_ADMIN_TOKEN", "example-token")
+	t.Setenv("SHAPER_ADMIN_TOKEN", "example-admin-token-0123")
 	t.Setenv("PSP_API_TOKEN", "example-psp-token")
 	t.Setenv("KAFKA_PASSWORD", "example-kafka-password")
 	paths, err := filepath.Glob("../../configs/*.yaml")

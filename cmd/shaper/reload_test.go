@@ -64,7 +64,7 @@ func TestAnInvalidReloadIsRefusedAndTheRunningConfigStays(t *testing.T) {
 	waitUntil(t, 10*time.Second, "the refusal in the log", func() bool {
 		return strings.Contains(c.stderr.String(), "reload refused")
 	})
-	for _, want := range []string{"pipelines[0].rate.limit: must be > 0", "pipelines[0].rate.burst: must be >= 1"} {
+	for _, want := range []string{"pipelines[0].rate.limit: must be a number > 0", "pipelines[0].rate.burst: must be >= 1"} {
 		if !strings.Contains(c.stderr.String(), want) {
 			t.Errorf("the refusal does not list %q; stderr:\n%s", want, c.stderr)
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,6 +32,7 @@ func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%w: %s:\n%v", errUsage, *path, err)
 	}
+	warnIfWritableByOthers(*path, cfg, log)
 
 	// The first SIGINT/SIGTERM ends ctx and starts the drain; the second
 	// ends force, which stops at once, still acking only what is finished.
@@ -71,4 +73,20 @@ func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) er
 		return errors.New("forced to stop before the drain finished; unfinished messages were nacked")
 	}
 	return nil
+}
+
+// warnIfWritableByOthers warns when a config that holds credentials can be
+// written by the file's group or by anyone: whoever can change it can point
+// a sink URL elsewhere and receive every credential the daemon sends.
+func warnIfWritableByOthers(path string, cfg *shaper.Config, log *slog.Logger) {
+	info, err := os.Stat(path)
+	if err != nil || info.Mode().Perm()&0o022 == 0 {
+		return
+	}
+	keys := cfg.SecretKeys()
+	if len(keys) == 0 {
+		return
+	}
+	log.Warn("the config file holds credentials and is writable by its group or by anyone: chmod go-w it",
+		"config", path, "mode", info.Mode().Perm().String(), "credentials_at", keys)
 }

@@ -32,7 +32,7 @@ import (
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
 	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/shaper"
-	"github.com/shaper-dev/shaper/sinks"
+	"github.com/shaper-dev/shaper/webhook"
 )
 
 // secretChild is a `shaper` child process with extra environment variables
@@ -118,20 +118,21 @@ type echoSink struct {
 
 func (s *echoSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	if sinks.VerifySignature(r.Header.Get("Shaper-Signature"), body, s.secret, time.Minute, time.Now()) != nil ||
+	verifier, err := webhook.New(webhook.Config{Secret: s.secret}) // signing.scheme defaults to standard
+	if err != nil || verifier.Verify(r.Header, body, time.Minute, time.Now()) != nil ||
 		r.Header.Get("Authorization") != "Bearer "+s.bearer || r.Header.Get("X-Api-Key") != s.apiKey {
 		s.badRequests.Add(1)
 		w.WriteHeader(http.StatusUnauthorized)
 		return
 	}
-	_, v1, _ := strings.Cut(r.Header.Get("Shaper-Signature"), ",v1=")
+	v1, _ := strings.CutPrefix(r.Header.Get("Webhook-Signature"), "v1,")
 	s.mu.Lock()
 	s.seen[string(body)]++
 	attempt := s.seen[string(body)]
 	s.signatures = append(s.signatures, v1)
 	s.mu.Unlock()
 	echo := fmt.Sprintf("refused %s: authorization=%q api-key=%q signature=%q url=%q",
-		body, r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.Header.Get("Shaper-Signature"), r.URL.String())
+		body, r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.Header.Get("Webhook-Signature"), r.URL.String())
 	kind, _, _ := strings.Cut(string(body), "-")
 	switch {
 	case kind == "reject":

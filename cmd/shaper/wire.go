@@ -102,7 +102,14 @@ func buildSink(cfg shaper.SinkConfig, name string, log *slog.Logger) (shaper.Sin
 	switch {
 	case cfg.HTTP != nil:
 		warnPlainHTTP(cfg.HTTP.URL, log)
-		return orNil(sinks.NewHTTP(*cfg.HTTP))
+		h, err := sinks.NewHTTP(*cfg.HTTP)
+		if err != nil {
+			return nil, err
+		}
+		// Says whether callbacks, their credentials and signatures go
+		// through a proxy; never shows the proxy's credentials.
+		log.Info("sink.http proxy", "proxy", h.Proxy())
+		return h, nil
 	case cfg.Kafka != nil:
 		return orNil(sinks.NewKafka(cfg.Kafka.KafkaPublisherConfig, name))
 	default:

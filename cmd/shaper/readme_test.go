@@ -1,0 +1,64 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+// yamlBlock matches a fenced yaml block of a Markdown file.
+var yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
+
+// Every YAML block of the README and the deploy guide passes validate: a
+// whole config as it is, a piece of a pipeline (a rate: or sink: block, as
+// indented in the docs) laid over a minimal pipeline. Every ${VAR} is set.
+func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
+	base := map[string]any{
+		"name":   "docs",
+		"source": map[string]any{"nats": map[string]any{"url": "nats://127.0.0.1:4222", "subject": "s", "stream": "S"}},
+		"rate":   map[string]any{"limit": 50},
+		"sink":   map[string]any{"http": map[string]any{"url": "https://psp.example.com/notify"}},
+	}
+	lookup := func(string) (string, bool) { return "a-value-from-the-environment", true }
+	blocks := 0
+	for _, doc := range []string{"../../README.md", "../../deploy/README.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range yamlBlock.FindAllStringSubmatch(string(text), -1) {
+			blocks++
+			src := m[1]
+			var top map[string]any
+			if err := yaml.Unmarshal([]byte(src), &top); err != nil {
+				t.Errorf("%s, yaml block %d does not parse: %v\n%s", doc, i+1, err, src)
+				continue
+			}
+			if _, whole := top["pipelines"]; !whole {
+				pipeline := map[string]any{}
+				for k, v := range base {
+					pipeline[k] = v
+				}
+				for k, v := range top {
+					pipeline[k] = v
+				}
+				out, err := yaml.Marshal(map[string]any{"pipelines": []any{pipeline}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				src = string(out)
+			}
+			if _, err := shaper.Parse([]byte(src), lookup); err != nil {
+				t.Errorf("%s, yaml block %d fails validate:\n%v\n%s", doc, i+1, err, strings.TrimSpace(m[1]))
+			}
+		}
+	}
+	if blocks < 2 {
+		t.Errorf("found %d yaml blocks in the docs; want the README's at least", blocks)
+	}
+}

@@ -1,0 +1,109 @@
+package shaper_test
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+// requestsAfter returns the requests that arrived at or after t.
+func requestsAfter(reqs []request, t time.Time) []request {
+	var out []request
+	for _, r := range reqs {
+		if !r.at.Before(t) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The reproducer of the jam: a full bucket at 200/s, the rate lowered to
+// 0.01/s for 2s and restored. Under the old scheduler the slot taken at
+// 0.01/s (100s out) was kept, and the restored rate was spaced from it: the
+// sink got nothing for 100s and the bucket expired. Now the restored rate is
+// in force at once.
+func TestLoweringTheRateAndRestoringItResumesAtTheFullRateAtOnce(t *testing.T) {
+	e := newEnv(t)
+	rec := newRecorder(t, nil)
+	e.publish(2000)
+	cfg := e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.Rate.Limit = 200
+		c.Bucket.Capacity = 400
+		c.Bucket.MaxQueueTime = 2 * time.Minute // 0.01/s is allowed: one slot per 100s fits in it
+	})
+	p := e.start(cfg)
+	waitFor(t, 10*time.Second, "the rate established", func() bool { return rec.count() >= 100 })
+
+	if err := p.SetRate(0.01, 0); err != nil {
+		t.Fatalf("SetRate(0.01) = %v", err)
+	}
+	lowered := time.Now()
+	time.Sleep(2 * time.Second)
+	if err := p.SetRate(200, 0); err != nil {
+		t.Fatalf("SetRate(200) = %v", err)
+	}
+	restored := time.Now()
+
+	// At 0.01/s at most the request whose slot came just before the change
+	// and one more may go; then 200 more at 200/s take about 1s.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(requestsAfter(rec.requests(), restored)) < 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests within 10s after the restore; want 200 (status %+v)", len(requestsAfter(rec.requests(), restored)), p.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := len(requestsAfter(rec.requests(), lowered.Add(50*time.Millisecond))) - len(requestsAfter(rec.requests(), restored)); got > 1 {
+		t.Errorf("requests while the rate was 0.01/s = %d; want at most 1", got)
+	}
+	after := requestsAfter(rec.requests(), restored)
+	t.Logf("after the restore: first request in %v, 200 requests in %v, expired %d",
+		after[0].at.Sub(restored).Round(time.Microsecond), after[199].at.Sub(after[0].at).Round(time.Millisecond), p.Status().Outcomes[shaper.OutcomeExpired])
+	// One interval is 5ms; the bounds are generous for a loaded machine.
+	if first := after[0].at.Sub(restored); first > 250*time.Millisecond {
+		t.Errorf("first request %v after the restore; want within one interval (5ms; 250ms allowed)", first)
+	}
+	if took := after[199].at.Sub(after[0].at); took > 1500*time.Millisecond || took < 900*time.Millisecond {
+		t.Errorf("200 requests after the restore took %v; want about 1s at 200/s", took)
+	}
+	if got := p.Status().Outcomes[shaper.OutcomeExpired]; got != 0 {
+		t.Errorf("expired = %d; want 0: nothing waited past max_queue_time (2m)", got)
+	}
+}
+
+// Many messages expire in a row while a slow sink holds every in-flight
+// slot; an expired message must spend no rate slot, so once the sink is
+// fast again the request rate is back at the limit, not pushed out by a
+// slot per expired message.
+func TestMessagesThatExpireInARowSpendNoRateSlots(t *testing.T) {
+	e := newEnv(t)
+	const slow = 12 // the first requests hang, as a sink in trouble does
+	var seen atomic.Int64
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+		if seen.Add(1) <= slow {
+			time.Sleep(1200 * time.Millisecond)
+		}
+	})
+	e.publish(1000)
+	cfg := e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+		c.Rate.Limit = 50
+		c.Bucket.MaxQueueTime = 500 * time.Millisecond // capacity 25
+		c.Sink.HTTP.MaxInFlight = 4
+		c.Sink.HTTP.Timeout = 5 * time.Second
+	})
+	p := e.start(cfg)
+	waitFor(t, 20*time.Second, "many expired", func() bool { return p.Status().Outcomes[shaper.OutcomeExpired] >= 50 })
+	waitFor(t, 20*time.Second, "the slow requests answered", func() bool { return rec.count() >= slow+50 })
+	fast := time.Now()
+	waitFor(t, 20*time.Second, "100 more requests", func() bool { return len(requestsAfter(rec.requests(), fast)) >= 100 })
+	after := requestsAfter(rec.requests(), fast)
+	took := after[99].at.Sub(after[0].at)
+	rate := 99 / took.Seconds()
+	t.Logf("expired %d; rate once the sink is fast %.1f/s (limit 50)", p.Status().Outcomes[shaper.OutcomeExpired], rate)
+	if rate < 40 || rate > 51 {
+		t.Errorf("request rate once the sink is fast = %.1f/s; want the limit, 50/s (40..51 allowed)", rate)
+	}
+}
