@@ -143,4 +143,25 @@
 // "1.3"). The server's certificate is always verified. A plain http:// URL
 // to a host other than loopback sends headers, signatures and payloads in
 // the clear: the daemon warns about it at startup.
+//
+// # Files
+//
+// One file a job:
+//
+//   - http.go: the HTTP sink itself: [NewHTTP], Send, Reconfigure, Proxy and
+//     Close, the Transport it sends with and the one request of each Send;
+//   - http_headers.go: which headers may be sent: the configured headers
+//     and key_header it accepts, the broker headers it forwards (never the
+//     hop-by-hop, framing or reserved names), valid header names and values;
+//   - http_redact.go: credentials kept out of what it reports: secrets
+//     blanked out of a response body quoted in a StatusError, which is made
+//     printable, and URLs left out of errors;
+//   - http_signing.go: the glue to package webhook: the signer of the
+//     signing setting and the signature of each attempt;
+//   - http_proxy.go: the proxy rule and the resend guard (one request per
+//     Send), which share the Transport's Proxy hook;
+//   - retry_after.go: [ParseRetryAfter], a Retry-After header in seconds or
+//     as an HTTP date;
+//   - kafka.go: the Kafka publisher, [Kafka];
+//   - nats.go: the NATS publisher, [NATS].
 package sinks
