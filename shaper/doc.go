@@ -11,9 +11,11 @@
 //   - bucket.go: the bounded FIFO and retry heap, and back-pressure;
 //   - pipeline.go: fetcher, scheduler, dispatcher, expiry, dead letters,
 //     acks and the graceful drain — the whole life of a message, top to bottom;
-//   - sleep.go: departures on time (the last 2ms slept in the kernel, since
-//     Go timers wake up to a millisecond late); semaphore.go: max_in_flight,
-//     resizable by a reload;
+//   - sleep.go: the Clock a pipeline runs on (Parts.Clock; the machine's by
+//     default, a testing/synctest one in the scheduler tests) and departures
+//     on time (the last 2ms slept in the kernel, since Go timers wake up to
+//     a millisecond late); semaphore.go: max_in_flight, resizable by a
+//     reload;
 //   - retry.go: the retry policy (backoff with full jitter, Retry-After,
 //     retryable and permanent statuses);
 //   - metrics.go, status.go, recent.go, admin.go: Prometheus metrics,

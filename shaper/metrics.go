@@ -3,7 +3,6 @@ package shaper
 import (
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -109,8 +108,8 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	pipelines := append([]*Pipeline(nil), c.pipelines...)
 	c.mu.Unlock()
-	now := time.Now()
 	for _, p := range pipelines {
+		now := p.clock.Now()
 		name := p.cfg.Name
 		ch <- prometheus.MustNewConstMetric(c.rateLimit, prometheus.GaugeValue, p.lim.Limit(now), name)
 		ch <- prometheus.MustNewConstMetric(c.maxQueueTime, prometheus.GaugeValue, p.settings.Load().bucket.MaxQueueTime.Seconds(), name)

@@ -26,8 +26,10 @@ type Parts struct {
 	// configured, and such messages are nacked for redelivery and logged.
 	DeadLetter Sink
 	Limiter    Limiter
-	Metrics    *Metrics
-	Logger     *slog.Logger
+	// Clock is the time the pipeline runs on; nil is the machine's clock.
+	Clock   Clock
+	Metrics *Metrics
+	Logger  *slog.Logger
 	// DrainTimeout bounds the graceful drain that Drain starts.
 	DrainTimeout time.Duration
 }
@@ -49,6 +51,7 @@ type Pipeline struct {
 	sink         Sink
 	deadLetter   Sink
 	lim          Limiter
+	clock        Clock
 	bucket       *bucket
 	metrics      *Metrics
 	m            *pipelineMetrics
@@ -59,7 +62,10 @@ type Pipeline struct {
 	// swaps them, and each use takes one snapshot.
 	settings atomic.Pointer[settings]
 	// inFlight holds one token per attempt in flight, and one for the task
-	// the scheduler is about to send; its size is max_in_flight.
+	// the scheduler is about to send; its size is max_in_flight. The
+	// scheduler takes a token and either gives it back at once (nothing
+	// departs) or hands it to the attempt, whose send gives it back once
+	// the sink has answered.
 	inFlight *semaphore
 	// attempting counts attempts in flight, for Status.
 	attempting atomic.Int64
@@ -87,12 +93,17 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := cfg.Sink.Delivery()
+	clock := parts.Clock
+	if clock == nil {
+		clock = systemClock{}
+	}
 	p := &Pipeline{
 		cfg:          cfg,
 		src:          parts.Source,
 		sink:         parts.Sink,
 		deadLetter:   parts.DeadLetter,
 		lim:          parts.Limiter,
+		clock:        clock,
 		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit)),
 		metrics:      parts.Metrics,
 		m:            parts.Metrics.forPipeline(cfg.Name),
@@ -143,7 +154,7 @@ func (p *Pipeline) Ready() error {
 	if p.draining.Load() {
 		return errors.New("draining")
 	}
-	if err := p.stalled(time.Now()); err != nil {
+	if err := p.stalled(p.clock.Now()); err != nil {
 		return err
 	}
 	return p.src.Ready()
@@ -167,6 +178,11 @@ func (p *Pipeline) stalled(now time.Time) error {
 // every message without a final outcome is nacked, never acked. Run returns
 // only after every message it took has been settled and its goroutines have
 // exited, and closes the parts.
+//
+// There are two ways to stop, then: ctx (force) and Drain (graceful). Inside,
+// fetchCtx ends the fetcher (at the drain, or with ctx) and schedCtx the
+// scheduler (when the drain timeout passes, or with ctx); attempts in flight
+// run under ctx, so a drain lets them finish.
 func (p *Pipeline) Run(ctx context.Context) error {
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()
@@ -185,10 +201,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			return
 		}
 		stopFetch()
-		timer := time.NewTimer(p.drainTimeout)
+		timer := p.clock.NewTimer(p.drainTimeout)
 		defer timer.Stop()
 		select {
-		case <-timer.C:
+		case <-timer.C():
 			p.log.Warn("drain timeout passed; nacking what remains", "timeout", p.drainTimeout, "held", p.bucket.Held())
 			stopSched()
 		case <-schedCtx.Done():
@@ -201,7 +217,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	wg.Wait() // attempts in flight finish; failures go back to the bucket
 
 	left := p.bucket.drain()
-	now := time.Now()
+	now := p.clock.Now()
 	for _, t := range left {
 		p.nack(ctx, t, "shutdown", t.due.Sub(now))
 	}
@@ -238,7 +254,7 @@ func (p *Pipeline) fetch(ctx context.Context) {
 			return
 		}
 		msgs, err := p.src.Fetch(ctx, room)
-		p.bucket.admit(time.Now(), msgs) // even alongside an error: a fetched message is never lost
+		p.bucket.admit(p.clock.Now(), msgs) // even alongside an error: a fetched message is never lost
 		p.m.received.Add(float64(len(msgs)))
 		p.m.depth.Set(float64(p.bucket.Held()))
 		if dc, ok := p.src.(DropCounter); ok {
@@ -254,9 +270,11 @@ func (p *Pipeline) fetch(ctx context.Context) {
 				p.log.Error("source fetch failed; retrying with backoff", "err", err)
 				lastErr = err.Error()
 			}
+			timer := p.clock.NewTimer(backoff)
 			select {
-			case <-time.After(backoff):
+			case <-timer.C():
 			case <-ctx.Done():
+				timer.Stop()
 				return
 			}
 			backoff = min(backoff*2, maxBackoff)
@@ -285,24 +303,34 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 		if !p.inFlight.acquire(schedCtx) {
 			return
 		}
-		t := p.next(ctx, schedCtx)
+		t, more := p.departure(ctx, schedCtx, wg)
 		if t == nil {
-			p.inFlight.release()
-			return
-		}
-		t, ok := p.depart(ctx, schedCtx, t, wg)
-		switch {
-		case !ok:
-			p.inFlight.release()
-			p.bucket.retry(t, time.Time{}) // back into the bucket, nacked with the rest
-			return
-		case t == nil: // every task ready expired
-			p.inFlight.release()
+			p.inFlight.release() // nothing departs: the token goes back here, and only here
+			if !more {
+				return
+			}
 			continue
 		}
-		p.m.queueWait.Observe(time.Since(t.queued).Seconds())
-		wg.Go(func() { p.attempt(ctx, t) })
+		p.m.queueWait.Observe(p.clock.Now().Sub(t.queued).Seconds())
+		wg.Go(func() { p.attempt(ctx, t) }) // the attempt owns the token now
 	}
+}
+
+// departure waits for the next task and its rate slot, and returns the task
+// to send now. It returns nil when nothing departs: with more true when
+// every ready task expired (look again), false when the scheduler is done
+// (the drain is complete, or schedCtx ended; a task it held goes back into
+// the bucket, to be nacked with the rest).
+func (p *Pipeline) departure(ctx, schedCtx context.Context, wg *sync.WaitGroup) (t *task, more bool) {
+	if t = p.next(ctx, schedCtx); t == nil {
+		return nil, false
+	}
+	t, ok := p.depart(ctx, schedCtx, t, wg)
+	if !ok {
+		p.bucket.retry(t, time.Time{})
+		return nil, false
+	}
+	return t, t == nil
 }
 
 // depart waits for the rate slot of t and takes it, and returns the task to
@@ -312,7 +340,7 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitGroup) (*task, bool) {
 	for {
 		bucket := p.settings.Load().bucket
-		now := time.Now()
+		now := p.clock.Now()
 		at := p.lim.Next(now)
 		if bucket.OnExpire != OnExpireDeliver && at.After(t.queued.Add(bucket.MaxQueueTime)) {
 			expired := t
@@ -322,7 +350,7 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 			}
 			continue
 		}
-		switch sleepUntil(schedCtx, at, p.rateChanged) {
+		switch sleepUntil(schedCtx, p.clock, at, p.rateChanged) {
 		case woken:
 			continue // the rate changed: ask again
 		case cancelled:
@@ -332,7 +360,7 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		// Next (a rate change in the last stretch of the sleep, a shared
 		// limiter's lease gone stale); then ask again, having taken
 		// nothing.
-		if p.lim.Allow(time.Now()) {
+		if p.lim.Allow(p.clock.Now()) {
 			return t, true
 		}
 	}
@@ -355,7 +383,8 @@ func (p *Pipeline) take(ctx context.Context, now time.Time) (*task, time.Time) {
 // or, while draining, once the bucket holds nothing more.
 func (p *Pipeline) next(ctx, schedCtx context.Context) *task {
 	for {
-		t, due := p.take(ctx, time.Now())
+		now := p.clock.Now()
+		t, due := p.take(ctx, now)
 		if t != nil {
 			return t
 		}
@@ -363,10 +392,10 @@ func (p *Pipeline) next(ctx, schedCtx context.Context) *task {
 			return nil
 		}
 		var wake <-chan time.Time
-		var timer *time.Timer
+		var timer Timer
 		if !due.IsZero() {
-			timer = time.NewTimer(time.Until(due))
-			wake = timer.C
+			timer = p.clock.NewTimer(due.Sub(now))
+			wake = timer.C()
 		}
 		select {
 		case <-p.bucket.ready:
@@ -389,29 +418,14 @@ func revoked(t *task) bool {
 }
 
 // attempt sends a task once under the per-attempt timeout, then settles it,
-// sends it back to the retry heap, or dead-letters it.
+// sends it back to the retry heap, or dead-letters it. It owns the task's
+// in-flight token, which send gives back.
 func (p *Pipeline) attempt(ctx context.Context, t *task) {
 	set := p.settings.Load()
-	if revoked(t) { // taken back while it waited for its slot
-		p.inFlight.release()
+	start, end, err := p.send(ctx, t, set.delivery.Timeout)
+	if errors.Is(err, errRevoked) {
 		p.nack(ctx, t, "revoked", 0)
 		return
-	}
-	p.m.inFlight.Inc()
-	p.attempting.Add(1)
-	start := time.Now()
-	p.recent.addSent(start)
-	actx, cancel := context.WithTimeout(ctx, set.delivery.Timeout)
-	code, err := p.sink.Send(actx, t.msg)
-	cancel()
-	end := time.Now()
-	p.m.inFlight.Dec()
-	p.attempting.Add(-1)
-	p.inFlight.release()
-
-	if code != "" {
-		p.m.requests.WithLabelValues(code).Inc()
-		p.m.requestDuration.Observe(end.Sub(start).Seconds())
 	}
 	if t.first.IsZero() {
 		t.first = start
@@ -432,10 +446,39 @@ func (p *Pipeline) attempt(ctx context.Context, t *task) {
 	p.fail(ctx, t, d.Reason, OutcomeDeadLettered)
 }
 
+// errRevoked is send's answer for a task the source took back while it
+// waited for its slot: it was not sent.
+var errRevoked = errors.New("revoked by the source")
+
+// send makes one request of t under timeout and gives the in-flight token
+// back, once, as soon as the sink has answered: settling (an ack, a dead
+// letter) does not hold it.
+func (p *Pipeline) send(ctx context.Context, t *task, timeout time.Duration) (start, end time.Time, err error) {
+	defer p.inFlight.release()
+	if revoked(t) {
+		return start, end, errRevoked
+	}
+	p.m.inFlight.Inc()
+	p.attempting.Add(1)
+	defer p.m.inFlight.Dec()
+	defer p.attempting.Add(-1)
+	start = p.clock.Now()
+	p.recent.addSent(start)
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	code, err := p.sink.Send(actx, t.msg)
+	cancel()
+	end = p.clock.Now()
+	if code != "" {
+		p.m.requests.WithLabelValues(code).Inc()
+		p.m.requestDuration.Observe(end.Sub(start).Seconds())
+	}
+	return start, end, err
+}
+
 // expire applies on_expire to a task whose departure would come too late.
 func (p *Pipeline) expire(ctx context.Context, t *task) {
 	bucket := p.settings.Load().bucket
-	p.recent.addExpired(time.Now())
+	p.recent.addExpired(p.clock.Now())
 	if t.err == nil {
 		t.err = fmt.Errorf("would wait longer than max_queue_time %s", bucket.MaxQueueTime)
 	}

@@ -22,15 +22,15 @@ const (
 	cancelled             // ctx ended first
 )
 
-// sleepUntil waits until t, or until ctx ends or wakeUp fires (nil: never).
-// It waits on a timer (watching ctx and wakeUp) until precise before t,
-// then sleeps the rest precisely; neither is watched during that last
-// stretch.
-func sleepUntil(ctx context.Context, t time.Time, wakeUp <-chan struct{}) wake {
-	if d := time.Until(t); d > precise {
-		timer := time.NewTimer(d - precise)
+// sleepUntil waits on clock until t, or until ctx ends or wakeUp fires
+// (nil: never). It waits on a timer (watching ctx and wakeUp) until precise
+// before t, then sleeps the rest with clock.SleepUntil; neither is watched
+// during that last stretch.
+func sleepUntil(ctx context.Context, clock Clock, t time.Time, wakeUp <-chan struct{}) wake {
+	if d := t.Sub(clock.Now()); d > precise {
+		timer := clock.NewTimer(d - precise)
 		select {
-		case <-timer.C:
+		case <-timer.C():
 		case <-wakeUp:
 			timer.Stop()
 			return woken
@@ -39,9 +39,44 @@ func sleepUntil(ctx context.Context, t time.Time, wakeUp <-chan struct{}) wake {
 			return cancelled
 		}
 	}
-	preciseSleep(time.Until(t))
+	clock.SleepUntil(t)
 	if ctx.Err() != nil {
 		return cancelled
 	}
 	return reached
 }
+
+// Clock is the time a pipeline runs on: it reads the time, makes timers,
+// and sleeps the last stretch before a departure. Parts.Clock nil is the
+// machine's clock, which sleeps that stretch in the kernel (preciseSleep);
+// a test passes one on the fake time of testing/synctest, where the whole
+// scheduler runs in milliseconds.
+type Clock interface {
+	Now() time.Time
+	// NewTimer returns a timer that fires once, after d.
+	NewTimer(d time.Duration) Timer
+	// SleepUntil blocks until t. The pipeline calls it for at most the
+	// last precise before a departure, and watches nothing meanwhile.
+	SleepUntil(t time.Time)
+}
+
+// Timer is a Clock's one-shot timer.
+type Timer interface {
+	// C receives the time once the timer fires.
+	C() <-chan time.Time
+	// Stop stops a timer that has not fired, and reports whether it did.
+	Stop() bool
+}
+
+// systemClock is the machine's clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                 { return time.Now() }
+func (systemClock) NewTimer(d time.Duration) Timer { return stdTimer{time.NewTimer(d)} }
+func (systemClock) SleepUntil(t time.Time)         { preciseSleep(time.Until(t)) }
+
+// stdTimer is a *time.Timer as a Timer.
+type stdTimer struct{ t *time.Timer }
+
+func (s stdTimer) C() <-chan time.Time { return s.t.C }
+func (s stdTimer) Stop() bool          { return s.t.Stop() }

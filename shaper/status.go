@@ -3,7 +3,6 @@ package shaper
 import (
 	"errors"
 	"fmt"
-	"time"
 )
 
 // Status is a pipeline's state, as GET /v1/pipelines shows it.
@@ -46,7 +45,7 @@ func (p *Pipeline) Status() Status {
 	p.mu.Lock()
 	rate := p.rate
 	p.mu.Unlock()
-	now := time.Now()
+	now := p.clock.Now()
 	_, expired := p.recent.counts(now)
 	s := Status{
 		Name:     p.cfg.Name,
