@@ -22,10 +22,13 @@ COPY . .
 ARG VERSION=dev
 ARG TARGETOS=linux
 ARG TARGETARCH
+# -tags nodemo leaves `shaper demo` out, and with it the embedded nats-server
+# and kfake: a 15.9 MB binary instead of 28.1 MB, and no message broker in the
+# image for scanners to report. The NATS and Kafka clients stay.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/shaper ./cmd/shaper
+    go build -trimpath -tags nodemo -ldflags "-s -w -X main.version=${VERSION}" -o /out/shaper ./cmd/shaper
 
 # static-debian12 has CA certificates (for https sinks and TLS to Kafka or
 # Redis) and tzdata, and no shell. The :nonroot tag runs as uid 65532.

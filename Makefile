@@ -8,8 +8,11 @@ LDFLAGS := -X main.version=$(VERSION)
 # Every package but the fault suite, which has its own target.
 PKGS = $$($(GO) list ./... | grep -v /faults)
 
+# The release build, like the Dockerfile's: -tags nodemo leaves out
+# `shaper demo` and its embedded nats-server and kfake (README, Deploying).
+# make run and go run ./cmd/shaper demo keep the demo.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/shaper ./cmd/shaper
+	$(GO) build -tags nodemo -ldflags "$(LDFLAGS)" -o bin/shaper ./cmd/shaper
 
 run:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/shaper demo

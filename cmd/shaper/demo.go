@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package main
 
 import (
@@ -20,7 +22,9 @@ import (
 
 // demoCmd shows shaping live with nothing installed: an embedded broker
 // (NATS JetStream, or Kafka as kfake), an embedded HTTP sink, and a real
-// pipeline between them, fed one burst.
+// pipeline between them, fed one burst. The release build (-tags nodemo: the
+// container image, make build) leaves the demo and its brokers out and has
+// the stand-in of demo_nodemo.go instead.
 func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	rate := fs.Float64("rate", 25, "requests per second to the sink")

@@ -1,3 +1,8 @@
+//go:build !nodemo
+
+// The embedded nats-server and kfake are imported here and nowhere else in
+// the binary, so that -tags nodemo leaves both out of release builds.
+
 package main
 
 import (
