@@ -74,7 +74,7 @@ func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
 	if pc.Source.Kafka != nil {
 		src, err = sources.NewKafka(*pc.Source.Kafka, pc.Bucket.Capacity, "shaper-bench-"+spec.name, nil)
 	} else {
-		src, err = sources.NewNATS(*pc.Source.NATS, pc.Bucket.Capacity, "shaper-bench-"+spec.name, nil)
+		src, err = sources.NewJetStream(*pc.Source.NATS, pc.Bucket.Capacity, "shaper-bench-"+spec.name, nil)
 	}
 	if err != nil {
 		_ = sink.Close()

@@ -59,7 +59,7 @@ func Example() {
 
 	// The parts, then the pipeline.
 	lim, _ := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: pc.Rate.Limit, Burst: 1}, time.Now())
-	src, _ := sources.NewNATS(*pc.Source.NATS, pc.Bucket.Capacity, "example", nil)
+	src, _ := sources.NewJetStream(*pc.Source.NATS, pc.Bucket.Capacity, "example", nil)
 	sink, _ := sinks.NewHTTP(*pc.Sink.HTTP)
 	p := shaper.New(pc, shaper.Parts{
 		Source: src, Sink: sink, Limiter: lim,

@@ -198,7 +198,7 @@ func (e *env) start(cfg shaper.PipelineConfig) *running {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	src, err := sources.NewNATS(*cfg.Source.NATS, cfg.Bucket.Capacity, "test", nil)
+	src, err := sources.NewJetStream(*cfg.Source.NATS, cfg.Bucket.Capacity, "test", nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}

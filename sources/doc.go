@@ -12,7 +12,7 @@
 //
 // # Delivery guarantees
 //
-// A JetStream source (NATS with a stream) is at-least-once. A message is
+// A JetStream source (NATS with a stream; JetStream) is at-least-once. A message is
 // acked only when the pipeline settles it with its final outcome; until then
 // the server keeps it, and the source keeps telling the server it is still
 // being worked on, so a message waiting in the bucket is never redelivered
@@ -20,12 +20,12 @@
 // is redelivered after the consumer's AckWait. Duplicates are possible (a
 // lost ack); each message carries a stable ID for the sink to drop them.
 //
-// A Kafka source is at-least-once too: it commits, per partition, only the
+// A Kafka source (Kafka) is at-least-once too: it commits, per partition, only the
 // offsets below the lowest message not yet acked, so a crash redelivers every
 // unfinished message (and those acked after the last commit), while a nacked
 // message is redelivered by the source itself, its offset held uncommitted.
 //
-// A core NATS source (NATS without a stream) is at-most-once by nature: the
+// A core NATS source (NATS without a stream; CoreNATS) is at-most-once by nature: the
 // server does not keep messages, so what arrives while the bucket and the
 // source's buffer are full is dropped and counted (shaper.DropCounter), what
 // is buffered when the process stops is lost, and a Nack cannot bring a

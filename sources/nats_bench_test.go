@@ -18,7 +18,7 @@ func BenchmarkJetStreamFetch(b *testing.B) {
 	for _, max := range []int{1, 10, 100, 1000} {
 		b.Run("max="+strconv.Itoa(max), func(b *testing.B) {
 			s := natstest.Start(b)
-			src, err := NewNATS(jsConfig(s.ClientURL(), 30*time.Second), b.N+max, "shaper-bench", nil)
+			src, err := NewJetStream(jsConfig(s.ClientURL(), 30*time.Second), b.N+max, "shaper-bench", nil)
 			if err != nil {
 				b.Fatal(err)
 			}

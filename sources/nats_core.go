@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,11 +16,16 @@ import (
 	"github.com/shaper-dev/shaper/shaper"
 )
 
-// coreSource fetches from a core NATS subscription: at-most-once. The server
-// pushes every message at once and keeps none, so the subscription buffers up
-// to capacity messages while the bucket is full, and the client drops, and
-// counts, what arrives beyond that.
-type coreSource struct {
+// CoreNATS is a shaper.Source that consumes a core NATS subject (no
+// stream): at-most-once. The server pushes every message at once and keeps
+// none, so the subscription buffers up to capacity messages while the bucket
+// is full, and the client drops, and counts (Dropped), what arrives beyond
+// that. What is buffered when the process stops is lost, and a Nack cannot
+// bring a message back.
+//
+// CoreNATS is safe for concurrent use by multiple goroutines.
+type CoreNATS struct {
+	conn    *natsConn
 	sub     *nats.Subscription
 	subject string
 	// idPrefix makes generated IDs unique across sources and restarts, so a
@@ -27,28 +34,72 @@ type coreSource struct {
 	seq      atomic.Uint64
 	// lastDropped keeps the drop count readable after the subscription closes.
 	lastDropped atomic.Uint64
+
+	closeOnce sync.Once
 }
 
-func newCoreSource(nc *nats.Conn, subject string, capacity int) (*coreSource, error) {
-	sub, err := nc.SubscribeSync(subject)
+var (
+	_ shaper.Source      = (*CoreNATS)(nil)
+	_ shaper.DropCounter = (*CoreNATS)(nil)
+)
+
+// NewCoreNATS connects to cfg.URL and subscribes to cfg.Subject. cfg must have
+// been validated and have no Stream (NewJetStream takes those). capacity is
+// the pipeline's bucket capacity: the most messages the subscription buffers.
+// name is the NATS client name.
+//
+// A server that is down does not fail NewCoreNATS: the connection keeps
+// retrying in the background, the subscription is made when it connects, and
+// Ready says why the source is not ready meanwhile.
+func NewCoreNATS(cfg shaper.NATSSourceConfig, capacity int, name string, log *slog.Logger) (*CoreNATS, error) {
+	if capacity < 1 {
+		return nil, fmt.Errorf("nats: capacity %d: must be >= 1", capacity)
+	}
+	if cfg.Stream != "" {
+		return nil, fmt.Errorf("nats: stream %q set: a JetStream source, not core NATS", cfg.Stream)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("source", "nats", "subject", cfg.Subject)
+	// A synchronous subscription's channel holds capacity messages, and its
+	// pending limit drops beyond that.
+	conn, err := dialNATS(cfg.URL, name, log, true, nats.SyncQueueLen(capacity))
 	if err != nil {
-		return nil, fmt.Errorf("nats: subscribe to %q: %w", subject, err)
+		return nil, err
 	}
-	// Bound the buffer by count; keep the client's default byte bound too.
-	if err := sub.SetPendingLimits(capacity, nats.DefaultSubPendingBytesLimit); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("nats: limit the buffer of %q to %d messages: %w", subject, capacity, err)
+	sub, err := conn.nc.SubscribeSync(cfg.Subject)
+	if err == nil {
+		// Bound the buffer by count; keep the client's default byte bound too.
+		if err = sub.SetPendingLimits(capacity, nats.DefaultSubPendingBytesLimit); err != nil {
+			_ = sub.Unsubscribe()
+			err = fmt.Errorf("nats: limit the buffer of %q to %d messages: %w", cfg.Subject, capacity, err)
+		}
+	} else {
+		err = fmt.Errorf("nats: subscribe to %q: %w", cfg.Subject, err)
 	}
-	return &coreSource{
+	if err != nil {
+		conn.nc.Close()
+		return nil, err
+	}
+	return &CoreNATS{
+		conn:     conn,
 		sub:      sub,
-		subject:  subject,
+		subject:  cfg.Subject,
 		idPrefix: fmt.Sprintf("%08x", rand.Uint32()),
 	}, nil
 }
 
-// fetch waits for the first buffered message, then takes what else is
-// buffered, up to max.
-func (c *coreSource) fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
+// Fetch waits for the first buffered message, then takes what else is
+// buffered, up to max. It returns ctx.Err() when ctx ends first. While the
+// connection is down it waits (Ready says why).
+func (c *CoreNATS) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("nats: fetch %d messages: must be >= 1", max)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var m *nats.Msg
 	for {
 		var err error
@@ -83,7 +134,7 @@ func (c *coreSource) fetch(ctx context.Context, max int) ([]*shaper.Message, err
 	return out, nil
 }
 
-func (c *coreSource) message(m *nats.Msg) *shaper.Message {
+func (c *CoreNATS) message(m *nats.Msg) *shaper.Message {
 	id := m.Header.Get(nats.MsgIdHdr)
 	if id == "" {
 		id = m.Subject + "/" + c.idPrefix + "-" + strconv.FormatUint(c.seq.Add(1), 10)
@@ -97,17 +148,30 @@ func (c *coreSource) message(m *nats.Msg) *shaper.Message {
 	}
 }
 
-func (c *coreSource) dropped() uint64 {
+// Ready returns nil while the source is connected, else why not, such as
+// `nats: not connected to nats://127.0.0.1:4222`.
+func (c *CoreNATS) Ready() error {
+	return c.conn.ready()
+}
+
+// Dropped returns how many messages the source has dropped because its
+// buffer was full (the bucket was not fetching).
+func (c *CoreNATS) Dropped() uint64 {
 	if n, err := c.sub.Dropped(); err == nil {
 		c.lastDropped.Store(uint64(n))
 	}
 	return c.lastDropped.Load()
 }
 
-// close unsubscribes; what is still buffered is lost (at-most-once).
-func (c *coreSource) close() {
-	c.dropped()
-	_ = c.sub.Unsubscribe() // the connection closes next anyway
+// Close unsubscribes, so what is still buffered is lost (at-most-once), and
+// closes the connection. Calling it again does nothing; it always returns nil.
+func (c *CoreNATS) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() {
+		c.Dropped()
+		_ = c.sub.Unsubscribe() // the connection closes next anyway
+		c.conn.close(ctx)
+	})
+	return nil
 }
 
 // coreReceipt settles a core NATS message: there is nothing to settle. The

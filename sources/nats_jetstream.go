@@ -39,14 +39,19 @@ const (
 	natsDefaultAckWait = 30 * time.Second
 )
 
-// jetStreamSource fetches from a JetStream durable pull consumer it creates or
-// updates on an existing stream.
+// JetStream is a shaper.Source that consumes a JetStream durable pull
+// consumer, which it creates or updates on an existing stream (the operator
+// owns streams): at-least-once.
 //
 // Every message it hands out is held until its receipt settles it. One
 // goroutine (keepHeld) sends InProgress for held messages every AckWait/3, so
 // the server never redelivers a message that is waiting in the bucket.
-type jetStreamSource struct {
-	nc            *nats.Conn
+// Whatever is not acked when the process dies is redelivered after AckWait.
+//
+// JetStream is safe for concurrent use by multiple goroutines; concurrent
+// Fetch calls take turns.
+type JetStream struct {
+	conn          *natsConn
 	js            jetstream.JetStream
 	cfg           shaper.NATSSourceConfig
 	consumerCfg   jetstream.ConsumerConfig
@@ -54,7 +59,7 @@ type jetStreamSource struct {
 	log           *slog.Logger
 
 	fetching chan struct{} // size 1: the token of the one Fetch running
-	done     chan struct{} // closed by close
+	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
 
 	mu       sync.Mutex
@@ -62,18 +67,58 @@ type jetStreamSource struct {
 	setupErr error              // why consumer is nil
 	held     map[*jsReceipt]struct{}
 	closed   bool // no goroutine may start once set
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
-func newJetStreamSource(nc *nats.Conn, cfg shaper.NATSSourceConfig, capacity int, log *slog.Logger) *jetStreamSource {
+var _ shaper.Source = (*JetStream)(nil)
+
+// NewJetStream connects to cfg.URL and returns a source for cfg.Subject on
+// the durable consumer cfg.Durable of stream cfg.Stream. cfg must have been
+// validated and defaulted (Stream set; Durable, AckWait). capacity is the
+// pipeline's bucket capacity, the consumer's MaxAckPending. name is the NATS
+// client name.
+//
+// A server that is down does not fail NewJetStream: the connection keeps
+// retrying in the background and Ready says why the source is not ready.
+// Neither does a missing stream: Fetch and Ready report it, and recover on
+// their own once the stream exists.
+func NewJetStream(cfg shaper.NATSSourceConfig, capacity int, name string, log *slog.Logger) (*JetStream, error) {
+	if capacity < 1 {
+		return nil, fmt.Errorf("nats: capacity %d: must be >= 1", capacity)
+	}
+	if cfg.Stream == "" {
+		return nil, errors.New("nats: no stream: a core NATS source, not JetStream")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("source", "nats", "subject", cfg.Subject, "stream", cfg.Stream, "durable", cfg.Durable)
+	conn, err := dialNATS(cfg.URL, name, log, false)
+	if err != nil {
+		return nil, err
+	}
+	s := newJetStream(conn, cfg, capacity)
+	if conn.nc.IsConnected() {
+		ctx, cancel := context.WithTimeout(context.Background(), natsSetupTimeout)
+		// An error is kept for Ready and retried by Fetch.
+		_, _ = s.setup(ctx)
+		cancel()
+	}
+	return s, nil
+}
+
+func newJetStream(conn *natsConn, cfg shaper.NATSSourceConfig, capacity int) *JetStream {
 	ackWait := cfg.AckWait
 	if ackWait <= 0 {
 		ackWait = natsDefaultAckWait
 	}
-	js, _ := jetstream.New(nc) // fails only for a nil connection
-	s := &jetStreamSource{
-		nc:  nc,
-		js:  js,
-		cfg: cfg,
+	js, _ := jetstream.New(conn.nc) // fails only for a nil connection
+	s := &JetStream{
+		conn: conn,
+		js:   js,
+		cfg:  cfg,
 		consumerCfg: jetstream.ConsumerConfig{
 			Durable:       cfg.Durable,
 			FilterSubject: cfg.Subject,
@@ -87,7 +132,7 @@ func newJetStreamSource(nc *nats.Conn, cfg shaper.NATSSourceConfig, capacity int
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		},
 		progressEvery: max(ackWait/3, time.Millisecond),
-		log:           log,
+		log:           conn.log,
 		fetching:      make(chan struct{}, 1),
 		done:          make(chan struct{}),
 		held:          make(map[*jsReceipt]struct{}),
@@ -109,7 +154,7 @@ func (e *streamNotFoundError) Unwrap() error { return jetstream.ErrStreamNotFoun
 
 // setup returns the consumer, creating or updating it first if it is not set
 // up. A failure is kept for ready.
-func (s *jetStreamSource) setup(ctx context.Context) (jetstream.Consumer, error) {
+func (s *JetStream) setup(ctx context.Context) (jetstream.Consumer, error) {
 	s.mu.Lock()
 	c, hadErr := s.consumer, s.setupErr != nil
 	s.mu.Unlock()
@@ -138,7 +183,7 @@ func (s *jetStreamSource) setup(ctx context.Context) (jetstream.Consumer, error)
 
 // fail records a failed fetch so that the next one sets the consumer up
 // again (it may have been deleted, or its stream), and returns the error.
-func (s *jetStreamSource) fail(err error) error {
+func (s *JetStream) fail(err error) error {
 	err = fmt.Errorf("nats: fetch from consumer %q on stream %q: %w", s.cfg.Durable, s.cfg.Stream, err)
 	s.mu.Lock()
 	s.consumer, s.setupErr = nil, err
@@ -146,7 +191,14 @@ func (s *jetStreamSource) fail(err error) error {
 	return err
 }
 
-func (s *jetStreamSource) ready() error {
+// Ready returns nil while the source is connected and its consumer is set
+// up; otherwise an error saying why not, such as
+// `nats: not connected to nats://127.0.0.1:4222` or
+// `nats: stream "CALLBACKS" not found`.
+func (s *JetStream) Ready() error {
+	if err := s.conn.ready(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -158,14 +210,25 @@ func (s *jetStreamSource) ready() error {
 	return fmt.Errorf("nats: consumer %q on stream %q not set up yet", s.cfg.Durable, s.cfg.Stream)
 }
 
-// fetch takes a message in two requests. The first asks for one message and
+// Fetch takes a message in two requests. The first asks for one message and
 // waits at the server up to natsIdleWait, again and again until one comes or
 // ctx ends: an idle source sends one request a second and a new message is
 // handed out as soon as it is published. The second gathers what is already
 // in the stream behind the first (its metadata says how many), up to max-1,
 // in one round trip. Neither asks for more than max, so no request lingers
 // holding messages nobody asked for.
-func (s *jetStreamSource) fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
+//
+// Fetch returns ctx.Err() when ctx ends; a message that arrived meanwhile is
+// Nak'ed, so it is redelivered at once rather than lost. While the connection
+// is down Fetch waits for it (Ready says why); other errors (a missing
+// stream) are returned at once.
+func (s *JetStream) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("nats: fetch %d messages: must be >= 1", max)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case s.fetching <- struct{}{}:
 		defer func() { <-s.fetching }()
@@ -173,10 +236,10 @@ func (s *jetStreamSource) fetch(ctx context.Context, max int) ([]*shaper.Message
 		return nil, ctx.Err()
 	}
 	for {
-		if s.isClosed() || s.nc.IsClosed() {
+		if s.isClosed() || s.conn.nc.IsClosed() {
 			return nil, errClosed
 		}
-		if !s.nc.IsConnected() {
+		if !s.conn.nc.IsConnected() {
 			if err := s.sleep(ctx, natsReconnectPoll); err != nil {
 				return nil, err
 			}
@@ -233,7 +296,7 @@ func gatherCount(m jetstream.Msg, room int) int {
 // receive reads b until the request completes. If ctx ends or the source
 // closes first, it returns the messages received so far with the reason, and
 // leaves the request to a goroutine that Naks whatever still arrives for it.
-func (s *jetStreamSource) receive(ctx context.Context, b jetstream.MessageBatch) ([]jetstream.Msg, error) {
+func (s *JetStream) receive(ctx context.Context, b jetstream.MessageBatch) ([]jetstream.Msg, error) {
 	var msgs []jetstream.Msg
 	for {
 		select {
@@ -254,7 +317,7 @@ func (s *jetStreamSource) receive(ctx context.Context, b jetstream.MessageBatch)
 
 // abandon Naks, in a goroutine, every message still delivered for a request
 // nobody waits for any more. The request ends by itself within its wait.
-func (s *jetStreamSource) abandon(b jetstream.MessageBatch) {
+func (s *JetStream) abandon(b jetstream.MessageBatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -277,7 +340,7 @@ func nakAll(msgs []jetstream.Msg) {
 	}
 }
 
-func (s *jetStreamSource) sleep(ctx context.Context, d time.Duration) error {
+func (s *JetStream) sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -290,14 +353,14 @@ func (s *jetStreamSource) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (s *jetStreamSource) isClosed() bool {
+func (s *JetStream) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
 }
 
 // hold turns msgs into pipeline messages and holds them until settled.
-func (s *jetStreamSource) hold(msgs []jetstream.Msg) []*shaper.Message {
+func (s *JetStream) hold(msgs []jetstream.Msg) []*shaper.Message {
 	now := time.Now()
 	out := make([]*shaper.Message, len(msgs))
 	rs := make([]*jsReceipt, len(msgs))
@@ -331,7 +394,7 @@ func (s *jetStreamSource) hold(msgs []jetstream.Msg) []*shaper.Message {
 	return out
 }
 
-func (s *jetStreamSource) release(r *jsReceipt) {
+func (s *JetStream) release(r *jsReceipt) {
 	s.mu.Lock()
 	delete(s.held, r)
 	s.mu.Unlock()
@@ -342,7 +405,7 @@ func (s *jetStreamSource) release(r *jsReceipt) {
 // (AckWait/3). A message is thus touched at most 1.5×progressEvery = AckWait/2
 // after it arrived or was last touched, and one fetched and settled within
 // AckWait/6 costs nothing. It runs until close.
-func (s *jetStreamSource) keepHeld() {
+func (s *JetStream) keepHeld() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.progressEvery)
 	defer t.Stop()
@@ -378,10 +441,25 @@ func (s *jetStreamSource) keepHeld() {
 	}
 }
 
+// Close releases the source; the pipeline calls it after every fetched
+// message has been settled. It stops the InProgress loop (a message still
+// held is Nak'ed, so it comes back at once), flushes what is left to send
+// (naks; acks are already confirmed) and closes the connection. It returns an
+// error wrapping ctx.Err() if ctx ends before the source's goroutines have,
+// after closing the connection anyway. Calling Close again returns the first
+// call's result.
+func (s *JetStream) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.closeErr = s.close(ctx)
+		s.conn.close(ctx)
+	})
+	return s.closeErr
+}
+
 // close stops keepHeld, Naks what is still held (the pipeline settles
 // everything before Close, so this is a forced shutdown), and waits for
 // the goroutines until ctx ends.
-func (s *jetStreamSource) close(ctx context.Context) error {
+func (s *JetStream) close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	var left []*jsReceipt
@@ -415,7 +493,7 @@ func (s *jetStreamSource) close(ctx context.Context) error {
 // any InProgress in flight, so the server never sees an InProgress after a
 // Nak (which would replace the Nak's delay with a full AckWait).
 type jsReceipt struct {
-	src    *jetStreamSource
+	src    *JetStream
 	msg    jetstream.Msg
 	seq    uint64 // stream sequence
 	origin string

@@ -80,18 +80,18 @@ func publish(t *testing.T, js jetstream.JetStream, first, n int, id func(i int) 
 	}
 }
 
-// newSource starts a source and closes it when the test ends.
-func newSource(t *testing.T, cfg shaper.NATSSourceConfig, capacity int) *NATS {
+// newSource starts a JetStream source and closes it when the test ends.
+func newSource(t *testing.T, cfg shaper.NATSSourceConfig, capacity int) *JetStream {
 	t.Helper()
-	src, err := NewNATS(cfg, capacity, "shaper-test", nil)
+	src, err := NewJetStream(cfg, capacity, "shaper-test", nil)
 	if err != nil {
-		t.Fatalf("NewNATS: %v", err)
+		t.Fatalf("NewJetStream: %v", err)
 	}
 	t.Cleanup(func() { closeSource(t, src) })
 	return src
 }
 
-func closeSource(t *testing.T, src *NATS) {
+func closeSource(t *testing.T, src shaper.Source) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -101,7 +101,7 @@ func closeSource(t *testing.T, src *NATS) {
 }
 
 // fetch calls Fetch once under a timeout.
-func fetch(src *NATS, max int, timeout time.Duration) ([]*shaper.Message, error) {
+func fetch(src shaper.Source, max int, timeout time.Duration) ([]*shaper.Message, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return src.Fetch(ctx, max)
@@ -110,7 +110,7 @@ func fetch(src *NATS, max int, timeout time.Duration) ([]*shaper.Message, error)
 // fetchN fetches until it has n messages, asking for max at a time, and
 // fails the test if a Fetch returns more than max or an error, or if n do not
 // come within 20s.
-func fetchN(t *testing.T, src *NATS, n, max int) []*shaper.Message {
+func fetchN(t *testing.T, src shaper.Source, n, max int) []*shaper.Message {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	var got []*shaper.Message
@@ -131,7 +131,7 @@ func fetchN(t *testing.T, src *NATS, n, max int) []*shaper.Message {
 }
 
 // expectNothing checks that Fetch returns no message for d.
-func expectNothing(t *testing.T, src *NATS, d time.Duration) {
+func expectNothing(t *testing.T, src shaper.Source, d time.Duration) {
 	t.Helper()
 	msgs, err := fetch(src, 100, d)
 	if !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 {
@@ -210,21 +210,21 @@ func TestJetStreamAckedAreNotRedeliveredAfterRestartAndUnackedAre(t *testing.T) 
 		name    string
 		ackWait time.Duration
 		// stop ends the first source without settling the un-acked messages.
-		stop func(t *testing.T, src *NATS)
+		stop func(t *testing.T, src *JetStream)
 	}{
 		{
 			// Close Naks what is still held, so it comes back long before
 			// this AckWait.
 			name:    "close",
 			ackWait: 30 * time.Second,
-			stop:    closeSource,
+			stop:    func(t *testing.T, src *JetStream) { closeSource(t, src) },
 		},
 		{
 			// A crash settles nothing: the server redelivers after AckWait.
 			name:    "crash",
 			ackWait: time.Second,
-			stop: func(t *testing.T, src *NATS) {
-				src.nc.Close()
+			stop: func(t *testing.T, src *JetStream) {
+				src.conn.nc.Close()
 				closeSource(t, src)
 			},
 		},
@@ -237,9 +237,9 @@ func TestJetStreamAckedAreNotRedeliveredAfterRestartAndUnackedAre(t *testing.T) 
 			publish(t, js, 0, 10, nil)
 			cfg := jsConfig(s.ClientURL(), tt.ackWait)
 
-			first, err := NewNATS(cfg, 100, "shaper-test", nil)
+			first, err := NewJetStream(cfg, 100, "shaper-test", nil)
 			if err != nil {
-				t.Fatalf("NewNATS: %v", err)
+				t.Fatalf("NewJetStream: %v", err)
 			}
 			got := fetchN(t, first, 10, 10)
 			ack(t, got[:5]...)
@@ -444,7 +444,7 @@ func TestJetStreamResumesAfterServerRestart(t *testing.T) {
 	}
 }
 
-func TestNewNATSSucceedsWhileServerIsDownAndConnectsLater(t *testing.T) {
+func TestNewJetStreamSucceedsWhileServerIsDownAndConnectsLater(t *testing.T) {
 	port := freePort(t)
 	url := fmt.Sprintf("nats://shaper:secret@127.0.0.1:%d", port)
 	src := newSource(t, jsConfig(url, 30*time.Second), 100)
@@ -504,10 +504,14 @@ func TestSettlingTwiceIsHarmless(t *testing.T) {
 
 // coreSourceAt starts a core NATS source on testSubject whose subscription
 // the server knows of when it returns.
-func coreSourceAt(t *testing.T, s *server.Server, capacity int) *NATS {
+func coreSourceAt(t *testing.T, s *server.Server, capacity int) *CoreNATS {
 	t.Helper()
-	src := newSource(t, shaper.NATSSourceConfig{URL: s.ClientURL(), Subject: testSubject}, capacity)
-	if err := src.nc.Flush(); err != nil {
+	src, err := NewCoreNATS(shaper.NATSSourceConfig{URL: s.ClientURL(), Subject: testSubject}, capacity, "shaper-test", nil)
+	if err != nil {
+		t.Fatalf("NewCoreNATS: %v", err)
+	}
+	t.Cleanup(func() { closeSource(t, src) })
+	if err := src.conn.nc.Flush(); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
 	return src
@@ -579,11 +583,11 @@ func TestCoreDropsAndCountsWhatArrivesWhileItsBufferIsFull(t *testing.T) {
 	if err := pub.Flush(); err != nil { // the server has routed every message
 		t.Fatalf("flush publisher: %v", err)
 	}
-	if err := src.nc.Flush(); err != nil { // and the source has read them all
+	if err := src.conn.nc.Flush(); err != nil { // and the source has read them all
 		t.Fatalf("flush source: %v", err)
 	}
 
-	buffered, _, err := src.core.sub.Pending()
+	buffered, _, err := src.sub.Pending()
 	if err != nil {
 		t.Fatalf("Pending: %v", err)
 	}
@@ -616,7 +620,7 @@ func TestFetchOnCancelledCtxReturnsPromptly(t *testing.T) {
 	s := natstest.Start(t)
 	_, js := client(t, s)
 	createStream(t, js)
-	sources := map[string]*NATS{
+	sources := map[string]shaper.Source{
 		"jetstream": newSource(t, jsConfig(s.ClientURL(), 30*time.Second), 10),
 		"core":      coreSourceAt(t, s, 10),
 	}
@@ -646,21 +650,29 @@ func TestCloseEndsTheSourceAndIsIdempotent(t *testing.T) {
 	s := natstest.Start(t)
 	_, js := client(t, s)
 	createStream(t, js)
-	for _, cfg := range []shaper.NATSSourceConfig{
-		jsConfig(s.ClientURL(), 30*time.Second),
-		{URL: s.ClientURL(), Subject: testSubject},
-	} {
-		src, err := NewNATS(cfg, 10, "shaper-test", nil)
+	tests := []struct {
+		name string
+		open func() (shaper.Source, error)
+	}{
+		{"jetstream", func() (shaper.Source, error) {
+			return NewJetStream(jsConfig(s.ClientURL(), 30*time.Second), 10, "shaper-test", nil)
+		}},
+		{"core", func() (shaper.Source, error) {
+			return NewCoreNATS(shaper.NATSSourceConfig{URL: s.ClientURL(), Subject: testSubject}, 10, "shaper-test", nil)
+		}},
+	}
+	for _, tt := range tests {
+		src, err := tt.open()
 		if err != nil {
-			t.Fatalf("NewNATS: %v", err)
+			t.Fatalf("%s: new: %v", tt.name, err)
 		}
 		closeSource(t, src)
 		closeSource(t, src)
 		if err := src.Ready(); !errors.Is(err, errClosed) {
-			t.Errorf("stream %q: Ready() after Close = %v; want %v", cfg.Stream, err, errClosed)
+			t.Errorf("%s: Ready() after Close = %v; want %v", tt.name, err, errClosed)
 		}
 		if _, err := fetch(src, 10, 5*time.Second); err == nil {
-			t.Errorf("stream %q: Fetch after Close = nil error; want one", cfg.Stream)
+			t.Errorf("%s: Fetch after Close = nil error; want one", tt.name)
 		}
 	}
 }

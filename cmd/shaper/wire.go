@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"time"
@@ -137,15 +136,22 @@ func buildDeadLetter(cfg shaper.DeadLetterConfig, name string) (shaper.Sink, err
 	return orNil(sinks.NewNATS(*cfg.NATS, name))
 }
 
+// buildSource picks the source by config: Kafka; NATS with a stream is
+// JetStream (at-least-once); NATS without one is core NATS (at-most-once).
 func buildSource(cfg shaper.SourceConfig, capacity int, name string, log *slog.Logger) (shaper.Source, error) {
-	if cfg.Kafka != nil {
-		s, err := sources.NewKafka(*cfg.Kafka, capacity, name, log)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
+	switch {
+	case cfg.Kafka != nil:
+		return sourceOrNil(sources.NewKafka(*cfg.Kafka, capacity, name, log))
+	case cfg.NATS.Stream != "":
+		return sourceOrNil(sources.NewJetStream(*cfg.NATS, capacity, name, log))
+	default:
+		return sourceOrNil(sources.NewCoreNATS(*cfg.NATS, capacity, name, log))
 	}
-	s, err := sources.NewNATS(*cfg.NATS, capacity, name, log)
+}
+
+// sourceOrNil converts a constructor's result to a shaper.Source without
+// wrapping a nil pointer.
+func sourceOrNil[S shaper.Source](s S, err error) (shaper.Source, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -164,16 +170,5 @@ func orNil[S shaper.Sink](s S, err error) (shaper.Sink, error) {
 func closeParts(parts shaper.Parts) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if parts.Source != nil {
-		_ = parts.Source.Close(ctx) // startup failed; the error that matters is already returned
-	}
-	if parts.Sink != nil {
-		_ = parts.Sink.Close()
-	}
-	if parts.DeadLetter != nil {
-		_ = parts.DeadLetter.Close()
-	}
-	if c, ok := parts.Limiter.(io.Closer); ok {
-		_ = c.Close()
-	}
+	_ = parts.Close(ctx) // startup failed; the error that matters is already returned
 }
