@@ -231,11 +231,25 @@ func (p *Pipeline) Run(ctx context.Context) error {
 func (p *Pipeline) close(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	errs := []error{p.src.Close(cctx), p.sink.Close()}
-	if p.deadLetter != nil {
-		errs = append(errs, p.deadLetter.Close())
+	return Parts{Source: p.src, Sink: p.sink, DeadLetter: p.deadLetter, Limiter: p.lim}.Close(cctx)
+}
+
+// Close releases every part that is set: the source (within ctx), the
+// sink, the dead-letter target, and a limiter that holds a resource (a
+// shared limiter and its Redis client). A pipeline's Run closes its own
+// parts; Close is for parts built but never run.
+func (ps Parts) Close(ctx context.Context) error {
+	var errs []error
+	if ps.Source != nil {
+		errs = append(errs, ps.Source.Close(ctx))
 	}
-	if c, ok := p.lim.(io.Closer); ok { // a shared limiter and its Redis client
+	if ps.Sink != nil {
+		errs = append(errs, ps.Sink.Close())
+	}
+	if ps.DeadLetter != nil {
+		errs = append(errs, ps.DeadLetter.Close())
+	}
+	if c, ok := ps.Limiter.(io.Closer); ok {
 		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
