@@ -10,12 +10,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // readyz returns /readyz's status and body (0 when it cannot be reached).
 func readyz(admin string) (int, string) {
-	code, body, err := get(admin, "/readyz")
+	code, body, err := childtest.Get(admin, "/readyz")
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -25,7 +28,7 @@ func readyz(admin string) (int, string) {
 // brokerOutage takes the broker down with stop, checks that the daemon
 // stays up and /readyz says 503 with a reason that contains want, then
 // brings the broker back with start and checks /readyz returns to 200.
-func brokerOutage(t *testing.T, p *shaperProc, admin string, want string, stop, start func()) (notReadyAfter, readyAfter time.Duration) {
+func brokerOutage(t *testing.T, p *childtest.Process, admin string, want string, stop, start func()) (notReadyAfter, readyAfter time.Duration) {
 	t.Helper()
 	if code, body := readyz(admin); code != http.StatusOK {
 		t.Fatalf("/readyz before the outage = %d %q; want 200", code, body)
@@ -33,7 +36,7 @@ func brokerOutage(t *testing.T, p *shaperProc, admin string, want string, stop, 
 	stop()
 	down := time.Now()
 	var body string
-	waitFor(t, 30*time.Second, "/readyz to turn 503 while the broker is down", func() bool {
+	testwait.For(t, 30*time.Second, "/readyz to turn 503 while the broker is down", func() bool {
 		var code int
 		code, body = readyz(admin)
 		return code == http.StatusServiceUnavailable
@@ -43,15 +46,15 @@ func brokerOutage(t *testing.T, p *shaperProc, admin string, want string, stop, 
 		t.Errorf("/readyz while the broker is down = %q; want a reason mentioning %q", body, want)
 	}
 	time.Sleep(2 * time.Second) // a while down: still alive, still not ready
-	if p.hasExited() {
-		t.Fatalf("shaper exited while the broker was down: %v", p.state)
+	if p.Exited() {
+		t.Fatalf("shaper exited while the broker was down: %v", p.Cmd.ProcessState)
 	}
 	if code, b := readyz(admin); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz 2s into the outage = %d %q; want 503", code, b)
 	}
 	start()
 	up := time.Now()
-	waitFor(t, time.Minute, "/readyz to return to 200 after the broker came back", func() bool {
+	testwait.For(t, time.Minute, "/readyz to return to 200 after the broker came back", func() bool {
 		code, _ := readyz(admin)
 		return code == http.StatusOK
 	})
@@ -64,20 +67,20 @@ func TestNATSServerRestartKeepsTheDaemonUpReadyzTruthfulAndLosesNothing(t *testi
 	t.Parallel()
 	const n, more, limit = 300, 50, 100
 	f := jetstreamFixture(t, n)
-	sink := newSink(t, func(*http.Request, int) action { return action{delay: 10 * time.Millisecond} })
-	config := writeConfig(t, pipeline{
+	sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 10 * time.Millisecond} })
+	config := childtest.WriteConfig(t, pipeline{
 		source: f.source,
 		rate:   fmt.Sprintf("{limit: %d}", limit),
-		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.url),
+		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.URL),
 	}.yaml())
 	p := startShaper(t, "shaper", config)
-	admin := p.admin()
-	waitFor(t, time.Minute, "50 deliveries", func() bool { return sink.deliveredCount() >= 50 })
+	admin := p.Admin()
+	testwait.For(t, time.Minute, "50 deliveries", func() bool { return sink.DeliveredCount() >= 50 })
 	brokerOutage(t, p, admin, "nats", f.nats.stop, f.nats.start)
 	// The consumer works after the restart: new messages arrive too.
 	f.nats.publish(more, numbered("in.faults"))
-	waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n+more })
-	p.stop()
+	testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n+more })
+	p.Stop()
 	f.settled(30 * time.Second)
 	o := account(t, streamIDs(n+more), sink, nil)
 	t.Logf("%d messages across a NATS restart: %d lost, %d duplicates", n+more, len(o.lost), o.duplicates)
@@ -87,20 +90,20 @@ func TestKafkaBrokerRestartKeepsTheDaemonUpReadyzTruthfulAndLosesNothing(t *test
 	t.Parallel()
 	const n, limit = 400, 100
 	f := kafkaFixture(t, n, 200*time.Millisecond)
-	sink := newSink(t, func(*http.Request, int) action { return action{delay: 10 * time.Millisecond} })
-	config := writeConfig(t, pipeline{
+	sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 10 * time.Millisecond} })
+	config := childtest.WriteConfig(t, pipeline{
 		source: f.source,
 		rate:   fmt.Sprintf("{limit: %d}", limit),
-		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.url),
+		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.URL),
 	}.yaml())
 	p := startShaper(t, "shaper", config)
-	admin := p.admin()
-	waitFor(t, time.Minute, "50 deliveries", func() bool { return sink.deliveredCount() >= 50 })
-	brokerOutage(t, p, admin, "kafka", f.kafka.stop, f.kafka.start)
-	waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
-	p.stop()
+	admin := p.Admin()
+	testwait.For(t, time.Minute, "50 deliveries", func() bool { return sink.DeliveredCount() >= 50 })
+	brokerOutage(t, p, admin, "kafka", f.kafka.Stop, f.kafka.Restart)
+	testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n })
+	p.Stop()
 	f.settled(30 * time.Second)
-	delivered, answers := sink.deliveredKeys()
+	delivered, answers := sink.Delivered()
 	t.Logf("%d messages across a Kafka restart: %d lost, %d duplicates", n, n-len(delivered), answers-len(delivered))
 	if len(delivered) != n {
 		t.Errorf("delivered %d of %d", len(delivered), n)
@@ -112,47 +115,47 @@ func TestRedisDownUpAndPausedKeepsTheRateBoundedAndLosesNothing(t *testing.T) {
 	const n, limit, fallback = 1000, 100, 20
 	f := jetstreamFixture(t, n)
 	rs := redistest.Start(t)
-	sink := newSink(t, func(*http.Request, int) action { return action{delay: 5 * time.Millisecond} })
-	config := writeConfig(t, pipeline{
+	sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 5 * time.Millisecond} })
+	config := childtest.WriteConfig(t, pipeline{
 		source: f.source,
 		rate: fmt.Sprintf(`{limit: %d, shared: {redis: {addr: "%s"}, key: "shaper:faults", fallback_limit: %d, timeout: 50ms}}`,
 			limit, rs.Addr, fallback),
-		sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.url),
+		sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.URL),
 	}.yaml())
 	p := startShaper(t, "shaper", config)
-	admin := p.admin()
+	admin := p.Admin()
 	fallbackIs := func(want float64) func() bool {
 		return func() bool {
-			m, err := scrape(admin)
-			return err == nil && m.sum("shaper_limiter_fallback") == want
+			m, err := childtest.Scrape(admin)
+			return err == nil && m.Sum("shaper_limiter_fallback") == want
 		}
 	}
 	phase := func(name string, d time.Duration) {
 		from := time.Now()
 		time.Sleep(d)
-		got := len(sink.between(from, time.Now()))
+		got := len(sink.Between(from, time.Now()))
 		code, body := readyz(admin)
 		t.Logf("%-22s %5.1f/s at the sink; /readyz %d %q", name+":", float64(got)/d.Seconds(), code, body)
-		if p.hasExited() {
-			t.Fatalf("shaper exited during %s: %v", name, p.state)
+		if p.Exited() {
+			t.Fatalf("shaper exited during %s: %v", name, p.Cmd.ProcessState)
 		}
 		if code != http.StatusOK {
 			t.Errorf("/readyz during %s = %d %q; want 200: the source is connected and the pipeline delivers", name, code, body)
 		}
 	}
 
-	waitFor(t, time.Minute, "deliveries", func() bool { return sink.deliveredCount() >= 20 })
+	testwait.For(t, time.Minute, "deliveries", func() bool { return sink.DeliveredCount() >= 20 })
 	phase("shared", 2*time.Second)
 
 	rs.Stop()
-	waitFor(t, 10*time.Second, "shaper_limiter_fallback 1 with Redis down", fallbackIs(1))
-	if _, body, err := get(admin, "/v1/pipelines"); err != nil || !strings.Contains(body, `"limiter": "fallback"`) {
+	testwait.For(t, 10*time.Second, "shaper_limiter_fallback 1 with Redis down", fallbackIs(1))
+	if _, body, err := childtest.Get(admin, "/v1/pipelines"); err != nil || !strings.Contains(body, `"limiter": "fallback"`) {
 		t.Errorf("/v1/pipelines with Redis down = %q, %v; want it to show \"limiter\": \"fallback\"", body, err)
 	}
 	phase("redis down (fallback)", 2*time.Second)
 
 	rs.Restart()
-	waitFor(t, 15*time.Second, "shaper_limiter_fallback 0 with Redis back", fallbackIs(0))
+	testwait.For(t, 15*time.Second, "shaper_limiter_fallback 0 with Redis back", fallbackIs(0))
 	phase("redis back", 2*time.Second)
 
 	// A stalled Redis: CLIENT PAUSE holds every command for 2s; calls
@@ -164,16 +167,16 @@ func TestRedisDownUpAndPausedKeepsTheRateBoundedAndLosesNothing(t *testing.T) {
 	}
 	cancel()
 	_ = rc.Close()
-	paused := waitUntil(2*time.Second, fallbackIs(1))
+	paused := testwait.Until(2*time.Second, fallbackIs(1))
 	phase("redis paused", time.Second)
-	waitFor(t, 15*time.Second, "shaper_limiter_fallback 0 after the pause", fallbackIs(0))
+	testwait.For(t, 15*time.Second, "shaper_limiter_fallback 0 after the pause", fallbackIs(0))
 	phase("after the pause", time.Second)
 	if !paused {
 		t.Errorf("shaper_limiter_fallback never turned 1 while Redis was paused")
 	}
 
-	waitFor(t, 2*time.Minute, "every message delivered", func() bool { return sink.deliveredCount() >= n })
-	p.stop()
+	testwait.For(t, 2*time.Minute, "every message delivered", func() bool { return sink.DeliveredCount() >= n })
+	p.Stop()
 	f.settled(30 * time.Second)
 	o := account(t, streamIDs(n), sink, nil)
 	// One lease: about 20 ms of slots, limit × 20 ms.

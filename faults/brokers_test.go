@@ -15,7 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/shaper-dev/shaper/internal/kafkatest"
 	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // deadLetter is one message found on a dead-letter subject or topic.
@@ -171,7 +173,7 @@ func (b *natsBroker) settled(stream, durable string, timeout time.Duration) {
 	var pending uint64
 	var ackPending int
 	var err error
-	waitFor(b.t, timeout, "every message acked on "+stream, func() bool {
+	testwait.For(b.t, timeout, "every message acked on "+stream, func() bool {
 		pending, ackPending, err = b.consumer(stream, durable)
 		return err == nil && pending == 0 && ackPending == 0
 	})
@@ -235,85 +237,22 @@ func natsDeadLetter(url string) string {
 // directory, so that it can be closed and started again on the same address
 // with its topics, records and committed offsets.
 type kafkaBroker struct {
-	t    testing.TB
-	c    *kfake.Cluster
-	opts []kfake.Opt
-	addr string
+	*kafkatest.Cluster
+	t testing.TB
 }
 
 // startKafka starts kfake with topic "in" of 4 partitions and topic "dlq"
 // of 1, plus opts.
 func startKafka(t testing.TB, opts ...kfake.Opt) *kafkaBroker {
 	t.Helper()
-	port := freePort(t)
-	k := &kafkaBroker{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	k.opts = append([]kfake.Opt{
-		kfake.NumBrokers(1), kfake.Ports(port), kfake.DataDir(t.TempDir()),
-		kfake.SeedTopics(4, "in"), kfake.SeedTopics(1, "dlq"),
-	}, opts...)
-	k.start()
-	t.Cleanup(func() {
-		if k.c != nil {
-			k.c.Close()
-		}
-	})
-	return k
-}
-
-func (k *kafkaBroker) start() {
-	k.t.Helper()
-	var err error
-	for range 50 { // the port may linger for a moment after a stop
-		if k.c, err = kfake.NewCluster(k.opts...); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	k.t.Fatalf("kfake: %v", err)
-}
-
-func (k *kafkaBroker) stop() {
-	k.c.Close()
-	k.c = nil
-}
-
-func (k *kafkaBroker) client(opts ...kgo.Opt) *kgo.Client {
-	k.t.Helper()
-	c, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.addr)}, opts...)...)
-	if err != nil {
-		k.t.Fatalf("kgo: %v", err)
-	}
-	return c
-}
-
-// produce writes recs to topic "in" (acks=all) and waits for every one.
-func (k *kafkaBroker) produce(recs []*kgo.Record) {
-	k.t.Helper()
-	c := k.client(kgo.DefaultProduceTopic("in"), kgo.ProducerBatchMaxBytes(16<<20), kgo.MaxBufferedRecords(20000))
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	const chunk = 10000
-	for from := 0; from < len(recs); from += chunk {
-		if err := c.ProduceSync(ctx, recs[from:min(from+chunk, len(recs))]...).FirstErr(); err != nil {
-			k.t.Fatalf("kafka: produce: %v", err)
-		}
-	}
-}
-
-// records returns n records `{"n":i}`, keyed by i.
-func records(n int) []*kgo.Record {
-	recs := make([]*kgo.Record, n)
-	for i := range recs {
-		recs[i] = &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(`{"n":` + strconv.Itoa(i) + `}`)}
-	}
-	return recs
+	opts = append([]kfake.Opt{kfake.SeedTopics(4, "in"), kfake.SeedTopics(1, "dlq")}, opts...)
+	return &kafkaBroker{Cluster: kafkatest.Start(t, opts...), t: t}
 }
 
 // kafkaClient returns a kafka-go admin client on its own transport.
 func (k *kafkaBroker) admin() (*kafka.Client, func()) {
 	tr := &kafka.Transport{DialTimeout: 2 * time.Second}
-	return &kafka.Client{Addr: kafka.TCP(k.addr), Transport: tr, Timeout: 5 * time.Second}, tr.CloseIdleConnections
+	return &kafka.Client{Addr: kafka.TCP(k.Addr), Transport: tr, Timeout: 5 * time.Second}, tr.CloseIdleConnections
 }
 
 // offsets returns, per partition of topic "in", the offset group has
@@ -389,7 +328,7 @@ func (k *kafkaBroker) settled(group string, timeout time.Duration) {
 	k.t.Helper()
 	var lag int64
 	var err error
-	waitFor(k.t, timeout, "group "+group+" to commit every offset", func() bool {
+	testwait.For(k.t, timeout, "group "+group+" to commit every offset", func() bool {
 		lag, err = k.lag(group)
 		return err == nil && lag == 0
 	})
@@ -423,7 +362,7 @@ func (k *kafkaBroker) deadLetters(want int, timeout time.Duration) []deadLetter 
 		k.t.Fatalf("kafka: dlq end offset: %v", err)
 	}
 	want = max(want, int(end))
-	c := k.client(kgo.ConsumeTopics("dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	c := k.Client(kgo.ConsumeTopics("dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	defer c.Close()
 	var out []deadLetter
 	deadline := time.Now().Add(timeout)
@@ -464,25 +403,8 @@ func kafkaDeadLetter(addr string) string {
 	return fmt.Sprintf(`{kafka: {brokers: ["%s"], topic: dlq}}`, addr)
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // produceTo writes recs, each to its own Partition of topic "in".
 func (k *kafkaBroker) produceTo(recs []*kgo.Record) {
 	k.t.Helper()
-	c := k.client(kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(16<<20))
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := c.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		k.t.Fatalf("kafka: produce: %v", err)
-	}
+	k.Produce("in", recs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 }

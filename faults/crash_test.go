@@ -2,10 +2,13 @@ package faults_test
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
-	"net/http"
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // crashRun is what one life of a shaper process did before it was killed.
@@ -20,25 +23,25 @@ type crashRun struct {
 // crashLoop starts a shaper on config, kills it with SIGKILL at a random
 // moment once it is delivering, and starts it again, kills times, then lets
 // a last one finish. It returns what each killed life did.
-func crashLoop(t *testing.T, config string, sink *recSink, n, kills int, finished func() ([]string, error)) []crashRun {
+func crashLoop(t *testing.T, config string, sink *sinktest.Sink, n, kills int, finished func() ([]string, error)) []crashRun {
 	t.Helper()
 	var runs []crashRun
 	var cuts []time.Time // kill times
 	var before []map[string]int
 	for i := range kills {
 		start := time.Now()
-		base := sink.deliveredCount()
+		base := sink.DeliveredCount()
 		if base >= n {
 			t.Logf("all %d delivered after %d kills; no load left to kill under", n, i)
 			break
 		}
 		p := startShaper(t, fmt.Sprintf("life-%d", i+1), config)
-		waitFor(t, 60*time.Second, "deliveries to resume after a restart", func() bool {
-			return sink.deliveredCount() >= min(base+5, n)
+		testwait.For(t, 60*time.Second, "deliveries to resume after a restart", func() bool {
+			return sink.DeliveredCount() >= min(base+5, n)
 		})
 		time.Sleep(jitter(0, 500*time.Millisecond))
-		p.kill()
-		got, _ := sink.deliveredKeys()
+		p.Kill()
+		got, _ := sink.Delivered()
 		before = append(before, got)
 		cuts = append(cuts, time.Now())
 		ids, err := finished()
@@ -54,21 +57,21 @@ func crashLoop(t *testing.T, config string, sink *recSink, n, kills int, finishe
 		runs = append(runs, r)
 	}
 	last := startShaper(t, "last-life", config)
-	waitFor(t, 2*time.Minute, "every message delivered after the last restart", func() bool {
-		return sink.deliveredCount() >= n
+	testwait.For(t, 2*time.Minute, "every message delivered after the last restart", func() bool {
+		return sink.DeliveredCount() >= n
 	})
 	time.Sleep(500 * time.Millisecond) // room for a late duplicate to show
-	last.stop()
+	last.Stop()
 
 	// Duplicates caused by kill i: 2xx answers after it (before the next
 	// kill) for messages already delivered when it came.
 	cuts = append(cuts, time.Now().Add(time.Hour))
-	for _, r := range sink.snapshot() {
-		if r.status < 200 || r.status > 299 || r.gaveUp {
+	for _, r := range sink.Requests() {
+		if r.Status < 200 || r.Status > 299 || r.GaveUp {
 			continue
 		}
 		for i := range runs {
-			if r.at.After(cuts[i]) && r.at.Before(cuts[i+1]) && before[i][r.key] > 0 {
+			if r.At.After(cuts[i]) && r.At.Before(cuts[i+1]) && before[i][r.Key] > 0 {
 				runs[i].duplicates++
 			}
 		}
@@ -82,9 +85,9 @@ func crashLoop(t *testing.T, config string, sink *recSink, n, kills int, finishe
 // the bound the README gives for duplicates after a crash; exceeding it is
 // logged, not failed: what a kill leaves uncommitted also depends on how
 // far the life before it got (see docs/reliability.md).
-func reportCrashes(t *testing.T, runs []crashRun, sink *recSink, n, documented int) {
+func reportCrashes(t *testing.T, runs []crashRun, sink *sinktest.Sink, n, documented int) {
 	t.Helper()
-	delivered, answers := sink.deliveredKeys()
+	delivered, answers := sink.Delivered()
 	total, most := 0, 0
 	for i, r := range runs {
 		t.Logf("kill %2d after %5v: %3d delivered, %3d finished at the broker, %2d duplicates after the restart",
@@ -103,7 +106,7 @@ func reportCrashes(t *testing.T, runs []crashRun, sink *recSink, n, documented i
 	}
 	lost := n - len(delivered)
 	t.Logf("%d kills, %d messages: %d lost, %d delivered, %d duplicate deliveries (%d caused by the kills), %d requests",
-		len(runs), n, lost, len(delivered), answers-len(delivered), total, sink.requestCount())
+		len(runs), n, lost, len(delivered), answers-len(delivered), total, sink.RequestCount())
 	if lost != 0 {
 		t.Errorf("%d of %d messages lost after %d SIGKILLs; want 0", lost, n, len(runs))
 	}
@@ -119,11 +122,11 @@ func TestCrashSIGKILLTenTimesLosesNothing(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, kind, n)
-			sink := newSink(t, func(*http.Request, int) action { return action{delay: 5 * time.Millisecond} })
-			config := writeConfig(t, pipeline{
+			sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 5 * time.Millisecond} })
+			config := childtest.WriteConfig(t, pipeline{
 				source: f.source,
 				rate:   fmt.Sprintf("{limit: %d}", limit),
-				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: 2s}}`, sink.url, inFlight),
+				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: 2s}}`, sink.URL, inFlight),
 			}.yaml())
 			runs := crashLoop(t, config, sink, n, kills, f.finished)
 			f.settled(30 * time.Second)

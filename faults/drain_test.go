@@ -9,6 +9,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 func TestGracefulDrainUnderLoadExitsZeroInTimeAndARestartDeliversTheRestOnce(t *testing.T) {
@@ -19,32 +23,32 @@ func TestGracefulDrainUnderLoadExitsZeroInTimeAndARestartDeliversTheRestOnce(t *
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, kind, n)
-			sink := newSink(t, func(*http.Request, int) action { return action{delay: 20 * time.Millisecond} })
-			config := writeConfig(t, pipeline{
+			sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 20 * time.Millisecond} })
+			config := childtest.WriteConfig(t, pipeline{
 				drain:  drain,
 				source: f.source,
 				rate:   fmt.Sprintf("{limit: %d}", limit),
-				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: %s}}`, sink.url, inFlight, timeout),
+				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: %s}}`, sink.URL, inFlight, timeout),
 			}.yaml())
 
 			first := startShaper(t, "first", config)
-			admin := first.admin()
-			waitFor(t, time.Minute, "100 deliveries", func() bool { return sink.deliveredCount() >= 100 })
-			first.signal(syscall.SIGTERM)
+			admin := first.Admin()
+			testwait.For(t, time.Minute, "100 deliveries", func() bool { return sink.DeliveredCount() >= 100 })
+			first.Signal(syscall.SIGTERM)
 			signalled := time.Now()
-			atSignal := sink.deliveredCount()
+			atSignal := sink.DeliveredCount()
 			// Readiness turns false at once, saying why.
 			var body string
-			if !waitUntil(2*time.Second, func() bool {
-				code, b, err := get(admin, "/readyz")
+			if !testwait.Until(2*time.Second, func() bool {
+				code, b, err := childtest.Get(admin, "/readyz")
 				body = b
 				return err == nil && code == http.StatusServiceUnavailable
-			}) && !first.hasExited() {
+			}) && !first.Exited() {
 				t.Errorf("/readyz did not turn 503 while draining; last body %q", body)
 			} else if body != "" && !strings.Contains(body, "draining") {
 				t.Errorf("/readyz while draining = %q; want it to say draining", body)
 			}
-			code := first.wait(drain + timeout + 10*time.Second)
+			code := first.Wait(drain + timeout + 10*time.Second)
 			took := time.Since(signalled)
 			if code != 0 {
 				t.Errorf("exit code after SIGTERM = %d; want 0", code)
@@ -55,11 +59,11 @@ func TestGracefulDrainUnderLoadExitsZeroInTimeAndARestartDeliversTheRestOnce(t *
 			if bound := drain + timeout + 3*time.Second; took > bound {
 				t.Errorf("drain took %v; want at most drain_timeout + timeout + 3s = %v", took, bound)
 			}
-			drained := sink.deliveredCount() - atSignal
+			drained := sink.DeliveredCount() - atSignal
 			if drained == 0 {
 				t.Errorf("nothing was delivered during the drain; the bucket should keep draining at the rate")
 			}
-			if sink.deliveredCount() >= n {
+			if sink.DeliveredCount() >= n {
 				t.Fatalf("the first run delivered all %d; the test needs a remainder", n)
 			}
 			checkFinishedWereDelivered(t, f, sink, nil, "after the drain")
@@ -67,11 +71,11 @@ func TestGracefulDrainUnderLoadExitsZeroInTimeAndARestartDeliversTheRestOnce(t *
 				atSignal, drained, drain, code, took.Round(time.Millisecond))
 
 			second := startShaper(t, "second", config)
-			waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
+			testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n })
 			time.Sleep(500 * time.Millisecond) // room for a duplicate to show
-			second.stop()
+			second.Stop()
 			f.settled(30 * time.Second)
-			delivered, answers := sink.deliveredKeys()
+			delivered, answers := sink.Delivered()
 			t.Logf("%d messages: %d lost, %d duplicates across the restart", n, n-len(delivered), answers-len(delivered))
 			if len(delivered) != n || answers != n {
 				t.Errorf("delivered %d unique in %d 2xx answers; want %d, each once", len(delivered), answers, n)
@@ -91,31 +95,31 @@ func TestSecondSignalForcesExitOneAndNeverAcksAnUnfinishedMessage(t *testing.T) 
 			// so requests are in flight when the second signal comes.
 			var answered atomic.Int64
 			var healthy atomic.Bool
-			sink := newSink(t, func(*http.Request, int) action {
+			sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action {
 				if healthy.Load() || answered.Add(1) <= okFirst {
-					return action{}
+					return sinktest.Action{}
 				}
-				return action{hang: true}
+				return sinktest.Action{Hang: true}
 			})
-			config := writeConfig(t, pipeline{
+			config := childtest.WriteConfig(t, pipeline{
 				drain:  time.Minute,
 				source: f.source,
 				rate:   fmt.Sprintf("{limit: %d}", limit),
-				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: 1m}}`, sink.url, inFlight),
+				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: 1m}}`, sink.URL, inFlight),
 			}.yaml())
 
 			first := startShaper(t, "first", config)
-			waitFor(t, time.Minute, "the sink to hang with max_in_flight requests", func() bool {
-				return sink.deliveredCount() >= okFirst && sink.hanging() == inFlight
+			testwait.For(t, time.Minute, "the sink to hang with max_in_flight requests", func() bool {
+				return sink.DeliveredCount() >= okFirst && sink.Hanging() == inFlight
 			})
-			first.signal(syscall.SIGTERM)
+			first.Signal(syscall.SIGTERM)
 			time.Sleep(300 * time.Millisecond)
-			if first.hasExited() {
+			if first.Exited() {
 				t.Fatalf("shaper exited on the first signal with requests in flight and drain_timeout 1m")
 			}
-			first.signal(syscall.SIGTERM)
+			first.Signal(syscall.SIGTERM)
 			forced := time.Now()
-			code := first.wait(15 * time.Second)
+			code := first.Wait(15 * time.Second)
 			took := time.Since(forced)
 			if code != 1 {
 				t.Errorf("exit code after a second signal = %d; want 1", code)
@@ -128,10 +132,10 @@ func TestSecondSignalForcesExitOneAndNeverAcksAnUnfinishedMessage(t *testing.T) 
 
 			healthy.Store(true)
 			second := startShaper(t, "second", config)
-			waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
-			second.stop()
+			testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n })
+			second.Stop()
 			f.settled(30 * time.Second)
-			delivered, answers := sink.deliveredKeys()
+			delivered, answers := sink.Delivered()
 			t.Logf("%d messages: %d lost, %d duplicates", n, n-len(delivered), answers-len(delivered))
 		})
 	}
@@ -166,34 +170,34 @@ func TestGracefulDrainWithRetriesPendingRedeliversOnlyTheUnfinished(t *testing.T
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, kind, n)
-			sink := newSink(t, func(r *http.Request, attempt int) action {
+			sink := sinktest.Start(t, func(r *http.Request, attempt int) sinktest.Action {
 				key := r.Header.Get("Idempotency-Key")
 				i, _ := strconv.Atoi(key[strings.LastIndexByte(key, '/')+1:])
 				if attempt == 1 && i%10 == 3 {
-					return action{status: http.StatusServiceUnavailable, retryAfter: "3"}
+					return sinktest.Action{Status: http.StatusServiceUnavailable, RetryAfter: "3"}
 				}
-				return action{}
+				return sinktest.Action{}
 			})
-			config := writeConfig(t, pipeline{
+			config := childtest.WriteConfig(t, pipeline{
 				drain:  time.Second,
 				source: f.source,
 				rate:   fmt.Sprintf("{limit: %d}", limit),
-				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, retry: {max_backoff: 10s}}}`, sink.url),
+				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, retry: {max_backoff: 10s}}}`, sink.URL),
 			}.yaml())
 			first := startShaper(t, "first", config)
-			waitFor(t, time.Minute, "100 deliveries", func() bool { return sink.deliveredCount() >= 100 })
-			first.signal(syscall.SIGTERM)
-			if code := first.wait(30 * time.Second); code != 0 {
+			testwait.For(t, time.Minute, "100 deliveries", func() bool { return sink.DeliveredCount() >= 100 })
+			first.Signal(syscall.SIGTERM)
+			if code := first.Wait(30 * time.Second); code != 0 {
 				t.Errorf("exit code after SIGTERM = %d; want 0", code)
 			}
 			checkFinishedWereDelivered(t, f, sink, nil, "after the drain")
 			// Without a final outcome at the drain: asked for, never
 			// answered 2xx (here, the retries still pending).
-			deliveredBefore, _ := sink.deliveredKeys()
+			deliveredBefore, _ := sink.Delivered()
 			unfinished := make(map[string]bool)
-			for _, r := range sink.snapshot() {
-				if deliveredBefore[r.key] == 0 {
-					unfinished[r.key] = true
+			for _, r := range sink.Requests() {
+				if deliveredBefore[r.Key] == 0 {
+					unfinished[r.Key] = true
 				}
 			}
 			if len(unfinished) == 0 {
@@ -201,11 +205,11 @@ func TestGracefulDrainWithRetriesPendingRedeliversOnlyTheUnfinished(t *testing.T
 			}
 
 			second := startShaper(t, "second", config)
-			waitFor(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.deliveredCount() >= n })
+			testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n })
 			time.Sleep(500 * time.Millisecond) // room for a duplicate to show
-			second.stop()
+			second.Stop()
 			f.settled(30 * time.Second)
-			delivered, answers := sink.deliveredKeys()
+			delivered, answers := sink.Delivered()
 			dups := answers - len(delivered)
 			t.Logf("%s: %d delivered before the drain, %d without a final outcome at it; %d messages, %d lost, %d duplicates after the restart",
 				kind, len(deliveredBefore), len(unfinished), n, n-len(delivered), dups)

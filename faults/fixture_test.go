@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/kafkatest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // fixture is a broker with n messages waiting, seen from a test: the
@@ -37,7 +41,7 @@ func jetstreamFixture(t testing.TB, n int) fixture {
 		finished:   func() ([]string, error) { return b.ackedIDs("IN", "shaper-faults") },
 		settled:    func(d time.Duration) { b.settled("IN", "shaper-faults", d) },
 		dlq: func(want int) []deadLetter {
-			waitUntil(30*time.Second, func() bool { return b.streamCount("DLQ") >= want })
+			testwait.Until(30*time.Second, func() bool { return b.streamCount("DLQ") >= want })
 			return b.deadLetters("DLQ")
 		},
 		allIDs: func() []string { return streamIDs(b.streamCount("IN")) },
@@ -50,12 +54,12 @@ func kafkaFixture(t testing.TB, n int, commit time.Duration) fixture {
 	t.Helper()
 	k := startKafka(t)
 	if n > 0 {
-		k.produce(records(n))
+		k.Produce("in", kafkatest.Records(n))
 	}
 	return fixture{
 		kind: "kafka", kafka: k,
-		source:     kafkaSource(k.addr, "faults", commit),
-		deadLetter: kafkaDeadLetter(k.addr),
+		source:     kafkaSource(k.Addr, "faults", commit),
+		deadLetter: kafkaDeadLetter(k.Addr),
 		finished:   func() ([]string, error) { return k.committedIDs("faults") },
 		settled:    func(d time.Duration) { k.settled("faults", d) },
 		dlq:        func(want int) []deadLetter { return k.deadLetters(want, 30*time.Second) },
@@ -75,29 +79,16 @@ func kafkaFixture(t testing.TB, n int, commit time.Duration) fixture {
 	}
 }
 
-// waitUntil polls cond every 20 ms until it holds or timeout passes, and
-// reports whether it held.
-func waitUntil(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
-}
-
 // checkFinishedWereDelivered fails the test if the broker has as finished
 // a message that was neither delivered (2xx at the sink) nor dead-lettered:
 // one acked or committed before its outcome was final.
-func checkFinishedWereDelivered(t testing.TB, f fixture, sink *recSink, deadLettered map[string]bool, when string) {
+func checkFinishedWereDelivered(t testing.TB, f fixture, sink *sinktest.Sink, deadLettered map[string]bool, when string) {
 	t.Helper()
 	ids, err := f.finished()
 	if err != nil {
 		t.Fatalf("%s: what the broker has as finished: %v", when, err)
 	}
-	delivered, _ := sink.deliveredKeys()
+	delivered, _ := sink.Delivered()
 	var early []string
 	for _, id := range ids {
 		if delivered[id] == 0 && !deadLettered[id] {

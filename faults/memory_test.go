@@ -9,6 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
 )
 
 const (
@@ -36,31 +39,31 @@ func (s memorySample) String() string {
 // delivered upTo messages.
 func workThroughBacklog(t testing.TB, source string, upTo int) memorySample {
 	t.Helper()
-	sink := newLeanSink(t)
-	config := writeConfig(t, pipeline{
+	sink := sinktest.StartLean(t)
+	config := childtest.WriteConfig(t, pipeline{
 		source: source,
 		bucket: fmt.Sprintf("{capacity: %d, max_queue_time: 1m}", backlogBucket),
 		rate:   "{limit: 1000000}",
-		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 32, timeout: 5s}}`, sink.url),
+		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 32, timeout: 5s}}`, sink.URL),
 	}.yaml())
 	start := time.Now()
 	p := startShaper(t, "backlog", config)
-	admin := p.admin()
+	admin := p.Admin()
 	var s memorySample
-	for sink.deliveredCount() < upTo {
+	for sink.DeliveredCount() < upTo {
 		if time.Since(start) > 8*time.Minute {
-			t.Fatalf("delivered only %d of %d in %v", sink.deliveredCount(), upTo, time.Since(start))
+			t.Fatalf("delivered only %d of %d in %v", sink.DeliveredCount(), upTo, time.Since(start))
 		}
-		if m, err := scrape(admin); err == nil {
-			s.heap = max(s.heap, m.sum("go_memstats_heap_inuse_bytes"))
-			s.rss = max(s.rss, m.sum("process_resident_memory_bytes"))
-			s.depth = max(s.depth, m.sum("shaper_bucket_depth"))
+		if m, err := childtest.Scrape(admin); err == nil {
+			s.heap = max(s.heap, m.Sum("go_memstats_heap_inuse_bytes"))
+			s.rss = max(s.rss, m.Sum("process_resident_memory_bytes"))
+			s.depth = max(s.depth, m.Sum("shaper_bucket_depth"))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.took = time.Since(start)
-	s.delivered = sink.deliveredCount()
-	p.stop()
+	s.delivered = sink.DeliveredCount()
+	p.Stop()
 	return s
 }
 
@@ -78,8 +81,8 @@ func kafkaBacklog(t testing.TB) string {
 	for i := range recs {
 		recs[i] = &kgo.Record{Value: backlogPayloadOf(i)}
 	}
-	k.produce(recs)
-	return kafkaSource(k.addr, "backlog", time.Second)
+	k.Produce("in", recs)
+	return kafkaSource(k.Addr, "backlog", time.Second)
 }
 
 // jetstreamBacklog returns the source block of a stream holding the backlog.

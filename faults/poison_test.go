@@ -12,6 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // natsMaxPayload is nats-server's default max_payload: headers and data of
@@ -21,24 +25,24 @@ const natsMaxPayload = 1 << 20
 // poisonRun starts a shaper on a JetStream fixture already holding its
 // messages, waits until want messages are complete, stops it and returns
 // the final metrics.
-func poisonRun(t *testing.T, f fixture, sink *recSink, sinkExtra string, want int) metrics {
+func poisonRun(t *testing.T, f fixture, sink *sinktest.Sink, sinkExtra string, want int) childtest.Metrics {
 	t.Helper()
-	config := writeConfig(t, pipeline{
+	config := childtest.WriteConfig(t, pipeline{
 		source: f.source,
 		rate:   "{limit: 200}",
 		sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, retry: {max_attempts: 3, initial_backoff: 50ms, max_backoff: 1s}%s}}`,
-			sink.url, sinkExtra),
+			sink.URL, sinkExtra),
 		deadLetter: f.deadLetter,
 	}.yaml())
 	p := startShaper(t, "shaper", config)
-	admin := p.admin()
-	var m metrics
-	waitFor(t, time.Minute, fmt.Sprintf("%d messages complete", want), func() bool {
+	admin := p.Admin()
+	var m childtest.Metrics
+	testwait.For(t, time.Minute, fmt.Sprintf("%d messages complete", want), func() bool {
 		var err error
-		m, err = scrape(admin)
-		return err == nil && m.sum("shaper_messages_completed_total") >= float64(want)
+		m, err = childtest.Scrape(admin)
+		return err == nil && m.Sum("shaper_messages_completed_total") >= float64(want)
 	})
-	p.stop()
+	p.Stop()
 	return m
 }
 
@@ -54,14 +58,14 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 			}
 			return &nats.Msg{Subject: "in.faults", Data: []byte(strconv.Itoa(i))}
 		})
-		sink := newSink(t, answerOK)
+		sink := sinktest.Start(t, sinktest.OK)
 		poisonRun(t, f, sink, ", max_body_bytes: 65536", 20)
 		f.settled(30 * time.Second)
 		dls := f.dlq(5)
 		o := account(t, streamIDs(20), sink, dls)
-		for _, r := range sink.snapshot() {
-			if len(r.body) > 65536 {
-				t.Errorf("the sink received a %d-byte body over max_body_bytes (%s)", len(r.body), r.key)
+		for _, r := range sink.Requests() {
+			if len(r.Body) > 65536 {
+				t.Errorf("the sink received a %d-byte body over max_body_bytes (%s)", len(r.Body), r.Key)
 			}
 		}
 		if len(dls) != 5 {
@@ -81,13 +85,13 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 		f := jetstreamFixture(t, 0)
 		near := bytes.Repeat([]byte("n"), natsMaxPayload-1024)
 		f.nats.publish(3, func(int) *nats.Msg { return &nats.Msg{Subject: "in.faults", Data: near} })
-		sink := newSink(t, answerOK)
+		sink := sinktest.Start(t, sinktest.OK)
 		poisonRun(t, f, sink, "", 3)
 		f.settled(30 * time.Second)
 		account(t, streamIDs(3), sink, nil)
-		for _, r := range sink.snapshot() {
-			if !bytes.Equal(r.body, near) {
-				t.Errorf("%s: the sink received %d bytes; want the original %d", r.key, len(r.body), len(near))
+		for _, r := range sink.Requests() {
+			if !bytes.Equal(r.Body, near) {
+				t.Errorf("%s: the sink received %d bytes; want the original %d", r.Key, len(r.Body), len(near))
 			}
 		}
 	})
@@ -99,17 +103,17 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 		}
 		f := jetstreamFixture(t, 0)
 		f.nats.publish(len(payloads), func(i int) *nats.Msg { return &nats.Msg{Subject: "in.faults", Data: payloads[i]} })
-		sink := newSink(t, answerOK)
+		sink := sinktest.Start(t, sinktest.OK)
 		poisonRun(t, f, sink, "", len(payloads))
 		f.settled(30 * time.Second)
 		account(t, streamIDs(len(payloads)), sink, nil)
-		for _, r := range sink.snapshot() {
-			i, _ := strconv.Atoi(strings.TrimPrefix(r.key, "IN/"))
-			if i < 1 || i > len(payloads) || !bytes.Equal(r.body, payloads[i-1]) {
-				t.Errorf("%s: the sink received %q; want %q", r.key, r.body, payloads[max(0, min(i-1, len(payloads)-1))])
+		for _, r := range sink.Requests() {
+			i, _ := strconv.Atoi(strings.TrimPrefix(r.Key, "IN/"))
+			if i < 1 || i > len(payloads) || !bytes.Equal(r.Body, payloads[i-1]) {
+				t.Errorf("%s: the sink received %q; want %q", r.Key, r.Body, payloads[max(0, min(i-1, len(payloads)-1))])
 			}
-			if r.header.Get("Content-Length") == "" && len(r.body) > 0 {
-				t.Errorf("%s: no Content-Length", r.key)
+			if r.Header.Get("Content-Length") == "" && len(r.Body) > 0 {
+				t.Errorf("%s: no Content-Length", r.Key)
 			}
 		}
 	})
@@ -124,11 +128,11 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 			m.Data = []byte(strconv.Itoa(i))
 			return m
 		})
-		sink := newSink(t, answerOK)
+		sink := sinktest.Start(t, sinktest.OK)
 		poisonRun(t, f, sink, "", len(ids))
 		f.settled(30 * time.Second)
 		dls := f.dlq(2)
-		delivered, _ := sink.deliveredKeys()
+		delivered, _ := sink.Delivered()
 		for _, id := range []string{"good-1", "good-2", "good-3"} {
 			if delivered[id] == 0 {
 				t.Errorf("message with Nats-Msg-Id %q not delivered", id)
@@ -142,7 +146,7 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 				t.Errorf("dead letter %s: reason %q; want malformed", d.source, d.reason)
 			}
 		}
-		for _, raw := range sink.rawConns() {
+		for _, raw := range sink.RawConns() {
 			if bytes.ContainsAny(raw, "\x01") {
 				t.Errorf("a control character reached the sink: %q", raw)
 			}
@@ -154,22 +158,22 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 		const n = 60
 		f := jetstreamFixture(t, n)
 		rejected := func(key string) bool { i, _ := strconv.Atoi(strings.TrimPrefix(key, "IN/")); return i%3 == 0 }
-		sink := newSink(t, func(r *http.Request, _ int) action {
+		sink := sinktest.Start(t, func(r *http.Request, _ int) sinktest.Action {
 			if rejected(r.Header.Get("Idempotency-Key")) {
-				return action{status: http.StatusBadRequest}
+				return sinktest.Action{Status: http.StatusBadRequest}
 			}
-			return action{}
+			return sinktest.Action{}
 		})
 		m := poisonRun(t, f, sink, "", n)
 		f.settled(30 * time.Second)
 		dls := f.dlq(n / 3)
 		o := account(t, streamIDs(n), sink, dls)
-		for _, r := range sink.snapshot() {
-			if rejected(r.key) && r.attempt > 1 {
-				t.Errorf("%s answered 400 was sent again (attempt %d); want it never retried", r.key, r.attempt)
+		for _, r := range sink.Requests() {
+			if rejected(r.Key) && r.Attempt > 1 {
+				t.Errorf("%s answered 400 was sent again (attempt %d); want it never retried", r.Key, r.Attempt)
 			}
 		}
-		if got := m.sum("shaper_retries_total"); got != 0 {
+		if got := m.Sum("shaper_retries_total"); got != 0 {
 			t.Errorf("shaper_retries_total = %v; want 0: a 400 is permanent", got)
 		}
 		for _, d := range dls {
@@ -190,27 +194,27 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 		dlqBroker.stream("DLQ", "dlq.>")
 		dlqBroker.stop()
 		rejected := func(key string) bool { i, _ := strconv.Atoi(strings.TrimPrefix(key, "IN/")); return i%5 == 0 }
-		sink := newSink(t, func(r *http.Request, _ int) action {
+		sink := sinktest.Start(t, func(r *http.Request, _ int) sinktest.Action {
 			if rejected(r.Header.Get("Idempotency-Key")) {
-				return action{status: http.StatusBadRequest}
+				return sinktest.Action{Status: http.StatusBadRequest}
 			}
-			return action{}
+			return sinktest.Action{}
 		})
-		config := writeConfig(t, pipeline{
+		config := childtest.WriteConfig(t, pipeline{
 			source: f.source,
 			rate:   "{limit: 200}",
 			sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 1s, retry: {max_attempts: 3, initial_backoff: 50ms, max_backoff: 1s}}}`,
-				sink.url),
+				sink.URL),
 			deadLetter: natsDeadLetter(dlqBroker.url),
 		}.yaml())
 		p := startShaper(t, "shaper", config)
-		admin := p.admin()
-		waitFor(t, time.Minute, "the other messages delivered", func() bool { return sink.deliveredCount() >= n-n/5 })
-		var m metrics
-		waitFor(t, 30*time.Second, "dead letters to fail and be nacked", func() bool {
+		admin := p.Admin()
+		testwait.For(t, time.Minute, "the other messages delivered", func() bool { return sink.DeliveredCount() >= n-n/5 })
+		var m childtest.Metrics
+		testwait.For(t, 30*time.Second, "dead letters to fail and be nacked", func() bool {
 			var err error
-			m, err = scrape(admin)
-			return err == nil && m.sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`) >= n/5
+			m, err = childtest.Scrape(admin)
+			return err == nil && m.Sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`) >= n/5
 		})
 		time.Sleep(2 * time.Second) // a few more rounds of redelivery while the target is down
 		ids, err := f.finished()
@@ -223,14 +227,14 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 			}
 		}
 		_, ackPending, _ := f.nats.consumer("IN", "shaper-faults")
-		m, _ = scrape(admin)
-		rounds := m.sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`)
+		m, _ = childtest.Scrape(admin)
+		rounds := m.Sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`)
 		t.Logf("dead-letter target down: %v nacks, %d messages unacked", rounds, ackPending)
 
 		dlqBroker.start()
-		waitFor(t, time.Minute, "the dead letters to arrive once the target is back", func() bool { return dlqBroker.streamCount("DLQ") >= n/5 })
+		testwait.For(t, time.Minute, "the dead letters to arrive once the target is back", func() bool { return dlqBroker.streamCount("DLQ") >= n/5 })
 		f.settled(30 * time.Second)
-		p.stop()
+		p.Stop()
 		dls := dlqBroker.deadLetters("DLQ")
 		o := account(t, streamIDs(n), sink, dls)
 		for _, d := range dls {
@@ -272,20 +276,20 @@ func TestPoisonHeadersNeverInjectAnHTTPHeader(t *testing.T) {
 		recs[i] = &kgo.Record{Partition: 0, Key: g.key, Value: []byte(strconv.Itoa(i)), Headers: g.headers}
 	}
 	f.kafka.produceTo(recs)
-	sink := newSink(t, answerOK)
-	config := writeConfig(t, pipeline{
+	sink := sinktest.Start(t, sinktest.OK)
+	config := childtest.WriteConfig(t, pipeline{
 		source:     f.source,
 		rate:       "{limit: 200}",
-		sink:       fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, forward_headers: true, key_header: X-Key}}`, sink.url),
+		sink:       fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, forward_headers: true, key_header: X-Key}}`, sink.URL),
 		deadLetter: f.deadLetter,
 	}.yaml())
 	p := startShaper(t, "shaper", config)
-	admin := p.admin()
-	waitFor(t, time.Minute, "every record complete", func() bool {
-		m, err := scrape(admin)
-		return err == nil && m.sum("shaper_messages_completed_total") >= n
+	admin := p.Admin()
+	testwait.For(t, time.Minute, "every record complete", func() bool {
+		m, err := childtest.Scrape(admin)
+		return err == nil && m.Sum("shaper_messages_completed_total") >= n
 	})
-	p.stop()
+	p.Stop()
 	f.settled(30 * time.Second)
 	dls := f.dlq(1)
 	ids := make([]string, n)
@@ -294,7 +298,7 @@ func TestPoisonHeadersNeverInjectAnHTTPHeader(t *testing.T) {
 	}
 	o := account(t, ids, sink, dls)
 
-	for i, raw := range sink.rawConns() {
+	for i, raw := range sink.RawConns() {
 		if loc := injectedLine.FindIndex(raw); loc != nil {
 			t.Errorf("connection %d carried an injected header line: %q", i, raw[max(0, loc[0]-80):min(len(raw), loc[1]+40)])
 		}
@@ -302,28 +306,28 @@ func TestPoisonHeadersNeverInjectAnHTTPHeader(t *testing.T) {
 			t.Errorf("connection %d carried a forwarded framing or identity header: %q", i, raw)
 		}
 	}
-	byKey := map[string]sinkReq{}
-	for _, r := range sink.snapshot() {
-		byKey[r.key] = r
+	byKey := map[string]sinktest.Request{}
+	for _, r := range sink.Requests() {
+		byKey[r.Key] = r
 	}
-	if got := byKey["in/0/0"].header.Get("X-Ok"); got != "fine" {
+	if got := byKey["in/0/0"].Header.Get("X-Ok"); got != "fine" {
 		t.Errorf("X-Ok = %q; want a clean header forwarded", got)
 	}
-	if got := byKey["in/0/0"].header.Get("X-Key"); got != "k0" {
+	if got := byKey["in/0/0"].Header.Get("X-Key"); got != "k0" {
 		t.Errorf("X-Key = %q; want the record key", got)
 	}
 	for _, id := range []string{"in/0/1", "in/0/2", "in/0/3"} {
-		if v := byKey[id].header.Values("X-Evil"); len(v) > 0 {
+		if v := byKey[id].Header.Values("X-Evil"); len(v) > 0 {
 			t.Errorf("%s: X-Evil forwarded as %q; want a value with CR or LF left out", id, v)
 		}
 	}
 	t.Logf("invalid UTF-8: header value X-Bin arrived as %q; header name X-\\xffName forwarded: %v",
-		byKey["in/0/5"].header.Get("X-Bin"), len(byKey["in/0/8"].header) > 0 && byKey["in/0/8"].header.Get("X-\xffName") != "")
+		byKey["in/0/5"].Header.Get("X-Bin"), len(byKey["in/0/8"].Header) > 0 && byKey["in/0/8"].Header.Get("X-\xffName") != "")
 	if len(dls) != 1 || dls[0].source != "in/0/7" || dls[0].reason != "malformed" {
 		t.Errorf("dead letters %+v; want in/0/7 (a key with CR LF for key_header) as malformed", dls)
 	}
 	t.Logf("%d records: %d delivered, %d dead-lettered, %d lost; no injected header in %d raw connections",
-		n, len(o.delivered), len(o.deadLettered), len(o.lost), len(sink.rawConns()))
+		n, len(o.delivered), len(o.deadLettered), len(o.lost), len(sink.RawConns()))
 }
 
 // kfakeMaxMessageBytes is kfake's default message.max.bytes (a produce batch).
@@ -338,30 +342,30 @@ const kfakeMaxMessageBytes = 1048588
 // finding 1).
 func TestPoisonADeadLetterTooLargeForItsTargetIsSentWithoutItsPayload(t *testing.T) {
 	t.Parallel()
-	rejectAll := func(*http.Request, int) action { return action{status: http.StatusBadRequest} }
+	rejectAll := func(*http.Request, int) sinktest.Action { return sinktest.Action{Status: http.StatusBadRequest} }
 	run := func(t *testing.T, f fixture, size int) {
-		sink := newSink(t, rejectAll)
-		p := startShaper(t, "shaper", writeConfig(t, pipeline{
+		sink := sinktest.Start(t, rejectAll)
+		p := startShaper(t, "shaper", childtest.WriteConfig(t, pipeline{
 			source:     f.source,
 			rate:       "{limit: 100}",
-			sink:       fmt.Sprintf(`{http: {url: "%s", retry: {max_backoff: 1s}}}`, sink.url),
+			sink:       fmt.Sprintf(`{http: {url: "%s", retry: {max_backoff: 1s}}}`, sink.URL),
 			deadLetter: f.deadLetter,
 		}.yaml()))
-		admin := p.admin()
-		var m metrics
-		waitFor(t, 30*time.Second, "the message to complete", func() bool {
+		admin := p.Admin()
+		var m childtest.Metrics
+		testwait.For(t, 30*time.Second, "the message to complete", func() bool {
 			var err error
-			m, err = scrape(admin)
-			return err == nil && m.sum("shaper_messages_completed_total") >= 1
+			m, err = childtest.Scrape(admin)
+			return err == nil && m.Sum("shaper_messages_completed_total") >= 1
 		})
 		time.Sleep(1500 * time.Millisecond) // past max_backoff: a nacked message would be back
-		m, _ = scrape(admin)
-		p.stop()
+		m, _ = childtest.Scrape(admin)
+		p.Stop()
 		f.settled(30 * time.Second)
 		dls := f.dlq(1)
-		if got := m.sum("shaper_messages_completed_total", `outcome="dead_lettered"`); got != 1 || sink.requestCount() != 1 {
+		if got := m.Sum("shaper_messages_completed_total", `outcome="dead_lettered"`); got != 1 || sink.RequestCount() != 1 {
 			t.Errorf("%v dead-lettered, %v dead-letter nacks, %d requests to the sink; want 1 dead letter after 1 request",
-				got, m.sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`), sink.requestCount())
+				got, m.Sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`), sink.RequestCount())
 		}
 		if len(dls) != 1 {
 			t.Fatalf("%d dead letters; want 1", len(dls))

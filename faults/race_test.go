@@ -2,6 +2,8 @@
 
 package faults_test
 
+import ()
+
 // raceEnabled is true when the test binary runs with the race detector; the
 // shaper child is then built with it too.
 const raceEnabled = true

@@ -7,6 +7,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // Shaping under retries. The sink sees arrivals, not departures: the
@@ -42,11 +47,11 @@ type outcome struct {
 }
 
 // account checks that each of ids was delivered or dead-lettered.
-func account(t testing.TB, ids []string, sink *recSink, dls []deadLetter) outcome {
+func account(t testing.TB, ids []string, sink *sinktest.Sink, dls []deadLetter) outcome {
 	t.Helper()
 	o := outcome{deadLettered: map[string]deadLetter{}}
 	var answers int
-	o.delivered, answers = sink.deliveredKeys()
+	o.delivered, answers = sink.Delivered()
 	o.duplicates = answers - len(o.delivered)
 	for _, d := range dls {
 		o.deadLettered[d.source] = d
@@ -65,7 +70,7 @@ func account(t testing.TB, ids []string, sink *recSink, dls []deadLetter) outcom
 // checkShaping checks what the sink saw against the contract: at most
 // maxInFlight requests at once, and the rate held in every 100 ms and 1 s
 // window, retries included.
-func checkShaping(t testing.TB, sink *recSink, limit, maxInFlight int, timeout time.Duration) (most100, most1s int) {
+func checkShaping(t testing.TB, sink *sinktest.Sink, limit, maxInFlight int, timeout time.Duration) (most100, most1s int) {
 	t.Helper()
 	return checkShapingWith(t, sink, limit, maxInFlight, timeout, 0)
 }
@@ -73,15 +78,15 @@ func checkShaping(t testing.TB, sink *recSink, limit, maxInFlight int, timeout t
 // checkShapingWith is checkShaping with extra arrivals allowed in a window:
 // with rate.shared, one lease of slots (limit × 20 ms), the most the README
 // lets a replica's leases exceed the limit by.
-func checkShapingWith(t testing.TB, sink *recSink, limit, maxInFlight int, timeout time.Duration, extra int) (most100, most1s int) {
+func checkShapingWith(t testing.TB, sink *sinktest.Sink, limit, maxInFlight int, timeout time.Duration, extra int) (most100, most1s int) {
 	t.Helper()
-	if peak := sink.peakInFlight(timeout); peak > maxInFlight {
+	if peak := sink.PeakInFlight(timeout); peak > maxInFlight {
 		t.Errorf("the sink had %d requests in flight at once; want at most max_in_flight = %d", peak, maxInFlight)
 		logPeak(t, sink, timeout, maxInFlight)
 	}
-	at := arrivals(sink.snapshot())
-	most100 = maxInWindow(at, 100*time.Millisecond)
-	most1s = maxInWindow(at, time.Second)
+	at := sinktest.Arrivals(sink.Requests())
+	most100 = sinktest.MaxInWindow(at, 100*time.Millisecond)
+	most1s = sinktest.MaxInWindow(at, time.Second)
 	slack := windowSlack(limit) + extra
 	if want := limit/10 + 1 + slack; most100 > want {
 		t.Errorf("%d requests arrived within 100 ms; want at most limit/10 + 1 + %d (arrival jitter, leases) = %d", most100, slack, want)
@@ -96,10 +101,10 @@ func checkShapingWith(t testing.TB, sink *recSink, limit, maxInFlight int, timeo
 type sinkFault struct {
 	name string
 	// rule is the sink's behaviour; start is when the test began.
-	rule func(s *faultState) rule
+	rule func(s *faultState) sinktest.Rule
 	// before runs before the shaper starts, after runs once it has started.
 	refuseFor time.Duration // the sink does not listen at first, for this long
-	check     func(t *testing.T, s *faultState, reqs []sinkReq, m metrics)
+	check     func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics)
 }
 
 // faultState is what a fault's rule remembers, for its check.
@@ -125,115 +130,115 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 	faults := []sinkFault{
 		{
 			name: "bursts of 500 502 503",
-			rule: func(s *faultState) rule {
+			rule: func(s *faultState) sinktest.Rule {
 				codes := []int{500, 502, 503}
-				return func(r *http.Request, attempt int) action {
+				return func(r *http.Request, attempt int) sinktest.Action {
 					// 250 ms of errors in every 500 ms.
 					phase := time.Since(s.start) % (500 * time.Millisecond)
 					if phase < 250*time.Millisecond {
-						return action{status: codes[int(time.Since(s.start)/time.Millisecond)%3]}
+						return sinktest.Action{Status: codes[int(time.Since(s.start)/time.Millisecond)%3]}
 					}
-					return action{}
+					return sinktest.Action{}
 				}
 			},
-			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
-				if m.sum("shaper_requests_total", `code="500"`)+m.sum("shaper_requests_total", `code="503"`) == 0 || m.sum("shaper_retries_total") == 0 {
+			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
+				if m.Sum("shaper_requests_total", `code="500"`)+m.Sum("shaper_requests_total", `code="503"`) == 0 || m.Sum("shaper_retries_total") == 0 {
 					t.Errorf("no 5xx counted or no retry scheduled: the bursts did not happen")
 				}
 			},
 		},
 		{
 			name: "hangs until the per-attempt timeout",
-			rule: func(s *faultState) rule {
-				return func(r *http.Request, attempt int) action {
+			rule: func(s *faultState) sinktest.Rule {
+				return func(r *http.Request, attempt int) sinktest.Action {
 					if attempt == 1 && every(3, r.Header.Get("Idempotency-Key")) {
-						return action{hang: true}
+						return sinktest.Action{Hang: true}
 					}
-					return action{}
+					return sinktest.Action{}
 				}
 			},
-			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
-				checkGaveUpWithinTimeout(t, reqs, func(r sinkReq) bool { return r.attempt == 1 && every(3, r.key) })
+			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
+				checkGaveUpWithinTimeout(t, reqs, func(r sinktest.Request) bool { return r.Attempt == 1 && every(3, r.Key) })
 			},
 		},
 		{
 			name:      "connection refused",
 			refuseFor: 1500 * time.Millisecond,
-			rule:      func(s *faultState) rule { return answerOK },
-			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
-				if m.sum("shaper_requests_total", `code="error"`) == 0 {
+			rule:      func(s *faultState) sinktest.Rule { return sinktest.OK },
+			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
+				if m.Sum("shaper_requests_total", `code="error"`) == 0 {
 					t.Errorf("shaper_requests_total{code=\"error\"} = 0; want the refused attempts counted")
 				}
 			},
 		},
 		{
 			name: "429 with Retry-After in seconds",
-			rule: func(s *faultState) rule {
-				return func(r *http.Request, attempt int) action {
+			rule: func(s *faultState) sinktest.Rule {
+				return func(r *http.Request, attempt int) sinktest.Action {
 					key := r.Header.Get("Idempotency-Key")
 					switch {
 					case attempt == 1 && every(5, key):
 						s.mu.Lock()
 						s.retryAfter[key] = time.Now().Add(time.Second)
 						s.mu.Unlock()
-						return action{status: http.StatusTooManyRequests, retryAfter: "1"}
+						return sinktest.Action{Status: http.StatusTooManyRequests, RetryAfter: "1"}
 					case attempt == 1 && every(7, key):
 						// An hour: max_backoff caps it.
 						s.mu.Lock()
 						s.capped[key] = time.Now()
 						s.mu.Unlock()
-						return action{status: http.StatusTooManyRequests, retryAfter: "3600"}
+						return sinktest.Action{Status: http.StatusTooManyRequests, RetryAfter: "3600"}
 					}
-					return action{}
+					return sinktest.Action{}
 				}
 			},
 			check: checkRetryAfter,
 		},
 		{
 			name: "503 with Retry-After as an HTTP date",
-			rule: func(s *faultState) rule {
-				return func(r *http.Request, attempt int) action {
+			rule: func(s *faultState) sinktest.Rule {
+				return func(r *http.Request, attempt int) sinktest.Action {
 					key := r.Header.Get("Idempotency-Key")
 					if attempt == 1 && every(5, key) {
 						at := time.Now().Add(2 * time.Second).Truncate(time.Second) // dates have whole seconds
 						s.mu.Lock()
 						s.retryAfter[key] = at
 						s.mu.Unlock()
-						return action{status: http.StatusServiceUnavailable, retryAfter: at.UTC().Format(http.TimeFormat)}
+						return sinktest.Action{Status: http.StatusServiceUnavailable, RetryAfter: at.UTC().Format(http.TimeFormat)}
 					}
-					return action{}
+					return sinktest.Action{}
 				}
 			},
 			check: checkRetryAfter,
 		},
 		{
 			name: "connection reset mid-response",
-			rule: func(s *faultState) rule {
-				return func(r *http.Request, attempt int) action {
+			rule: func(s *faultState) sinktest.Rule {
+				return func(r *http.Request, attempt int) sinktest.Action {
 					if attempt <= 2 && every(4, r.Header.Get("Idempotency-Key")) {
-						return action{reset: true}
+						return sinktest.Action{Reset: true}
 					}
-					return action{}
+					return sinktest.Action{}
 				}
 			},
-			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
-				if m.sum("shaper_requests_total", `code="error"`) == 0 {
+			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
+				if m.Sum("shaper_requests_total", `code="error"`) == 0 {
 					t.Errorf("shaper_requests_total{code=\"error\"} = 0; want the reset attempts counted as errors")
 				}
 			},
 		},
 		{
 			name: "slow sink drips its response",
-			rule: func(s *faultState) rule {
-				return func(r *http.Request, attempt int) action {
+			rule: func(s *faultState) sinktest.Rule {
+				return func(r *http.Request, attempt int) sinktest.Action {
 					if attempt == 1 && every(5, r.Header.Get("Idempotency-Key")) {
-						return action{drip: 50 * time.Millisecond} // about 4.5 s for the whole response
+						return sinktest.Action{Drip: 50 * time.Millisecond} // about 4.5 s for the whole response
 					}
-					return action{}
+					return sinktest.Action{}
 				}
 			},
-			check: func(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
-				checkGaveUpWithinTimeout(t, reqs, func(r sinkReq) bool { return r.attempt == 1 && every(5, r.key) })
+			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
+				checkGaveUpWithinTimeout(t, reqs, func(r sinktest.Request) bool { return r.Attempt == 1 && every(5, r.Key) })
 			},
 		},
 	}
@@ -243,8 +248,8 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			t.Parallel()
 			f := jetstreamFixture(t, n)
 			state := &faultState{start: time.Now(), retryAfter: map[string]time.Time{}, capped: map[string]time.Time{}}
-			addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-			config := writeConfig(t, pipeline{
+			addr := fmt.Sprintf("127.0.0.1:%d", freeport.Get(t))
+			config := childtest.WriteConfig(t, pipeline{
 				source: f.source,
 				rate:   fmt.Sprintf("{limit: %d}", limit),
 				sink: fmt.Sprintf(`{http: {url: "http://%s/notify", max_in_flight: %d, timeout: %s, retry: {max_attempts: 6, initial_backoff: 50ms, max_backoff: %s, max_elapsed: 1m}}}`,
@@ -254,32 +259,32 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			// A sink that takes 30 ms to answer keeps about 3 requests in
 			// flight at 100/s, so max_in_flight (4) is tested, not idle.
 			faulty := fault.rule(state)
-			rule := func(r *http.Request, attempt int) action {
+			rule := func(r *http.Request, attempt int) sinktest.Action {
 				a := faulty(r, attempt)
-				if a == (action{}) {
-					a.delay = 30 * time.Millisecond
+				if a == (sinktest.Action{}) {
+					a.Delay = 30 * time.Millisecond
 				}
 				return a
 			}
-			var sink *recSink
+			var sink *sinktest.Sink
 			if fault.refuseFor == 0 {
-				sink = newSinkAt(t, addr, rule)
+				sink = sinktest.StartAt(t, addr, rule)
 			}
 			p := startShaper(t, "shaper", config)
-			admin := p.admin()
+			admin := p.Admin()
 			if fault.refuseFor > 0 {
 				time.Sleep(fault.refuseFor)
-				sink = newSinkAt(t, addr, rule)
+				sink = sinktest.StartAt(t, addr, rule)
 			}
-			var m metrics
-			waitFor(t, 2*time.Minute, "every message delivered or dead-lettered", func() bool {
+			var m childtest.Metrics
+			testwait.For(t, 2*time.Minute, "every message delivered or dead-lettered", func() bool {
 				var err error
-				m, err = scrape(admin)
-				return err == nil && m.sum("shaper_messages_completed_total") >= n
+				m, err = childtest.Scrape(admin)
+				return err == nil && m.Sum("shaper_messages_completed_total") >= n
 			})
-			p.stop()
+			p.Stop()
 			f.settled(30 * time.Second)
-			dls := f.dlq(int(m.sum("shaper_messages_completed_total", `outcome="dead_lettered"`)))
+			dls := f.dlq(int(m.Sum("shaper_messages_completed_total", `outcome="dead_lettered"`)))
 			o := account(t, streamIDs(n), sink, dls)
 			for _, d := range dls {
 				if d.reason != "exhausted" {
@@ -287,10 +292,10 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 				}
 			}
 			most100, most1s := checkShaping(t, sink, limit, inFlight, sfTimeout)
-			reqs := sink.snapshot()
+			reqs := sink.Requests()
 			fault.check(t, state, reqs, m)
 			t.Logf("%s: %d messages, %d requests: %d delivered, %d dead-lettered, %d lost, %d duplicates; peak in flight %d/%d; most in 100 ms %d, in 1 s %d (limit %d/s)",
-				fault.name, n, len(reqs), len(o.delivered), len(o.deadLettered), len(o.lost), o.duplicates, sink.peakInFlight(sfTimeout), inFlight, most100, most1s, limit)
+				fault.name, n, len(reqs), len(o.delivered), len(o.deadLettered), len(o.lost), o.duplicates, sink.PeakInFlight(sfTimeout), inFlight, most100, most1s, limit)
 		})
 	}
 }
@@ -298,7 +303,7 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 // checkGaveUpWithinTimeout checks that the requests picked by which were
 // abandoned by the client within the per-attempt timeout (plus 1 s for a
 // loaded machine): the timeout fired.
-func checkGaveUpWithinTimeout(t *testing.T, reqs []sinkReq, which func(sinkReq) bool) {
+func checkGaveUpWithinTimeout(t *testing.T, reqs []sinktest.Request, which func(sinktest.Request) bool) {
 	t.Helper()
 	var seen int
 	var longest time.Duration
@@ -307,12 +312,12 @@ func checkGaveUpWithinTimeout(t *testing.T, reqs []sinkReq, which func(sinkReq) 
 			continue
 		}
 		seen++
-		held := r.end.Sub(r.at)
+		held := r.End.Sub(r.At)
 		longest = max(longest, held)
-		if !r.gaveUp {
-			t.Errorf("request %s attempt %d: the client waited for the whole answer (%v); want it to give up at the %v timeout", r.key, r.attempt, held, sfTimeout)
+		if !r.GaveUp {
+			t.Errorf("request %s attempt %d: the client waited for the whole answer (%v); want it to give up at the %v timeout", r.Key, r.Attempt, held, sfTimeout)
 		} else if held > sfTimeout+time.Second {
-			t.Errorf("request %s attempt %d was held %v; want the client to give up after the %v timeout", r.key, r.attempt, held, sfTimeout)
+			t.Errorf("request %s attempt %d was held %v; want the client to give up after the %v timeout", r.Key, r.Attempt, held, sfTimeout)
 		}
 	}
 	if seen == 0 {
@@ -324,12 +329,12 @@ func checkGaveUpWithinTimeout(t *testing.T, reqs []sinkReq, which func(sinkReq) 
 // checkRetryAfter checks that each message answered with a Retry-After
 // was not tried again before the time it asked for, and that one asking
 // for an hour was tried again within max_backoff.
-func checkRetryAfter(t *testing.T, s *faultState, reqs []sinkReq, m metrics) {
+func checkRetryAfter(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
 	t.Helper()
 	next := map[string]time.Time{} // id -> arrival of attempt 2
 	for _, r := range reqs {
-		if r.attempt == 2 {
-			next[r.key] = r.at
+		if r.Attempt == 2 {
+			next[r.Key] = r.At
 		}
 	}
 	s.mu.Lock()

@@ -15,6 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
 )
 
 // TestSoak runs mixed faults for -soak (opt-in, not in CI) against a
@@ -42,32 +45,32 @@ type soakSink struct {
 	burst atomic.Bool
 }
 
-func (s *soakSink) rule(r *http.Request, attempt int) action {
+func (s *soakSink) rule(r *http.Request, attempt int) sinktest.Action {
 	if s.burst.Load() {
-		return action{status: http.StatusServiceUnavailable}
+		return sinktest.Action{Status: http.StatusServiceUnavailable}
 	}
 	switch x := rand.Float64(); {
 	case x < 0.01:
-		return action{hang: true}
+		return sinktest.Action{Hang: true}
 	case x < 0.02:
-		return action{reset: true}
+		return sinktest.Action{Reset: true}
 	case x < 0.025 && attempt == 1:
-		return action{status: http.StatusBadRequest}
+		return sinktest.Action{Status: http.StatusBadRequest}
 	}
-	return action{delay: time.Duration(rand.IntN(20)) * time.Millisecond}
+	return sinktest.Action{Delay: time.Duration(rand.IntN(20)) * time.Millisecond}
 }
 
 func soak(t *testing.T, kind string, d time.Duration) {
 	const limit, produceRate = 200, 150
 	f := newFixture(t, kind, 0)
 	ss := &soakSink{}
-	sink := newSink(t, ss.rule)
-	config := writeConfig(t, pipeline{
+	sink := sinktest.Start(t, ss.rule)
+	config := childtest.WriteConfig(t, pipeline{
 		drain:  2 * time.Second,
 		source: f.source,
 		rate:   fmt.Sprintf("{limit: %d}", limit),
 		sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 8, timeout: 500ms, retry: {max_attempts: 5, initial_backoff: 100ms, max_backoff: 2s, max_elapsed: 1m}}}`,
-			sink.url),
+			sink.URL),
 		deadLetter: f.deadLetter,
 	}.yaml())
 
@@ -95,13 +98,13 @@ func soak(t *testing.T, kind string, d time.Duration) {
 		case x < 3:
 			kind = "SIGKILL"
 			counts["SIGKILL"]++
-			p.kill()
+			p.Kill()
 			restart()
 		case x < 5:
 			kind = "SIGTERM drain"
 			counts["SIGTERM drain"]++
-			p.signal(syscall.SIGTERM)
-			if code := p.wait(30 * time.Second); code != 0 {
+			p.Signal(syscall.SIGTERM)
+			if code := p.Wait(30 * time.Second); code != 0 {
 				t.Errorf("life %d: exit code after SIGTERM = %d; want 0", life, code)
 			}
 			restart()
@@ -113,9 +116,9 @@ func soak(t *testing.T, kind string, d time.Duration) {
 				time.Sleep(jitter(time.Second, 4*time.Second))
 				f.nats.start()
 			} else {
-				f.kafka.stop()
+				f.kafka.Stop()
 				time.Sleep(jitter(time.Second, 4*time.Second))
-				f.kafka.start()
+				f.kafka.Restart()
 			}
 		default:
 			kind = "sink 503 burst"
@@ -125,8 +128,8 @@ func soak(t *testing.T, kind string, d time.Duration) {
 			ss.burst.Store(false)
 		}
 		events = append(events, event{time.Now(), kind})
-		if p.hasExited() {
-			t.Fatalf("life %d exited on its own: %v", life, p.state)
+		if p.Exited() {
+			t.Fatalf("life %d exited on its own: %v", life, p.Cmd.ProcessState)
 		}
 	}
 	stopProducing()
@@ -136,26 +139,26 @@ func soak(t *testing.T, kind string, d time.Duration) {
 	// Done when the broker has every message as finished: each got its
 	// final outcome and was acked or committed.
 	f.settled(3 * time.Minute)
-	p.stop()
+	p.Stop()
 	dls := f.dlq(0)
 	o := account(t, ids, sink, dls)
 	t.Logf("soak %v on %s: faults %v; %d shaper lives", d, kind, counts, life)
 	t.Logf("messages %d, delivered %d, dead-lettered %d, lost %d, duplicates %d, requests %d",
-		len(ids), len(o.delivered), len(o.deadLettered), len(o.lost), o.duplicates, sink.requestCount())
+		len(ids), len(o.delivered), len(o.deadLettered), len(o.lost), o.duplicates, sink.RequestCount())
 	// Each duplicate is put down to the last fault before it.
 	byFault := map[string]int{}
 	seen := map[string]bool{}
-	for _, r := range sink.snapshot() {
-		if r.status < 200 || r.status > 299 || r.gaveUp {
+	for _, r := range sink.Requests() {
+		if r.Status < 200 || r.Status > 299 || r.GaveUp {
 			continue
 		}
-		if !seen[r.key] {
-			seen[r.key] = true
+		if !seen[r.Key] {
+			seen[r.Key] = true
 			continue
 		}
 		cause := "before any fault"
 		for _, e := range events {
-			if e.at.After(r.at) {
+			if e.at.After(r.At) {
 				break
 			}
 			cause = e.kind
@@ -204,7 +207,7 @@ func produce(ctx context.Context, f fixture, rate int) {
 				}
 			} else {
 				if kc == nil {
-					kc, err = kgo.NewClient(kgo.SeedBrokers(f.kafka.addr), kgo.DefaultProduceTopic("in"))
+					kc, err = kgo.NewClient(kgo.SeedBrokers(f.kafka.Addr), kgo.DefaultProduceTopic("in"))
 				}
 				if err == nil {
 					pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -1,0 +1,441 @@
+// Package sinktest runs a recording HTTP sink on 127.0.0.1 for tests: it
+// answers each request by a rule (a status, a Retry-After, a hang, a reset,
+// a slow drip, a delay) and records every request, how many were in flight at
+// once, and the raw bytes of every connection.
+package sinktest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Action is what the recording sink does with one request.
+type Action struct {
+	Status     int           // the status to answer; 0 means 200
+	RetryAfter string        // a Retry-After header to send with it
+	Body       string        // the body to answer; "" is "status N\n"
+	Hang       bool          // answer nothing until the client gives up
+	Reset      bool          // write half a status line, then reset the connection (RST)
+	Drip       time.Duration // write the response one byte per drip (hijacked)
+	Delay      time.Duration // wait this long before answering
+}
+
+// Rule picks the Action for a request; attempt counts the requests with the
+// same Idempotency-Key, this one included (1 for the first).
+type Rule func(r *http.Request, attempt int) Action
+
+// OK answers every request 200 at once.
+func OK(*http.Request, int) Action { return Action{} }
+
+// Request is one request as the sink received it.
+type Request struct {
+	At, End time.Time // arrival; when the handler was done (answered, or the client gave up)
+	Key     string    // Idempotency-Key
+	Method  string
+	Header  http.Header // nil from a lean sink
+	Body    []byte      // nil from a lean sink
+	Attempt int
+	Status  int  // the status answered, 0 when none was (hang, reset, drip)
+	GaveUp  bool // the client closed the connection before the answer was complete
+}
+
+// Sink is a real HTTP server on 127.0.0.1 that answers by a rule and
+// records every request: headers, body, arrival, how many were in flight at
+// once, and the raw bytes of every connection.
+type Sink struct {
+	// Addr is the sink's host:port; URL is http://Addr/notify.
+	Addr, URL string
+
+	rule atomic.Pointer[Rule]
+	lean bool // keep neither bodies, headers nor raw bytes (a large backlog)
+
+	srv      *http.Server
+	done     chan struct{} // closed by Close: hung handlers give up
+	handlers sync.WaitGroup
+	served   chan struct{}
+
+	mu        sync.Mutex
+	reqs      []*Request
+	attempts  map[string]int
+	delivered map[string]int // answered 2xx, per key
+	inFlight  int
+	raw       []*bytes.Buffer // what each connection sent, in full
+}
+
+// Start starts a recording sink on a free loopback port.
+func Start(t testing.TB, r Rule) *Sink {
+	t.Helper()
+	return StartAt(t, "127.0.0.1:0", r)
+}
+
+// StartLean starts a sink that answers 200 and records no bodies,
+// headers or raw bytes: for hundreds of thousands of requests.
+func StartLean(t testing.TB) *Sink {
+	t.Helper()
+	return startOn(t, "127.0.0.1:0", OK, true)
+}
+
+// StartAt starts a recording sink on addr; a port freed a moment ago
+// (connection refused, then back) is taken again.
+func StartAt(t testing.TB, addr string, r Rule) *Sink {
+	t.Helper()
+	return startOn(t, addr, r, false)
+}
+
+func startOn(t testing.TB, addr string, r Rule, lean bool) *Sink {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for range 100 { // the port may linger for a moment
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("sink: listen %s: %v", addr, err)
+	}
+	s := &Sink{
+		Addr: ln.Addr().String(), lean: lean, done: make(chan struct{}), served: make(chan struct{}),
+		attempts: map[string]int{}, delivered: map[string]int{},
+	}
+	s.URL = "http://" + s.Addr + "/notify"
+	s.SetRule(r)
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(s.served)
+		_ = s.srv.Serve(&rawListener{Listener: ln, s: s}) // ends with ErrServerClosed
+	}()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *Sink) SetRule(r Rule) { s.rule.Store(&r) }
+
+// Close stops the server, releasing hung handlers, and waits for them.
+func (s *Sink) Close() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	close(s.done)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		_ = s.srv.Close()
+	}
+	<-s.served
+	s.handlers.Wait()
+}
+
+func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
+	s.handlers.Add(1)
+	defer s.handlers.Done()
+	body, _ := io.ReadAll(r.Body) // all of it: net/http then watches the connection for the client leaving
+	req := &Request{At: time.Now(), Key: r.Header.Get("Idempotency-Key"), Method: r.Method}
+	if !s.lean {
+		req.Header, req.Body = r.Header.Clone(), body
+	}
+	s.mu.Lock()
+	s.attempts[req.Key]++
+	req.Attempt = s.attempts[req.Key]
+	s.reqs = append(s.reqs, req)
+	s.inFlight++
+	s.mu.Unlock()
+
+	a := (*s.rule.Load())(r, req.Attempt)
+	status, gaveUp := s.act(w, r, a)
+
+	s.mu.Lock()
+	s.inFlight--
+	req.End, req.Status, req.GaveUp = time.Now(), status, gaveUp
+	if status >= 200 && status <= 299 && !gaveUp {
+		s.delivered[req.Key]++
+	}
+	s.mu.Unlock()
+}
+
+// act carries out a, and returns the status answered (0 for none) and
+// whether the client gave up first.
+func (s *Sink) act(w http.ResponseWriter, r *http.Request, a Action) (int, bool) {
+	if a.Delay > 0 {
+		select {
+		case <-time.After(a.Delay):
+		case <-r.Context().Done():
+			return 0, true
+		case <-s.done:
+			return 0, true
+		}
+	}
+	switch {
+	case a.Hang:
+		select {
+		case <-r.Context().Done():
+		case <-s.done:
+		}
+		return 0, true
+	case a.Reset:
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return 0, true
+		}
+		_, _ = buf.WriteString("HTTP/1.1 200 O")
+		_ = buf.Flush()
+		if l, ok := conn.(interface{ SetLinger(int) error }); ok {
+			_ = l.SetLinger(0) // Close sends RST, not FIN
+		}
+		_ = conn.Close()
+		return 0, false
+	case a.Drip > 0:
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return 0, true
+		}
+		defer conn.Close()
+		resp := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nX-Drip: slowly-slowly-slowly\r\n\r\nok"
+		for i := range len(resp) {
+			select {
+			case <-time.After(a.Drip):
+			case <-s.done:
+				return 0, true
+			}
+			if _, err := conn.Write([]byte{resp[i]}); err != nil {
+				return 0, true // the client gave up: its timeout fired
+			}
+		}
+		return 200, false
+	}
+	status := a.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if a.RetryAfter != "" {
+		w.Header().Set("Retry-After", a.RetryAfter)
+	}
+	w.WriteHeader(status)
+	if a.Body != "" {
+		_, _ = io.WriteString(w, a.Body)
+	} else {
+		_, _ = fmt.Fprintf(w, "status %d\n", status)
+	}
+	return status, r.Context().Err() != nil
+}
+
+// Requests returns a copy of the requests received so far.
+func (s *Sink) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.reqs))
+	for i, r := range s.reqs {
+		out[i] = *r
+	}
+	return out
+}
+
+// Delivered returns the keys answered 2xx at least once, and how many
+// 2xx answers there were in all.
+func (s *Sink) Delivered() (map[string]int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.delivered))
+	total := 0
+	for k, n := range s.delivered {
+		out[k] = n
+		total += n
+	}
+	return out, total
+}
+
+func (s *Sink) DeliveredCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.delivered)
+}
+
+func (s *Sink) RequestCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reqs)
+}
+
+// PeakInFlight returns the most requests in flight at once, as the client
+// had them. A request the client gave up on ended, for the client, at its
+// per-attempt timeout counted from when the attempt began, which is before
+// the request arrived here: dialing a fresh connection (the client closes
+// the one it gave up on) and writing the request take a few milliseconds
+// on a loaded machine. The sink learns of the closed connection later
+// still. So such a request counts here until arrival + timeout −
+// dialAllowance; a request overlapping the others for longer than that
+// would still show. Counting the sink's own view instead would blame
+// shaper for the sink's slowness to notice a closed connection.
+func (s *Sink) PeakInFlight(timeout time.Duration) int {
+	const dialAllowance = 25 * time.Millisecond
+	type event struct {
+		at    time.Time
+		delta int
+	}
+	var evs []event
+	now := time.Now()
+	for _, r := range s.Requests() {
+		end := r.End
+		if end.IsZero() {
+			end = now // still in flight
+		}
+		if r.GaveUp && end.Sub(r.At) > timeout-dialAllowance {
+			end = r.At.Add(timeout - dialAllowance)
+		}
+		evs = append(evs, event{r.At, 1}, event{end, -1})
+	}
+	slices.SortFunc(evs, func(a, b event) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // ends before starts at the same instant
+	})
+	cur, most := 0, 0
+	for _, e := range evs {
+		cur += e.delta
+		most = max(most, cur)
+	}
+	return most
+}
+
+// RawConns returns what each connection sent, byte for byte.
+func (s *Sink) RawConns() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]byte, len(s.raw))
+	for i, b := range s.raw {
+		out[i] = bytes.Clone(b.Bytes())
+	}
+	return out
+}
+
+// rawListener records the bytes every accepted connection sends.
+type rawListener struct {
+	net.Listener
+	s *Sink
+}
+
+func (l *rawListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if l.s.lean {
+		return c, nil
+	}
+	buf := &bytes.Buffer{}
+	l.s.mu.Lock()
+	l.s.raw = append(l.s.raw, buf)
+	l.s.mu.Unlock()
+	return &rawConn{Conn: c, buf: buf, mu: &l.s.mu}, nil
+}
+
+type rawConn struct {
+	net.Conn
+	buf *bytes.Buffer
+	mu  *sync.Mutex
+}
+
+func (c *rawConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.mu.Lock()
+		c.buf.Write(p[:n])
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// SetLinger reaches the TCP connection under the wrapper that net/http
+// hijacks, so a reset can be a real RST.
+func (c *rawConn) SetLinger(sec int) error {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		return tc.SetLinger(sec)
+	}
+	return errors.New("not a TCP connection")
+}
+
+// MaxInWindow returns the most arrivals in any window of length w.
+func MaxInWindow(times []time.Time, w time.Duration) int {
+	ts := slices.Clone(times)
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	most, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) >= w {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	return most
+}
+
+func Arrivals(reqs []Request) []time.Time {
+	out := make([]time.Time, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.At
+	}
+	return out
+}
+
+// Hanging returns how many requests the sink holds unanswered right now.
+func (s *Sink) Hanging() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
+}
+
+// Between returns the requests that arrived in [from, to).
+func (s *Sink) Between(from, to time.Time) []Request {
+	var out []Request
+	for _, r := range s.Requests() {
+		if !r.At.Before(from) && r.At.Before(to) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Counts returns how many Idempotency-Keys the sink has seen and how many
+// requests, whatever it answered.
+func (s *Sink) Counts() (keys, requests int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.attempts), len(s.reqs)
+}
+
+// Duplicates lists the keys that came more than once, as "key×n".
+func (s *Sink) Duplicates() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k, n := range s.attempts {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("%s×%d", k, n))
+		}
+	}
+	return out
+}
+
+// LastHeader returns a header of the latest request ("" before the first,
+// and from a lean sink).
+func (s *Sink) LastHeader(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.reqs) == 0 {
+		return ""
+	}
+	return s.reqs[len(s.reqs)-1].Header.Get(name)
+}

@@ -1,0 +1,41 @@
+// Package testwait polls a condition for tests that wait on real processes,
+// servers and brokers, where no clock can be faked: the wait is bounded, and
+// a test that times out says what it waited for.
+package testwait
+
+import (
+	"testing"
+	"time"
+)
+
+// Interval is how often For and Until check their condition.
+const Interval = 20 * time.Millisecond
+
+// For polls cond every Interval until it holds, and fails the test after
+// timeout, naming what it waited for.
+func For(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Until(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// Until polls cond every Interval until it holds or timeout passes, and
+// reports whether it held.
+func Until(timeout time.Duration, cond func() bool) bool {
+	_, ok := Every(Interval, timeout, cond)
+	return ok
+}
+
+// Every is Until with its own polling interval, for a test that times how
+// soon something happens.
+func Every(interval, timeout time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) >= timeout {
+			return time.Since(start), cond()
+		}
+		time.Sleep(interval)
+	}
+	return time.Since(start), true
+}
