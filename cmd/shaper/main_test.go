@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
 )
 
 // TestMain doubles as the shaper binary: with SHAPER_TEST_MAIN=1 the test
@@ -27,14 +29,8 @@ func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-func writeConfig(t testing.TB, body string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "shaper.yaml")
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
+// writeConfig writes a config file and returns its path.
+var writeConfig = childtest.WriteConfig
 
 const validConfig = `
 pipelines:

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // sinkLog is a real HTTP sink that counts requests per Idempotency-Key and
@@ -83,32 +82,18 @@ func (s *sinkLog) duplicates() []string {
 
 // startJetStream starts an embedded nats-server with a stream holding n messages.
 func startJetStream(t *testing.T, n int) string {
-	s := natstest.Start(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "CALLBACKS", Subjects: []string{"callbacks.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if _, err := js.Publish(ctx, "callbacks.psp", []byte(fmt.Sprintf(`{"n":%d}`, i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return s.ClientURL()
+	url := natstest.Start(t).ClientURL()
+	natstest.Stream(t, url, "CALLBACKS", "callbacks.>")
+	natstest.Publish(t, url, "callbacks.psp", n)
+	return url
 }
 
-// child is a real `shaper run` process: the test binary re-executed (see TestMain).
+// child is a real `shaper` child process: the test binary re-executed (see
+// TestMain). cmd and stderr are its command and its log.
 type child struct {
+	*childtest.Process
 	cmd    *exec.Cmd
-	stderr *syncBuffer
-	exited chan struct{}
-	err    error
+	stderr *logtest.Buffer
 }
 
 func startChild(t testing.TB, config string) *child {
@@ -119,49 +104,14 @@ func startChild(t testing.TB, config string) *child {
 // startChildArgs starts the shaper binary with args.
 func startChildArgs(t testing.TB, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "SHAPER_TEST_MAIN=1")
-	c := &child{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = c.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.err = cmd.Wait(); close(c.exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-c.exited
-	})
-	return c
-}
-
-// syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	p := childtest.Start(t, childtest.Config{Bin: os.Args[0], Args: args, Env: []string{"SHAPER_TEST_MAIN=1"}})
+	return &child{Process: p, cmd: p.Cmd, stderr: p.Stderr}
 }
 
 // wait waits for the child to exit and returns its exit code.
 func (c *child) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
-	select {
-	case <-c.exited:
-		return c.cmd.ProcessState.ExitCode()
-	case <-time.After(timeout):
-		t.Fatalf("shaper did not exit within %v; stderr:\n%s", timeout, c.stderr)
-		return -1
-	}
+	return c.Wait(timeout)
 }
 
 func runConfig(natsURL, sinkURL string, limit int, drain time.Duration) string {
@@ -179,16 +129,8 @@ pipelines:
 `, drain, natsURL, limit, sinkURL)
 }
 
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitUntil polls cond until it holds, failing the test after timeout.
+var waitUntil = testwait.For
 
 func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T) {
 	const n = 150

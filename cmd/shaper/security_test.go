@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/webhook"
@@ -39,7 +40,7 @@ import (
 // and both of its outputs kept.
 type secretChild struct {
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *logtest.Buffer
 	exited         chan struct{}
 }
 
@@ -47,7 +48,7 @@ func startSecretChild(t *testing.T, env []string, args ...string) *secretChild {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "SHAPER_TEST_MAIN=1"), env...)
-	c := &secretChild{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	c := &secretChild{cmd: cmd, stdout: &logtest.Buffer{}, stderr: &logtest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -3,10 +3,14 @@
 package natstest
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Start runs an embedded nats-server with JetStream on 127.0.0.1 and a free
@@ -42,4 +46,44 @@ func StartAt(t testing.TB, port int, storeDir string) *server.Server {
 		s.WaitForShutdown()
 	})
 	return s
+}
+
+// Stream creates a JetStream stream on subjects at the server at url.
+func Stream(t testing.TB, url, name string, subjects ...string) {
+	t.Helper()
+	withJetStream(t, url, func(ctx context.Context, js jetstream.JetStream) {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects}); err != nil {
+			t.Fatalf("natstest: create stream %s: %v", name, err)
+		}
+	})
+}
+
+// Publish publishes n messages `{"n":i}` to subject through JetStream at
+// url and waits for each ack.
+func Publish(t testing.TB, url, subject string, n int) {
+	t.Helper()
+	withJetStream(t, url, func(ctx context.Context, js jetstream.JetStream) {
+		for i := range n {
+			if _, err := js.Publish(ctx, subject, fmt.Appendf(nil, `{"n":%d}`, i)); err != nil {
+				t.Fatalf("natstest: publish %d to %s: %v", i, subject, err)
+			}
+		}
+	})
+}
+
+// withJetStream runs f on a short-lived connection, with a minute to do it.
+func withJetStream(t testing.TB, url string, f func(context.Context, jetstream.JetStream)) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("natstest: connect %s: %v", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f(ctx, js)
 }
