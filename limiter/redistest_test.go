@@ -2,7 +2,6 @@ package limiter_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"net"
 	"os"
@@ -153,27 +152,4 @@ func scriptCalls(t testing.TB, admin *redis.Client) int {
 		}
 	}
 	return total
-}
-
-// logBuffer is a concurrency-safe buffer for a test's slog output.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// count returns how many lines contain s.
-func (b *logBuffer) count(s string) int {
-	return strings.Count(b.String(), s)
 }

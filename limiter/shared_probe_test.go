@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/limiter"
 )
 
@@ -59,10 +60,10 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 			cfg := limiter.SharedConfig{Key: "shaper:return", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: fallback, Timeout: 250 * time.Millisecond}
 			const n = 3
 			lims := make([]*limiter.Shared, n)
-			logs := make([]*logBuffer, n)
+			logs := make([]*logtest.Buffer, n)
 			counters := make([]*redisCounter, n)
 			for i := range lims {
-				logs[i], counters[i] = &logBuffer{}, &redisCounter{}
+				logs[i], counters[i] = &logtest.Buffer{}, &redisCounter{}
 				// Debug, so that every failed probe leaves a record.
 				cfg.Logger = slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelDebug}))
 				// go-redis defaults otherwise: ContextTimeoutEnabled off,
@@ -97,7 +98,7 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 			probesBefore := make([]int, n)
 			for i := range lims {
 				dialsBefore[i], cmdsBefore[i] = counters[i].dials.Load(), counters[i].cmds.Load()
-				probesBefore[i] = logs[i].count("probe failed")
+				probesBefore[i] = logs[i].Count("probe failed")
 			}
 			time.Sleep(time.Until(killed.Add(tt.down)))
 			downFor := time.Since(fellBack)
@@ -105,7 +106,7 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 			var cmds int64
 			for i := range lims {
 				dials = max(dials, float64(counters[i].dials.Load()-dialsBefore[i])/downFor.Seconds())
-				probes = max(probes, float64(logs[i].count("probe failed")-probesBefore[i])/downFor.Seconds())
+				probes = max(probes, float64(logs[i].Count("probe failed")-probesBefore[i])/downFor.Seconds())
 				cmds += counters[i].cmds.Load() - cmdsBefore[i]
 			}
 
@@ -146,10 +147,10 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 				t.Errorf("%d commands went through the clients while Redis was down; want 0", cmds)
 			}
 			for i, log := range logs {
-				if got := log.count("falling back"); got != 1 {
+				if got := log.Count("falling back"); got != 1 {
 					t.Errorf("replica %d logged %d fallbacks; want 1:\n%s", i, got, log)
 				}
-				if got := log.count("back to the shared limit"); got != 1 {
+				if got := log.Count("back to the shared limit"); got != 1 {
 					t.Errorf("replica %d logged %d returns; want 1:\n%s", i, got, log)
 				}
 			}

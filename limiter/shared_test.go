@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-dev/shaper/internal/logtest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -26,7 +28,7 @@ var (
 
 // newShared returns a Shared limiter for cfg through client, logging into
 // log, closed when the test ends.
-func newShared(t testing.TB, client redis.UniversalClient, cfg limiter.SharedConfig, log *logBuffer) *limiter.Shared {
+func newShared(t testing.TB, client redis.UniversalClient, cfg limiter.SharedConfig, log *logtest.Buffer) *limiter.Shared {
 	t.Helper()
 	if log != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
@@ -43,12 +45,12 @@ func newShared(t testing.TB, client redis.UniversalClient, cfg limiter.SharedCon
 
 // replicas returns n Shared limiters on one key, each with its own client
 // as separate processes would have, and a log for each.
-func replicas(t testing.TB, addr string, n int, cfg limiter.SharedConfig) ([]*limiter.Shared, []*logBuffer) {
+func replicas(t testing.TB, addr string, n int, cfg limiter.SharedConfig) ([]*limiter.Shared, []*logtest.Buffer) {
 	t.Helper()
 	lims := make([]*limiter.Shared, n)
-	logs := make([]*logBuffer, n)
+	logs := make([]*logtest.Buffer, n)
 	for i := range lims {
-		logs[i] = &logBuffer{}
+		logs[i] = &logtest.Buffer{}
 		lims[i] = newShared(t, newClient(t, &redis.Options{Addr: addr}), cfg, logs[i])
 	}
 	return lims, logs
@@ -147,14 +149,7 @@ func (r *run) mostIn(w time.Duration, from, to time.Time) int {
 // waitFor polls cond every 5ms until it holds or within passes, and
 // returns how long it took and whether it held.
 func waitFor(within time.Duration, cond func() bool) (time.Duration, bool) {
-	start := time.Now()
-	for time.Since(start) < within {
-		if cond() {
-			return time.Since(start), true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start), cond()
+	return testwait.Every(5*time.Millisecond, within, cond)
 }
 
 // loadedTimeout is the Redis timeout of tests that are not about timeouts:
@@ -317,10 +312,10 @@ func TestSharedFallsBackWhenRedisDiesAndReturnsWhenItRestarts(t *testing.T) {
 		t.Errorf("recovered aggregate = %.1f/s; want %v (+3%%, -25%%)", rec, limit)
 	}
 	for i, log := range logs {
-		if n := log.count("falling back"); n != 1 {
+		if n := log.Count("falling back"); n != 1 {
 			t.Errorf("replica %d logged %d fallbacks; want 1 per transition:\n%s", i, n, log)
 		}
-		if n := log.count("back to the shared limit"); n != 1 {
+		if n := log.Count("back to the shared limit"); n != 1 {
 			t.Errorf("replica %d logged %d returns; want 1 per transition:\n%s", i, n, log)
 		}
 		if w := log.String(); !strings.Contains(w, "level=WARN") || !strings.Contains(w, "err=") {
@@ -444,7 +439,7 @@ func TestSharedFirstWriterWinsUntilSetRate(t *testing.T) {
 func TestSharedSurvivesScriptFlushWithoutFallingBack(t *testing.T) {
 	addr, _, _ := startRedis(t)
 	admin := newClient(t, &redis.Options{Addr: addr})
-	log := &logBuffer{}
+	log := &logtest.Buffer{}
 	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), limiter.SharedConfig{
 		Key: "shaper:flush", Mode: limiter.Leaky, Limit: 1000, Burst: 1, FallbackLimit: 10, Timeout: loadedTimeout,
 	}, log)
@@ -524,7 +519,7 @@ func TestSharedFallsBackOnBadRedisAndNeverSendsUnlimited(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opt := tt.setup(t)
-			log := &logBuffer{}
+			log := &logtest.Buffer{}
 			cfg := limiter.SharedConfig{Key: "shaper:bad", Mode: limiter.Token, Limit: 1000, Burst: 10, FallbackLimit: fallback}
 			s := newShared(t, newClient(t, opt), cfg, log)
 			if _, ok := waitFor(time.Second, s.Fallback); !ok {
@@ -553,7 +548,7 @@ func TestSharedFallsBackOnBadRedisAndNeverSendsUnlimited(t *testing.T) {
 			}
 			logged := log.String()
 			t.Logf("%d slots in 300ms; log: %s", n, strings.TrimSpace(logged))
-			if !strings.Contains(logged, tt.wantLog) || log.count("falling back") != 1 {
+			if !strings.Contains(logged, tt.wantLog) || log.Count("falling back") != 1 {
 				t.Errorf("log = %q; want one fallback warning naming %q", logged, tt.wantLog)
 			}
 		})
