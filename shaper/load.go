@@ -15,8 +15,9 @@ import (
 )
 
 // Load reads a config file, replaces ${VAR} from the environment, applies the
-// defaults and validates the result. The error lists every problem, each
-// prefixed by its key path (pipelines[0].rate.limit: must be a number > 0).
+// defaults and validates the result. The error lists every problem found in
+// one pass, each with its place in the file and its key path
+// (shaper.yaml:12:7: pipelines[0].rate.limit: must be a number > 0).
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -28,7 +29,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(data, os.LookupEnv)
+	return parse(path, data, os.LookupEnv)
 }
 
 // MaxConfigBytes bounds a config file: a real one is a few KB, and decoding
@@ -40,8 +41,18 @@ const MaxConfigBytes = 4 << 20
 const maxProblems = 100
 
 // Parse is Load on the bytes of a config file, with lookup standing in for
-// the environment.
+// the environment. Its problems carry their key path but no place in a file.
 func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	return parse("", data, lookup)
+}
+
+// parse is Parse of the file called name ("" for none).
+//
+// It is one pass: what does not decode (an unknown key, a wrong type, an
+// unset ${VAR}) is reported together with what does not validate, except
+// the validation problems at or below a key that did not decode, which
+// would only repeat it.
+func parse(name string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if len(data) > MaxConfigBytes {
 		return nil, fmt.Errorf("config: larger than %d bytes (4 MiB): not read", MaxConfigBytes)
 	}
@@ -50,26 +61,79 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	var cfg Config
-	d := decoder{lookup: lookup}
+	d := decoder{lookup: lookup, places: map[string]*yaml.Node{}, failed: map[string]bool{}}
 	if len(root.Content) > 0 {
 		d.decode(root.Content[0], reflect.ValueOf(&cfg).Elem(), "")
 	}
-	if len(d.errs) > 0 {
-		return nil, capped(d.errs)
-	}
 	cfg.SetDefaults()
-	errs := d.explicitZeros()
+	errs := append(d.errs, d.explicitZeros()...)
 	if err := cfg.Validate(); err != nil {
-		if joined, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = append(errs, joined.Unwrap()...)
-		} else {
-			errs = append(errs, err)
+		joined, ok := err.(interface{ Unwrap() []error })
+		if !ok {
+			joined = errors.Join(err).(interface{ Unwrap() []error })
+		}
+		for _, e := range joined.Unwrap() {
+			if !d.belowFailed(e) {
+				errs = append(errs, e)
+			}
 		}
 	}
 	if len(errs) > 0 {
-		return nil, capped(d.scrub(errs))
+		return nil, capped(d.placed(name, d.scrub(errs)))
 	}
 	return &cfg, nil
+}
+
+// belowFailed reports whether a validation problem lies at or below a key
+// path that did not decode.
+func (d *decoder) belowFailed(e error) bool {
+	path, _, _ := strings.Cut(e.Error(), ": ")
+	for p := path; p != ""; p = parentPath(p) {
+		if d.failed[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// placed prefixes each problem with file:line:col of the YAML node at its
+// key path, or of the nearest enclosing one that the file has (a required
+// key that is missing points at its mapping). Without a file name, problems
+// stay as they are.
+func (d *decoder) placed(name string, errs []error) []error {
+	if name == "" {
+		return errs
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		path, _, _ := strings.Cut(e.Error(), ": ")
+		n := d.places[path]
+		for p := path; n == nil && p != ""; {
+			p = parentPath(p)
+			n = d.places[p]
+		}
+		if n == nil {
+			out = append(out, fmt.Errorf("%s: %w", name, e))
+			continue
+		}
+		out = append(out, fmt.Errorf("%s:%d:%d: %w", name, n.Line, n.Column, e))
+	}
+	return out
+}
+
+// parentPath returns the key path one step up: pipelines[0].rate for
+// pipelines[0].rate.limit, pipelines for pipelines[0], "" at the top. A
+// quoted key (headers["X.Y"]) is one step.
+func parentPath(path string) string {
+	if strings.HasSuffix(path, "\"]") {
+		if i := strings.LastIndex(path, "[\""); i >= 0 {
+			return path[:i]
+		}
+	}
+	if i := strings.LastIndexAny(path, ".["); i >= 0 {
+		return path[:i]
+	}
+	return ""
 }
 
 // capped joins at most maxProblems errors, and says how many it left out.
@@ -103,6 +167,11 @@ type decoder struct {
 	env    []envValue // string values that took something from the environment
 	nodes  int        // nodes decoded so far, aliases expanded
 	zeros  []zeroValue
+	// places maps each key path to its node (the key's, or a list item's),
+	// for the line and column of a problem; failed holds the key paths
+	// that did not decode.
+	places map[string]*yaml.Node
+	failed map[string]bool
 }
 
 // zeroValue is a number or duration written as zero, at its key path.
@@ -159,6 +228,7 @@ var durationType = reflect.TypeOf(time.Duration(0))
 
 func (d *decoder) fail(path, format string, args ...any) {
 	d.errs = append(d.errs, fmt.Errorf("%s: %s", pathOrRoot(path), fmt.Sprintf(format, args...)))
+	d.failed[pathOrRoot(path)] = true
 }
 
 func pathOrRoot(path string) string {
@@ -213,6 +283,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key := n.Content[i].Value
 			kpath := join(path, key)
+			d.places[kpath] = n.Content[i]
 			if seen[key] {
 				d.fail(kpath, "duplicate key")
 				continue
@@ -232,7 +303,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, item := range n.Content {
-			d.decode(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+			ipath := fmt.Sprintf("%s[%d]", path, i)
+			d.places[ipath] = item
+			d.decode(item, s.Index(i), ipath)
 		}
 		v.Set(s)
 	case reflect.Map:
@@ -244,6 +317,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key := n.Content[i].Value
 			val := reflect.New(v.Type().Elem()).Elem()
+			d.places[join(path, key)] = n.Content[i]
 			d.decode(n.Content[i+1], val, join(path, key))
 			m.SetMapIndex(reflect.ValueOf(key), val)
 		}

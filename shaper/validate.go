@@ -66,81 +66,15 @@ func (c *Config) SetDefaults() {
 
 func (p *PipelineConfig) setDefaults() {
 	if n := p.Source.NATS; n != nil {
-		if n.Durable == "" && n.Stream != "" {
-			n.Durable = "shaper-" + p.Name
-		}
-		if n.AckWait == 0 {
-			n.AckWait = DefaultAckWait
-		}
+		n.setDefaults(p.Name)
 	}
 	if k := p.Source.Kafka; k != nil {
-		if k.Start == "" {
-			k.Start = StartEarliest
-		}
-		if k.CommitInterval == 0 {
-			k.CommitInterval = DefaultCommitInterval
-		}
-		if k.SessionTimeout == 0 {
-			k.SessionTimeout = DefaultSessionTimeout
-		}
-		if k.HeartbeatInterval == 0 {
-			k.HeartbeatInterval = DefaultHeartbeatInterval
-		}
-		if k.RebalanceTimeout == 0 {
-			k.RebalanceTimeout = DefaultRebalanceTimeout
-		}
-		if k.MaxWait == 0 {
-			k.MaxWait = DefaultKafkaMaxWait
-		}
-		k.TLS.setDefaults()
+		k.setDefaults()
 	}
-	if p.Bucket.Capacity == 0 {
-		p.Bucket.Capacity = DefaultCapacity
-	}
-	if p.Bucket.MaxQueueTime == 0 {
-		p.Bucket.MaxQueueTime = DefaultMaxQueueTime
-	}
-	if p.Bucket.OnExpire == "" {
-		p.Bucket.OnExpire = OnExpireDeadLetter
-	}
-	if p.Rate.Mode == "" {
-		p.Rate.Mode = ModeLeaky
-	}
-	if sh := p.Rate.Shared; sh != nil {
-		if sh.Key == "" {
-			sh.Key = "shaper:" + p.Name
-		}
-		if sh.Timeout == 0 {
-			sh.Timeout = DefaultRedisTimeout
-		}
-		sh.Redis.TLS.setDefaults()
-	}
-	if p.Rate.Burst == nil {
-		burst := 1
-		if p.Rate.Mode == ModeToken && p.Rate.Limit > 1 {
-			burst = int(math.Min(p.Rate.Limit, math.MaxInt32))
-		}
-		p.Rate.Burst = &burst
-	}
+	p.Bucket.setDefaults()
+	p.Rate.setDefaults(p.Name)
 	if h := p.Sink.HTTP; h != nil {
-		if h.Method == "" {
-			h.Method = "POST"
-		}
-		if h.MaxBodyBytes == 0 {
-			h.MaxBodyBytes = DefaultMaxBodyBytes
-		}
-		if s := h.Signing; s != nil {
-			if s.Scheme == "" {
-				s.Scheme = DefaultSigningScheme
-			}
-			// The standard scheme's headers are fixed: a header there is
-			// an error, not a default.
-			if s.Scheme == string(webhook.Shaper) && s.Header == "" {
-				s.Header = DefaultSigningHeader
-			}
-		}
-		h.TLS.setDefaults()
-		h.DeliveryConfig.setDefaults()
+		h.setDefaults()
 	}
 	if n := p.Sink.NATS; n != nil {
 		n.DeliveryConfig.setDefaults()
@@ -152,6 +86,91 @@ func (p *PipelineConfig) setDefaults() {
 	if dl := p.DeadLetter; dl != nil && dl.Kafka != nil {
 		dl.Kafka.TLS.setDefaults()
 	}
+}
+
+// setDefaults fills a NATS source of the pipeline called name.
+func (n *NATSSourceConfig) setDefaults(name string) {
+	if n.Durable == "" && n.Stream != "" {
+		n.Durable = "shaper-" + name
+	}
+	if n.AckWait == 0 {
+		n.AckWait = DefaultAckWait
+	}
+}
+
+func (k *KafkaSourceConfig) setDefaults() {
+	if k.Start == "" {
+		k.Start = StartEarliest
+	}
+	for _, d := range []struct {
+		field *time.Duration
+		def   time.Duration
+	}{
+		{&k.CommitInterval, DefaultCommitInterval}, {&k.SessionTimeout, DefaultSessionTimeout},
+		{&k.HeartbeatInterval, DefaultHeartbeatInterval}, {&k.RebalanceTimeout, DefaultRebalanceTimeout},
+		{&k.MaxWait, DefaultKafkaMaxWait},
+	} {
+		if *d.field == 0 {
+			*d.field = d.def
+		}
+	}
+	k.TLS.setDefaults()
+}
+
+func (b *BucketConfig) setDefaults() {
+	if b.Capacity == 0 {
+		b.Capacity = DefaultCapacity
+	}
+	if b.MaxQueueTime == 0 {
+		b.MaxQueueTime = DefaultMaxQueueTime
+	}
+	if b.OnExpire == "" {
+		b.OnExpire = OnExpireDeadLetter
+	}
+}
+
+// setDefaults fills the rate of the pipeline called name.
+func (r *RateConfig) setDefaults(name string) {
+	if r.Mode == "" {
+		r.Mode = ModeLeaky
+	}
+	if sh := r.Shared; sh != nil {
+		if sh.Key == "" {
+			sh.Key = "shaper:" + name
+		}
+		if sh.Timeout == 0 {
+			sh.Timeout = DefaultRedisTimeout
+		}
+		sh.Redis.TLS.setDefaults()
+	}
+	if r.Burst == nil {
+		burst := 1
+		if r.Mode == ModeToken && r.Limit > 1 {
+			burst = int(math.Min(r.Limit, math.MaxInt32))
+		}
+		r.Burst = &burst
+	}
+}
+
+func (h *HTTPSinkConfig) setDefaults() {
+	if h.Method == "" {
+		h.Method = "POST"
+	}
+	if h.MaxBodyBytes == 0 {
+		h.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s := h.Signing; s != nil {
+		if s.Scheme == "" {
+			s.Scheme = DefaultSigningScheme
+		}
+		// The standard scheme's headers are fixed: a header there is
+		// an error, not a default.
+		if s.Scheme == string(webhook.Shaper) && s.Header == "" {
+			s.Header = DefaultSigningHeader
+		}
+	}
+	h.TLS.setDefaults()
+	h.DeliveryConfig.setDefaults()
 }
 
 // setDefaults fills a TLS config left partly out; nil (TLS off) stays nil.
@@ -252,176 +271,205 @@ func (p *PipelineConfig) validate(path string, ps *problems) {
 		ps.add(path+".name", "want letters, digits, '-', '_' or '.', got %q", p.Name)
 	}
 
-	if k := p.Source.Kafka; k != nil {
-		sp := path + ".source.kafka"
-		k.KafkaConnConfig.validate(sp, ps)
-		validateKafkaTopic(sp+".topic", k.Topic, ps)
-		if k.Group == "" {
-			ps.add(sp+".group", "required")
-		}
-		if k.Start != StartEarliest && k.Start != StartLatest {
-			ps.add(sp+".start", "want earliest or latest, got %q", k.Start)
-		}
-		if k.CommitInterval <= 0 {
-			ps.add(sp+".commit_interval", "must be > 0, got %s", k.CommitInterval)
-		}
-		if k.SessionTimeout <= 0 {
-			ps.add(sp+".session_timeout", "must be > 0, got %s", k.SessionTimeout)
-		}
-		if k.HeartbeatInterval <= 0 || k.HeartbeatInterval >= k.SessionTimeout {
-			ps.add(sp+".heartbeat_interval", "must be > 0 and below session_timeout (%s), got %s", k.SessionTimeout, k.HeartbeatInterval)
-		}
-		if k.RebalanceTimeout <= 0 {
-			ps.add(sp+".rebalance_timeout", "must be > 0, got %s", k.RebalanceTimeout)
-		}
-		if k.MaxWait <= 0 {
-			ps.add(sp+".max_wait", "must be > 0, got %s", k.MaxWait)
-		}
+	p.Source.validate(path+".source", ps)
+	p.Bucket.validate(path+".bucket", ps)
+	p.Rate.validate(path+".rate", p.Bucket.MaxQueueTime, ps)
+	p.Sink.validate(path+".sink", ps)
+	if dl := p.DeadLetter; dl != nil {
+		dl.validate(path+".dead_letter", ps)
 	}
-	if (p.Source.Kafka == nil) == (p.Source.NATS == nil) {
-		ps.add(path+".source", "exactly one of kafka or nats is required")
-	}
-	if n := p.Source.NATS; n != nil {
-		sp := path + ".source.nats"
-		validateNATSURL(sp+".url", n.URL, ps)
-		if n.Subject == "" {
-			ps.add(sp+".subject", "required")
-		} else if strings.ContainsAny(n.Subject, " \t\r\n") {
-			ps.add(sp+".subject", "must not contain whitespace, got %q", n.Subject)
-		}
-		if n.Stream != "" && !natsToken.MatchString(n.Stream) {
-			ps.add(sp+".stream", "must not contain whitespace, '.', '*' or '>', got %q", n.Stream)
-		}
-		if n.Stream != "" && !natsToken.MatchString(n.Durable) {
-			ps.add(sp+".durable", "must not contain whitespace, '.', '*' or '>', got %q", n.Durable)
-		}
-		if n.Stream == "" && n.Durable != "" {
-			ps.add(sp+".durable", "needs stream: core NATS has no durable consumers")
-		}
-		if n.AckWait < time.Second {
-			ps.add(sp+".ack_wait", "must be >= 1s, got %s", n.AckWait)
-		}
-	}
+}
 
-	b := p.Bucket
+func (s SourceConfig) validate(path string, ps *problems) {
+	if (s.Kafka == nil) == (s.NATS == nil) {
+		ps.add(path, "exactly one of kafka or nats is required")
+	}
+	if s.Kafka != nil {
+		s.Kafka.validate(path+".kafka", ps)
+	}
+	if s.NATS != nil {
+		s.NATS.validate(path+".nats", ps)
+	}
+}
+
+func (k *KafkaSourceConfig) validate(path string, ps *problems) {
+	k.KafkaConnConfig.validate(path, ps)
+	validateKafkaTopic(path+".topic", k.Topic, ps)
+	if k.Group == "" {
+		ps.add(path+".group", "required")
+	}
+	if k.Start != StartEarliest && k.Start != StartLatest {
+		ps.add(path+".start", "want earliest or latest, got %q", k.Start)
+	}
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{{"commit_interval", k.CommitInterval}, {"session_timeout", k.SessionTimeout}, {"rebalance_timeout", k.RebalanceTimeout}, {"max_wait", k.MaxWait}} {
+		if d.d <= 0 {
+			ps.add(path+"."+d.key, "must be > 0, got %s", d.d)
+		}
+	}
+	if k.HeartbeatInterval <= 0 || k.HeartbeatInterval >= k.SessionTimeout {
+		ps.add(path+".heartbeat_interval", "must be > 0 and below session_timeout (%s), got %s", k.SessionTimeout, k.HeartbeatInterval)
+	}
+}
+
+func (n *NATSSourceConfig) validate(path string, ps *problems) {
+	validateNATSURL(path+".url", n.URL, ps)
+	if n.Subject == "" {
+		ps.add(path+".subject", "required")
+	} else if strings.ContainsAny(n.Subject, " \t\r\n") {
+		ps.add(path+".subject", "must not contain whitespace, got %q", n.Subject)
+	}
+	if n.Stream != "" && !natsToken.MatchString(n.Stream) {
+		ps.add(path+".stream", "must not contain whitespace, '.', '*' or '>', got %q", n.Stream)
+	}
+	if n.Stream != "" && !natsToken.MatchString(n.Durable) {
+		ps.add(path+".durable", "must not contain whitespace, '.', '*' or '>', got %q", n.Durable)
+	}
+	if n.Stream == "" && n.Durable != "" {
+		ps.add(path+".durable", "needs stream: core NATS has no durable consumers")
+	}
+	if n.AckWait < time.Second {
+		ps.add(path+".ack_wait", "must be >= 1s, got %s", n.AckWait)
+	}
+}
+
+func (b BucketConfig) validate(path string, ps *problems) {
 	if b.Capacity < 1 {
-		ps.add(path+".bucket.capacity", "must be >= 1, got %d", b.Capacity)
+		ps.add(path+".capacity", "must be >= 1, got %d", b.Capacity)
 	}
 	if b.MaxQueueTime <= 0 {
-		ps.add(path+".bucket.max_queue_time", "must be > 0, got %s", b.MaxQueueTime)
+		ps.add(path+".max_queue_time", "must be > 0, got %s", b.MaxQueueTime)
 	}
 	switch b.OnExpire {
 	case OnExpireDeadLetter, OnExpireDrop, OnExpireDeliver:
 	default:
-		ps.add(path+".bucket.on_expire", "want dead_letter, drop or deliver, got %q", b.OnExpire)
+		ps.add(path+".on_expire", "want dead_letter, drop or deliver, got %q", b.OnExpire)
 	}
+}
 
-	r := p.Rate
+// validate checks the rate against the bucket's max_queue_time.
+func (r RateConfig) validate(path string, maxQueueTime time.Duration, ps *problems) {
 	switch r.Mode {
 	case ModeLeaky, ModeToken:
 	default:
-		ps.add(path+".rate.mode", "want leaky or token, got %q", r.Mode)
+		ps.add(path+".mode", "want leaky or token, got %q", r.Mode)
 	}
-	validateRate(path+".rate", r.Mode, r.Limit, r.Burst, b.MaxQueueTime, ps)
+	validateRate(path, r.Mode, r.Limit, r.Burst, maxQueueTime, ps)
 	if r.Warmup < 0 {
-		ps.add(path+".rate.warmup", "must be >= 0, got %s", r.Warmup)
+		ps.add(path+".warmup", "must be >= 0, got %s", r.Warmup)
 	}
 	if sh := r.Shared; sh != nil {
-		sp := path + ".rate.shared"
-		sh.Redis.validate(sp+".redis", ps)
-		if sh.Key == "" {
-			ps.add(sp+".key", "required")
-		}
-		if !(sh.FallbackLimit > 0) || math.IsInf(sh.FallbackLimit, 0) {
-			ps.add(sp+".fallback_limit", "must be > 0 (a replica never sends unlimited), got %v", sh.FallbackLimit)
-		} else if sh.FallbackLimit > r.Limit {
-			ps.add(sp+".fallback_limit", "must be <= rate.limit (%v), got %v", r.Limit, sh.FallbackLimit)
-		}
-		if sh.Timeout <= 0 {
-			ps.add(sp+".timeout", "must be > 0, got %s", sh.Timeout)
-		}
+		sh.validate(path+".shared", r.Limit, ps)
 	}
+}
 
+// validate checks a shared rate whose global limit is limit.
+func (sh *SharedRateConfig) validate(path string, limit float64, ps *problems) {
+	sh.Redis.validate(path+".redis", ps)
+	if sh.Key == "" {
+		ps.add(path+".key", "required")
+	}
+	if !(sh.FallbackLimit > 0) || math.IsInf(sh.FallbackLimit, 0) {
+		ps.add(path+".fallback_limit", "must be > 0 (a replica never sends unlimited), got %v", sh.FallbackLimit)
+	} else if sh.FallbackLimit > limit {
+		ps.add(path+".fallback_limit", "must be <= rate.limit (%v), got %v", limit, sh.FallbackLimit)
+	}
+	if sh.Timeout <= 0 {
+		ps.add(path+".timeout", "must be > 0, got %s", sh.Timeout)
+	}
+}
+
+func (s SinkConfig) validate(path string, ps *problems) {
 	sinks := 0
-	if h := p.Sink.HTTP; h != nil {
+	if h := s.HTTP; h != nil {
 		sinks++
-		sp := path + ".sink.http"
-		// The URL is described, never echoed: webhook URLs carry tokens in
-		// their user information, path or query.
-		u, err := url.Parse(h.URL)
-		switch {
-		case h.URL == "":
-			ps.add(sp+".url", "required")
-		case err != nil:
-			ps.add(sp+".url", "want an absolute http:// or https:// URL: %s", urlProblem(err))
-		case u.Scheme == "":
-			ps.add(sp+".url", "want an absolute http:// or https:// URL, got one without a scheme")
-		case u.Scheme != "http" && u.Scheme != "https":
-			ps.add(sp+".url", "want an absolute http:// or https:// URL, got scheme %s", shownScheme(u.Scheme))
-		case u.Host == "":
-			ps.add(sp+".url", "want an absolute http:// or https:// URL, got one without a host")
-		}
-		if !headerName.MatchString(h.Method) {
-			ps.add(sp+".method", "want an HTTP method such as POST, got %q", h.Method)
-		}
-		for name, value := range h.Headers {
-			hp := join(sp+".headers", name)
-			if !headerName.MatchString(name) {
-				ps.add(hp, "invalid header name")
-			}
-			if strings.ContainsAny(value, "\r\n\x00") {
-				ps.add(hp, "value must not contain CR, LF or NUL")
-			}
-			if strings.EqualFold(name, "Idempotency-Key") {
-				ps.add(hp, "is set by shaper to the message id")
-			}
-		}
-		if h.KeyHeader != "" {
-			_, configured := h.Headers[h.KeyHeader]
-			switch {
-			case !headerName.MatchString(h.KeyHeader):
-				ps.add(sp+".key_header", "invalid header name %q", h.KeyHeader)
-			case strings.EqualFold(h.KeyHeader, "Idempotency-Key"):
-				ps.add(sp+".key_header", "Idempotency-Key is set by shaper to the message id")
-			case configured:
-				ps.add(sp+".key_header", "%q is also set in headers: choose one", h.KeyHeader)
-			}
-		}
-		if h.MaxBodyBytes < 0 {
-			ps.add(sp+".max_body_bytes", "must be >= 0, got %d", h.MaxBodyBytes)
-		}
-		if h.TLS != nil && err == nil && u.Scheme == "http" {
-			ps.add(sp+".tls", "needs an https:// url: a plain http:// request uses no TLS")
-		}
-		h.TLS.validate(sp+".tls", ps)
-		h.Signing.validate(sp, *h, ps)
-		validateProxy(sp+".proxy", h.Proxy, ps)
-		h.DeliveryConfig.validate(sp, ps)
+		h.validate(path+".http", ps)
 	}
-	if n := p.Sink.NATS; n != nil {
+	if n := s.NATS; n != nil {
 		sinks++
-		n.NATSPublisherConfig.validate(path+".sink.nats", ps)
-		n.DeliveryConfig.validate(path+".sink.nats", ps)
+		n.NATSPublisherConfig.validate(path+".nats", ps)
+		n.DeliveryConfig.validate(path+".nats", ps)
 	}
-	if k := p.Sink.Kafka; k != nil {
+	if k := s.Kafka; k != nil {
 		sinks++
-		k.KafkaPublisherConfig.validate(path+".sink.kafka", ps)
-		k.DeliveryConfig.validate(path+".sink.kafka", ps)
+		k.KafkaPublisherConfig.validate(path+".kafka", ps)
+		k.DeliveryConfig.validate(path+".kafka", ps)
 	}
 	if sinks != 1 {
-		ps.add(path+".sink", "exactly one of http, kafka or nats is required")
+		ps.add(path, "exactly one of http, kafka or nats is required")
 	}
+}
 
-	if dl := p.DeadLetter; dl != nil {
-		if (dl.NATS == nil) == (dl.Kafka == nil) {
-			ps.add(path+".dead_letter", "exactly one of kafka or nats is required (or leave dead_letter out)")
+func (h *HTTPSinkConfig) validate(path string, ps *problems) {
+	// The URL is described, never echoed: webhook URLs carry tokens in
+	// their user information, path or query.
+	u, err := url.Parse(h.URL)
+	switch {
+	case h.URL == "":
+		ps.add(path+".url", "required")
+	case err != nil:
+		ps.add(path+".url", "want an absolute http:// or https:// URL: %s", urlProblem(err))
+	case u.Scheme == "":
+		ps.add(path+".url", "want an absolute http:// or https:// URL, got one without a scheme")
+	case u.Scheme != "http" && u.Scheme != "https":
+		ps.add(path+".url", "want an absolute http:// or https:// URL, got scheme %s", shownScheme(u.Scheme))
+	case u.Host == "":
+		ps.add(path+".url", "want an absolute http:// or https:// URL, got one without a host")
+	}
+	if !headerName.MatchString(h.Method) {
+		ps.add(path+".method", "want an HTTP method such as POST, got %q", h.Method)
+	}
+	h.validateHeaders(path, ps)
+	if h.MaxBodyBytes < 0 {
+		ps.add(path+".max_body_bytes", "must be >= 0, got %d", h.MaxBodyBytes)
+	}
+	if h.TLS != nil && err == nil && u.Scheme == "http" {
+		ps.add(path+".tls", "needs an https:// url: a plain http:// request uses no TLS")
+	}
+	h.TLS.validate(path+".tls", ps)
+	h.Signing.validate(path, *h, ps)
+	validateProxy(path+".proxy", h.Proxy, ps)
+	h.DeliveryConfig.validate(path, ps)
+}
+
+// validateHeaders checks the configured headers and the key header.
+func (h *HTTPSinkConfig) validateHeaders(path string, ps *problems) {
+	for name, value := range h.Headers {
+		hp := join(path+".headers", name)
+		if !headerName.MatchString(name) {
+			ps.add(hp, "invalid header name")
 		}
-		if dl.NATS != nil {
-			dl.NATS.validate(path+".dead_letter.nats", ps)
+		if strings.ContainsAny(value, "\r\n\x00") {
+			ps.add(hp, "value must not contain CR, LF or NUL")
 		}
-		if dl.Kafka != nil {
-			dl.Kafka.validate(path+".dead_letter.kafka", ps)
+		if strings.EqualFold(name, "Idempotency-Key") {
+			ps.add(hp, "is set by shaper to the message id")
 		}
+	}
+	if h.KeyHeader != "" {
+		_, configured := h.Headers[h.KeyHeader]
+		switch {
+		case !headerName.MatchString(h.KeyHeader):
+			ps.add(path+".key_header", "invalid header name %q", h.KeyHeader)
+		case strings.EqualFold(h.KeyHeader, "Idempotency-Key"):
+			ps.add(path+".key_header", "Idempotency-Key is set by shaper to the message id")
+		case configured:
+			ps.add(path+".key_header", "%q is also set in headers: choose one", h.KeyHeader)
+		}
+	}
+}
+
+func (dl *DeadLetterConfig) validate(path string, ps *problems) {
+	if (dl.NATS == nil) == (dl.Kafka == nil) {
+		ps.add(path, "exactly one of kafka or nats is required (or leave dead_letter out)")
+	}
+	if dl.NATS != nil {
+		dl.NATS.validate(path+".nats", ps)
+	}
+	if dl.Kafka != nil {
+		dl.Kafka.validate(path+".kafka", ps)
 	}
 }
 

@@ -50,6 +50,26 @@ func TestValidateAcceptsAValidConfig(t *testing.T) {
 	}
 }
 
+// validate takes several files at once, checks each and reports every
+// problem of every one with its place: CI checks a directory of configs in
+// one call.
+func TestValidateChecksSeveralFilesAndReportsEachOne(t *testing.T) {
+	good := writeConfig(t, validConfig)
+	bad := writeConfig(t, strings.Replace(validConfig, "rate: {limit: 50}", "rate: {limt: 50}", 1))
+	code, out, errs := runMain(t, "validate", "--config", good, "--config", bad, "--config", good)
+	if code != exitUsage {
+		t.Errorf("validate good bad good = %d; want %d", code, exitUsage)
+	}
+	if strings.Count(out, good+": ok (1 pipelines)") != 2 {
+		t.Errorf("stdout = %q; want the good file ok twice", out)
+	}
+	for _, want := range []string{bad + ":7:", "pipelines[0].rate.limt: unknown key", "pipelines[0].rate.limit: must be a number > 0"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+}
+
 func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 	replace := func(old, new string) string {
 		if !strings.Contains(validConfig, old) {
