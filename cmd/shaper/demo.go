@@ -26,32 +26,20 @@ import (
 // container image, make build) leaves the demo and its brokers out and has
 // the stand-in of demo_nodemo.go instead.
 func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	rate := fs.Float64("rate", 25, "requests per second to the sink")
-	messages := fs.Int("messages", 500, "messages in the burst")
-	mode := fs.String("mode", shaper.ModeLeaky, "leaky or token")
-	burst := fs.Int("burst", 0, "token mode: requests at once after idle (default: one second's worth)")
-	duration := fs.Duration("duration", 0, "stop after this long (default: when every message is delivered)")
-	source := fs.String("source", "nats", "nats (embedded JetStream) or kafka (in-process kfake)")
-	g.logLevel = "warn" // the demo's own lines tell the story; --log-level info shows the daemon's
-	if err := parseFlags(fs, args, g, stderr); err != nil {
+	opts, err := parseDemoFlags(args, g, stderr)
+	if err != nil {
 		return err
 	}
 	log, err := g.logger(stderr)
 	if err != nil {
 		return err
 	}
-	if *messages < 1 {
-		return fmt.Errorf("%w: demo: --messages must be >= 1, got %d", errUsage, *messages)
-	}
 	var broker demoBroker
-	switch *source {
+	switch opts.source {
 	case "nats":
 		broker, err = startNATSDemo(ctx)
 	case "kafka":
 		broker, err = startKafkaDemo()
-	default:
-		return fmt.Errorf("%w: demo: --source: want nats or kafka, got %q", errUsage, *source)
 	}
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -69,32 +57,10 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 	wg.Go(func() { _ = sinkSrv.Serve(sinkLn) }) // ends with Close below
 	defer sinkSrv.Close()
 
-	cfg := &shaper.Config{
-		Admin:    shaper.AdminConfig{Listen: "127.0.0.1:0"},
-		Shutdown: shaper.ShutdownConfig{DrainTimeout: 5 * time.Second},
-		Pipelines: []shaper.PipelineConfig{{
-			Name:   "demo",
-			Source: broker.source(),
-			Bucket: shaper.BucketConfig{
-				Capacity:     1000,
-				MaxQueueTime: time.Duration(float64(*messages)/(*rate)*float64(time.Second)) + 10*time.Second,
-			},
-			Rate: shaper.RateConfig{Mode: *mode, Limit: *rate},
-			Sink: shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{
-				URL:            "http://" + sinkLn.Addr().String() + "/callback",
-				Headers:        map[string]string{"Content-Type": "application/json"},
-				DeliveryConfig: shaper.DeliveryConfig{MaxInFlight: 4},
-			}},
-		}},
+	cfg, err := opts.config(broker.source(), "http://"+sinkLn.Addr().String()+"/callback")
+	if err != nil {
+		return err
 	}
-	if *burst != 0 {
-		cfg.Pipelines[0].Rate.Burst = burst
-	}
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w: demo:\n%v", errUsage, err)
-	}
-
 	d, err := newDaemon(cfg, log)
 	if err != nil {
 		return err
@@ -112,22 +78,97 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 	go func() { served <- d.serve(runCtx, force, adminLn) }()
 
 	start := time.Now()
-	bodies := make([][]byte, *messages)
-	for i := range bodies {
-		bodies[i] = fmt.Appendf(nil, `{"payment":%d,"status":"settled"}`, i)
-	}
-	if err := broker.publish(ctx, bodies); err != nil {
+	if err := broker.publish(ctx, opts.bodies()); err != nil {
 		stopRun()
 		<-served
 		return fmt.Errorf("demo: publish: %w", err)
 	}
-
 	cfgRate := cfg.Pipelines[0].Rate
 	fmt.Fprintf(stdout, "shaper demo: a burst of %d messages from %s, shaped to %g/s (%s mode, burst %d)\n",
-		*messages, broker, cfgRate.Limit, cfgRate.Mode, *cfgRate.Burst)
+		opts.messages, broker, cfgRate.Limit, cfgRate.Mode, *cfgRate.Burst)
 	fmt.Fprintf(stdout, "metrics and admin API: http://%s/metrics  (Ctrl-C stops)\n\n", adminLn.Addr())
-	fmt.Fprintf(stdout, "%6s %9s %10s %6s %9s %10s\n", "time", "received", "delivered", "depth", "p99 wait", "sink rate")
+	opts.report(ctx, stdout, d, &sink, start)
+	stopRun()
+	err = <-served
+	fmt.Fprintf(stdout, "\ndelivered %d of %d to the sink in %.1fs\n", sink.requests.Load(), opts.messages, time.Since(start).Seconds())
+	return err
+}
 
+// demoOptions are the demo's flags.
+type demoOptions struct {
+	rate     float64
+	messages int
+	mode     string
+	burst    int
+	duration time.Duration
+	source   string
+}
+
+func parseDemoFlags(args []string, g *globals, stderr io.Writer) (demoOptions, error) {
+	var o demoOptions
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.Float64Var(&o.rate, "rate", 25, "requests per second to the sink")
+	fs.IntVar(&o.messages, "messages", 500, "messages in the burst")
+	fs.StringVar(&o.mode, "mode", shaper.ModeLeaky, "leaky or token")
+	fs.IntVar(&o.burst, "burst", 0, "token mode: requests at once after idle (default: one second's worth)")
+	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (default: when every message is delivered)")
+	fs.StringVar(&o.source, "source", "nats", "nats (embedded JetStream) or kafka (in-process kfake)")
+	g.logLevel = "warn" // the demo's own lines tell the story; --log-level info shows the daemon's
+	if err := parseFlags(fs, args, g, stderr); err != nil {
+		return o, err
+	}
+	if o.messages < 1 {
+		return o, fmt.Errorf("%w: demo: --messages must be >= 1, got %d", errUsage, o.messages)
+	}
+	if o.source != "nats" && o.source != "kafka" {
+		return o, fmt.Errorf("%w: demo: --source: want nats or kafka, got %q", errUsage, o.source)
+	}
+	return o, nil
+}
+
+// config is the demo's one pipeline, from source to sinkURL, validated.
+func (o demoOptions) config(source shaper.SourceConfig, sinkURL string) (*shaper.Config, error) {
+	cfg := &shaper.Config{
+		Admin:    shaper.AdminConfig{Listen: "127.0.0.1:0"},
+		Shutdown: shaper.ShutdownConfig{DrainTimeout: 5 * time.Second},
+		Pipelines: []shaper.PipelineConfig{{
+			Name:   "demo",
+			Source: source,
+			Bucket: shaper.BucketConfig{
+				Capacity:     1000,
+				MaxQueueTime: time.Duration(float64(o.messages)/o.rate*float64(time.Second)) + 10*time.Second,
+			},
+			Rate: shaper.RateConfig{Mode: o.mode, Limit: o.rate},
+			Sink: shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{
+				URL:            sinkURL,
+				Headers:        map[string]string{"Content-Type": "application/json"},
+				DeliveryConfig: shaper.DeliveryConfig{MaxInFlight: 4},
+			}},
+		}},
+	}
+	if o.burst != 0 {
+		cfg.Pipelines[0].Rate.Burst = &o.burst
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: demo:\n%v", errUsage, err)
+	}
+	return cfg, nil
+}
+
+// bodies are the burst's payment callbacks.
+func (o demoOptions) bodies() [][]byte {
+	bodies := make([][]byte, o.messages)
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `{"payment":%d,"status":"settled"}`, i)
+	}
+	return bodies
+}
+
+// report prints a line a second until every message is delivered, the
+// duration has passed, or ctx ends.
+func (o demoOptions) report(ctx context.Context, stdout io.Writer, d *daemon, sink *demoSink, start time.Time) {
+	fmt.Fprintf(stdout, "%6s %9s %10s %6s %9s %10s\n", "time", "received", "delivered", "depth", "p99 wait", "sink rate")
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	var prevWait *dto.Histogram
@@ -145,15 +186,10 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 			time.Since(start).Seconds(), counterValue(d, "shaper_messages_received_total"),
 			st.Outcomes[shaper.OutcomeDelivered], st.Depth, p99(prevWait, wait), sunk-prevSink)
 		prevWait, prevSink = wait, sunk
-		if st.Outcomes[shaper.OutcomeDelivered] >= int64(*messages) ||
-			*duration > 0 && time.Since(start) >= *duration {
+		if st.Outcomes[shaper.OutcomeDelivered] >= int64(o.messages) || o.duration > 0 && time.Since(start) >= o.duration {
 			done = true
 		}
 	}
-	stopRun()
-	err = <-served
-	fmt.Fprintf(stdout, "\ndelivered %d of %d to the sink in %.1fs\n", sink.requests.Load(), *messages, time.Since(start).Seconds())
-	return err
 }
 
 // demoSink is the embedded HTTP sink: it answers 204 and counts.
