@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,47 +109,27 @@ var errKafkaClosed = errors.New("kafka: source closed")
 //
 // # Redelivery
 //
-// Nack(delay) redelivers by itself: the message waits in the source's own
-// delay queue and Fetch returns it again, with the same ID, once delay has
-// passed, before any new message. Its offset stays unfinished meanwhile, so
+// Nack(delay) redelivers by itself: the message waits in the session's
+// delay queue (delayQueue) and Fetch returns it again, with the same ID,
+// once delay has passed, before any new message. Its offset stays unfinished meanwhile, so
 // the partition's commits wait for it. On Close, a message still in the
 // delay queue is not committed: it comes back after a restart, from the
 // broker, without the messages finished after it.
 //
 // Kafka is safe for concurrent use by multiple goroutines; concurrent Fetch
 // calls take turns.
+//
+// Kafka itself only hands out messages: a kafkaSession runs the group
+// membership, its generations and commits, and holds the nacked messages;
+// a partitionFetcher reads the partitions the session claims.
 type Kafka struct {
-	cfg        shaper.KafkaSourceConfig
-	groupCfg   kafka.ConsumerGroupConfig
-	readerCfg  kafka.ReaderConfig // a partition reader's, but Partition and QueueCapacity
-	queue      int                // messages the partition readers fetch ahead, in all
-	settleWait time.Duration      // how long the end of a generation waits for its messages
-	log        *slog.Logger
-	marks      *commitTracker
-	health     *kafkaHealth
-	transport  *kafka.Transport // commits, and reads the commit metadata
-	addr       net.Addr         // the brokers, for transport
-
-	group      atomic.Pointer[kafka.ConsumerGroup] // nil until the topic is first seen
-	incoming   chan kafkaFetched                   // unbuffered: a partition reader hands Fetch one message
-	fetchWake  chan struct{}                       // size 1: a nacked message may be due, or a generation began
-	commitWake chan struct{}                       // size 1: a mark advanced
-	settleWake chan struct{}                       // size 1: a message of an ended generation settled
-	done       chan struct{}                       // closed by Close
-	fetching   chan struct{}                       // size 1: the token of the one Fetch running
-	stop       context.CancelFunc
-	watching   sync.WaitGroup // health.watch
-	wg         sync.WaitGroup // consume, and every function of every generation
-
-	mu       sync.Mutex
-	gen      *kafkaGeneration    // the running generation; nil between generations
-	genID    int32               // the ID of the last generation begun
-	memberID string              // this member's ID in it
-	claims   map[int]*kafkaClaim // by partition: owned in gen, or suspended since the last one ended
-	delayed  delayQueue
-	seq      uint64 // orders equal due times in delayed
-	lag      map[int]int64
-	closed   bool
+	log      *slog.Logger
+	health   *kafkaHealth
+	session  *kafkaSession
+	fetcher  *partitionFetcher
+	fetching chan struct{} // size 1: the token of the one Fetch running
+	stop     context.CancelFunc
+	watching sync.WaitGroup // health.watch
 
 	closeOnce sync.Once
 	closeErr  error
@@ -179,37 +157,52 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = log.With("source", "kafka", "topic", cfg.Topic, "group", cfg.Group)
 	dialer, err := kafkaconn.Dialer(cfg.KafkaConnConfig, name)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	s := &Kafka{
-		cfg:        cfg,
-		queue:      min(capacity, kafkaQueueMax),
-		settleWait: min(cfg.RebalanceTimeout/4, cfg.SessionTimeout/4, kafkaSettleWaitMax),
-		log:        log.With("source", "kafka", "topic", cfg.Topic, "group", cfg.Group),
-		marks:      newCommitTracker(),
-		incoming:   make(chan kafkaFetched),
-		fetchWake:  make(chan struct{}, 1),
-		commitWake: make(chan struct{}, 1),
-		settleWake: make(chan struct{}, 1),
-		done:       make(chan struct{}),
-		fetching:   make(chan struct{}, 1),
-		claims:     make(map[int]*kafkaClaim),
-		lag:        make(map[int]int64),
-	}
-	s.health = newKafkaHealth(cfg, dialer, s.log)
-	if s.transport, err = kafkaconn.Transport(cfg.KafkaConnConfig, name); err != nil {
+	health := newKafkaHealth(cfg, dialer, log)
+	transport, err := kafkaconn.Transport(cfg.KafkaConnConfig, name)
+	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	s.transport.MetadataTopics = []string{cfg.Topic}
-	s.addr = kafka.TCP(cfg.Brokers...)
+	transport.MetadataTopics = []string{cfg.Topic}
+	groupCfg, err := kafkaGroupConfig(cfg, dialer, health)
+	if err != nil {
+		return nil, err
+	}
+	readerCfg, err := kafkaReaderConfig(cfg, dialer, health)
+	if err != nil {
+		return nil, err
+	}
+	fetcher := &partitionFetcher{
+		readerCfg: readerCfg,
+		queue:     min(capacity, kafkaQueueMax),
+		health:    health,
+		incoming:  make(chan kafkaFetched),
+	}
+	s := &Kafka{
+		log:      log,
+		health:   health,
+		session:  newKafkaSession(cfg, groupCfg, transport, fetcher, health, log),
+		fetcher:  fetcher,
+		fetching: make(chan struct{}, 1),
+	}
+	fetcher.session = s.session
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.watching.Go(func() { health.watch(ctx, s.session.start) })
+	return s, nil
+}
 
+// kafkaGroupConfig returns the consumer group's config for cfg, validated.
+func kafkaGroupConfig(cfg shaper.KafkaSourceConfig, dialer *kafka.Dialer, health *kafkaHealth) (kafka.ConsumerGroupConfig, error) {
 	start := kafka.FirstOffset
 	if cfg.Start == shaper.StartLatest {
 		start = kafka.LastOffset
 	}
-	s.groupCfg = kafka.ConsumerGroupConfig{
+	gc := kafka.ConsumerGroupConfig{
 		ID:                cfg.Group,
 		Brokers:           cfg.Brokers,
 		Dialer:            dialer,
@@ -226,14 +219,20 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 		// A partition the group has no offset for starts here: kafka-go
 		// puts StartOffset in the generation's assignment.
 		StartOffset: start,
-		Logger:      kafka.LoggerFunc(s.health.readerInfo),
-		ErrorLogger: kafka.LoggerFunc(s.health.readerError),
+		Logger:      kafka.LoggerFunc(health.readerInfo),
+		ErrorLogger: kafka.LoggerFunc(health.readerError),
 	}
-	check := s.groupCfg // Validate fills in defaults; NewConsumerGroup validates again
+	check := gc // Validate fills in defaults; NewConsumerGroup validates again
 	if err := check.Validate(); err != nil {
-		return nil, fmt.Errorf("kafka: consumer group config: %w", err)
+		return gc, fmt.Errorf("kafka: consumer group config: %w", err)
 	}
-	s.readerCfg = kafka.ReaderConfig{
+	return gc, nil
+}
+
+// kafkaReaderConfig returns a partition reader's config for cfg, validated;
+// the fetcher sets Partition and QueueCapacity.
+func kafkaReaderConfig(cfg shaper.KafkaSourceConfig, dialer *kafka.Dialer, health *kafkaHealth) (kafka.ReaderConfig, error) {
+	rc := kafka.ReaderConfig{
 		Brokers:  cfg.Brokers,
 		Topic:    cfg.Topic,
 		Dialer:   dialer,
@@ -244,34 +243,15 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 		ReadLagInterval: -1,
 		ReadBackoffMin:  kafkaReadBackoffMin,
 		ReadBackoffMax:  kafkaReadBackoffMax,
-		Logger:          kafka.LoggerFunc(s.health.readerInfo),
-		ErrorLogger:     kafka.LoggerFunc(s.health.readerError),
+		Logger:          kafka.LoggerFunc(health.readerInfo),
+		ErrorLogger:     kafka.LoggerFunc(health.readerError),
 	}
-	rc := s.readerCfg
-	rc.QueueCapacity = 1
-	if err := rc.Validate(); err != nil {
-		return nil, fmt.Errorf("kafka: reader config: %w", err)
+	check := rc
+	check.QueueCapacity = 1
+	if err := check.Validate(); err != nil {
+		return rc, fmt.Errorf("kafka: reader config: %w", err)
 	}
-
-	ctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
-	s.watching.Go(func() { s.health.watch(ctx, s.startGroup) })
-	return s, nil
-}
-
-// startGroup joins the consumer group, unless the member has joined already.
-// health.watch calls it whenever a probe sees the topic.
-func (s *Kafka) startGroup() {
-	if s.group.Load() != nil {
-		return
-	}
-	g, err := kafka.NewConsumerGroup(s.groupCfg)
-	if err != nil {
-		s.health.fail(fmt.Errorf("kafka: consumer group config: %w", err))
-		return
-	}
-	s.group.Store(g)
-	s.wg.Go(func() { s.consume(g) })
+	return rc, nil
 }
 
 // Fetch blocks until at least one message is available or ctx ends, and
@@ -300,7 +280,7 @@ func (s *Kafka) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
 	for len(out) == 0 {
 		var wakeAt time.Time
 		var err error
-		out, wakeAt, err = s.redeliver(out, time.Now(), max)
+		out, wakeAt, err = s.session.redeliver(out, time.Now(), max)
 		if err != nil {
 			return nil, err
 		}
@@ -325,49 +305,20 @@ func (s *Kafka) wait(ctx context.Context, wakeAt time.Time, out *[]*shaper.Messa
 		due = t.C
 	}
 	select {
-	case f := <-s.incoming:
+	case f := <-s.fetcher.incoming:
 		if d := s.hold(f); d != nil {
 			*out = append(*out, &d.msg)
 		}
 		return nil
 	case <-due:
 		return nil
-	case <-s.fetchWake:
+	case <-s.session.wake:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-s.done:
+	case <-s.session.done:
 		return errKafkaClosed
 	}
-}
-
-// redeliver appends to out the nacked messages that are due at now, up to
-// max in all, and returns when the next one is due (zero when none waits or
-// no generation runs: between generations, nothing is redelivered).
-func (s *Kafka) redeliver(out []*shaper.Message, now time.Time, max int) ([]*shaper.Message, time.Time, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return out, time.Time{}, errKafkaClosed
-	}
-	if s.gen == nil {
-		return out, time.Time{}, nil
-	}
-	for len(out) < max && len(s.delayed) > 0 && !s.delayed[0].due.After(now) {
-		d := s.delayed.pop().d
-		if d.claim.state.Load() != claimOwned {
-			continue // revoked: the partition's new owner delivers it
-		}
-		again := &kafkaDelivery{src: s, claim: d.claim, pending: d.pending, msg: d.msg}
-		again.msg.Receipt = again
-		d.claim.outstanding++
-		out = append(out, &again.msg)
-	}
-	var next time.Time
-	if len(s.delayed) > 0 {
-		next = s.delayed[0].due
-	}
-	return out, next, nil
 }
 
 // gather appends to out what the partition readers have ready, up to max in
@@ -380,7 +331,7 @@ func (s *Kafka) gather(ctx context.Context, out []*shaper.Message, max int) []*s
 	defer t.Stop()
 	for len(out) < max {
 		select {
-		case f := <-s.incoming:
+		case f := <-s.fetcher.incoming:
 			if d := s.hold(f); d != nil {
 				out = append(out, &d.msg)
 			}
@@ -393,65 +344,20 @@ func (s *Kafka) gather(ctx context.Context, out []*shaper.Message, max int) []*s
 	return out
 }
 
-// hold tracks f's message as fetched and unfinished and returns its
-// delivery, or nil when f was read in a generation that has ended (the
-// partition's reader in the next one reads it again: this member's resumes
-// after the last offset handed out, when it keeps the partition) or its
-// offset was handed out already.
+// hold has the session track f's message as fetched and unfinished, and
+// returns its delivery, or nil when the session refuses it (see admit).
 func (s *Kafka) hold(f kafkaFetched) *kafkaDelivery {
 	m := f.msg
-	d := &kafkaDelivery{src: s, claim: f.claim}
+	d := &kafkaDelivery{session: s.session, claim: f.claim}
 	d.first.partition, d.first.offset = m.Partition, m.Offset
 	d.pending = &d.first
-	s.mu.Lock()
-	if s.gen != f.gen || !s.marks.add(d.pending) {
-		s.mu.Unlock()
+	if !s.session.admit(f.gen, d) {
 		return nil
 	}
-	f.claim.outstanding++
-	s.lag[m.Partition] = max(m.HighWaterMark-m.Offset-1, 0)
-	s.mu.Unlock()
-
-	id := m.Topic + "/" + strconv.Itoa(m.Partition) + "/" + strconv.FormatInt(m.Offset, 10)
-	payload := m.Value
-	if payload == nil {
-		payload = []byte{}
-	}
-	d.msg = shaper.Message{
-		ID:      id,
-		Origin:  id,
-		Key:     m.Key,
-		Header:  kafkaHeader(m.Headers),
-		Payload: payload,
-		Receipt: d,
-	}
+	s.fetcher.recordLag(f.claim, m)
+	d.msg = s.fetcher.message(m, d)
 	s.health.fetched()
 	return d
-}
-
-// skip passes over m, read in generation g, which finished before this
-// member took its partition (the commit metadata says so): it is not handed
-// out, and only the partition's lag is updated.
-func (s *Kafka) skip(g *kafkaGeneration, m kafka.Message) {
-	s.mu.Lock()
-	if s.gen == g {
-		s.lag[m.Partition] = max(m.HighWaterMark-m.Offset-1, 0)
-	}
-	s.mu.Unlock()
-	s.health.fetched()
-}
-
-// kafkaHeader returns the record headers hs by name, values in record order,
-// or nil when there are none.
-func kafkaHeader(hs []kafka.Header) map[string][]string {
-	if len(hs) == 0 {
-		return nil
-	}
-	h := make(map[string][]string, len(hs))
-	for _, kv := range hs {
-		h[kv.Key] = append(h[kv.Key], string(kv.Value))
-	}
-	return h
 }
 
 // Ready returns nil while the source is fetching normally, and otherwise why
@@ -461,10 +367,7 @@ func kafkaHeader(hs []kafka.Header) map[string][]string {
 // an error the consumer group or a partition reader reported. See
 // kafkaHealth.
 func (s *Kafka) Ready() error {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.session.isClosed() {
 		return errKafkaClosed
 	}
 	return s.health.ready()
@@ -475,13 +378,7 @@ func (s *Kafka) Ready() error {
 // partition's end, as of that fetch. A partition a rebalance gave to another
 // member is left out: that member reports it.
 func (s *Kafka) Lag() map[string]int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lag := make(map[string]int64, len(s.lag))
-	for p, n := range s.lag {
-		lag[strconv.Itoa(p)] = n
-	}
-	return lag
+	return s.session.lag()
 }
 
 // Close releases the source; the pipeline calls it after every fetched
@@ -498,82 +395,18 @@ func (s *Kafka) Close(ctx context.Context) error {
 }
 
 func (s *Kafka) close(ctx context.Context) error {
-	s.mu.Lock()
-	s.closed = true
-	close(s.done)
-	waiting := len(s.delayed)
-	s.delayed = nil
-	s.mu.Unlock()
-	if waiting > 0 {
+	if waiting := s.session.close(); waiting > 0 {
 		s.log.Info("kafka: closing with nacked messages waiting for redelivery; their offsets are not committed, they come back after a restart",
 			"messages", waiting)
 	}
-
 	s.health.closing.Store(true)
 	s.stop()
 	if err := waitCtx(ctx, s.watching.Wait); err != nil {
 		return fmt.Errorf("kafka: close: %w", err)
 	}
-	g := s.group.Load() // set for good: its only writer, health.watch, has exited
-	if g == nil {
-		return nil // the topic was never seen: nothing fetched, nothing committed
-	}
-	if err := waitCtx(ctx, func() {
-		_ = g.Close() // never fails
-		s.wg.Wait()
-		s.transport.CloseIdleConnections() // after the last commit
-	}); err != nil {
+	// The group is set for good: its only writer, health.watch, has exited.
+	if err := waitCtx(ctx, s.session.leave); err != nil {
 		return fmt.Errorf("kafka: close consumer group: %w", err)
-	}
-	return nil
-}
-
-// finish marks d's offset finished, unless its partition was revoked, and
-// wakes the generation's commit function: the partition's commit changed.
-func (s *Kafka) finish(d *kafkaDelivery) error {
-	s.mu.Lock()
-	closed := s.closed
-	state := d.claim.state.Load()
-	d.claim.outstanding--
-	changed := state != claimRevoked && s.marks.finish(d.pending)
-	s.mu.Unlock()
-	if changed {
-		notify(s.commitWake)
-	}
-	switch {
-	case state == claimSuspended:
-		notify(s.settleWake)
-	case state == claimRevoked:
-		s.log.Info("kafka: message finished after a rebalance gave its partition to another member; that member may deliver it again",
-			"id", d.msg.ID)
-	}
-	if closed {
-		return fmt.Errorf("kafka: ack %s after close: %w; it is redelivered after a restart", d.msg.ID, errKafkaClosed)
-	}
-	return nil
-}
-
-// delay queues d for redelivery at now+delay, unless its partition was
-// revoked, and wakes a waiting Fetch.
-func (s *Kafka) delay(d *kafkaDelivery, delay time.Duration) error {
-	due := time.Now().Add(max(delay, 0))
-	s.mu.Lock()
-	closed := s.closed
-	state := d.claim.state.Load()
-	d.claim.outstanding--
-	if !closed && state != claimRevoked {
-		s.seq++
-		s.delayed.push(delayedDelivery{due: due, seq: s.seq, d: d})
-	}
-	s.mu.Unlock()
-	switch state {
-	case claimOwned:
-		notify(s.fetchWake)
-	case claimSuspended:
-		notify(s.settleWake)
-	}
-	if closed {
-		return fmt.Errorf("kafka: nack %s after close: %w; it is redelivered after a restart", d.msg.ID, errKafkaClosed)
 	}
 	return nil
 }
@@ -583,7 +416,7 @@ func (s *Kafka) delay(d *kafkaDelivery, delay time.Duration) error {
 // claim and pending offset.
 type kafkaDelivery struct {
 	msg     shaper.Message
-	src     *Kafka
+	session *kafkaSession
 	claim   *kafkaClaim
 	pending *pendingOffset // &first, or the first delivery's
 	first   pendingOffset
@@ -599,7 +432,7 @@ func (d *kafkaDelivery) Ack(context.Context) error {
 	if d.settled.Swap(true) {
 		return ErrAlreadySettled
 	}
-	return d.src.finish(d)
+	return d.session.finish(d)
 }
 
 // Nack queues the message for redelivery by Fetch once delay has passed (at
@@ -610,7 +443,7 @@ func (d *kafkaDelivery) Nack(_ context.Context, delay time.Duration) error {
 	if d.settled.Swap(true) {
 		return ErrAlreadySettled
 	}
-	return d.src.delay(d, delay)
+	return d.session.delay(d, delay)
 }
 
 // Revoked reports whether the message's partition is not this member's at
@@ -619,72 +452,6 @@ func (d *kafkaDelivery) Nack(_ context.Context, delay time.Duration) error {
 // assigns it to another member.
 func (d *kafkaDelivery) Revoked() bool {
 	return d.claim.state.Load() != claimOwned
-}
-
-// delayedDelivery is a nacked message waiting in the delay queue.
-type delayedDelivery struct {
-	due time.Time
-	seq uint64
-	d   *kafkaDelivery
-}
-
-// delayQueue is a min-heap of nacked messages by due time, then nack order.
-type delayQueue []delayedDelivery
-
-func (q delayQueue) less(i, j int) bool {
-	if !q[i].due.Equal(q[j].due) {
-		return q[i].due.Before(q[j].due)
-	}
-	return q[i].seq < q[j].seq
-}
-
-func (q *delayQueue) push(x delayedDelivery) {
-	*q = append(*q, x)
-	h := *q
-	for i := len(h) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !h.less(i, parent) {
-			break
-		}
-		h[i], h[parent] = h[parent], h[i]
-		i = parent
-	}
-}
-
-func (q *delayQueue) pop() delayedDelivery {
-	h := *q
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h[last] = delayedDelivery{} // keep no settled delivery alive
-	h = h[:last]
-	for i := 0; ; {
-		l, r, least := 2*i+1, 2*i+2, i
-		if l < len(h) && h.less(l, least) {
-			least = l
-		}
-		if r < len(h) && h.less(r, least) {
-			least = r
-		}
-		if least == i {
-			break
-		}
-		h[i], h[least] = h[least], h[i]
-		i = least
-	}
-	*q = h
-	return top
-}
-
-// keep returns the queue of the entries for which keep returns true.
-func (q delayQueue) keep(keep func(delayedDelivery) bool) delayQueue {
-	var out delayQueue
-	for _, x := range q {
-		if keep(x) {
-			out.push(x)
-		}
-	}
-	return out
 }
 
 // notify wakes the waiter on ch, a channel of size 1, unless it is woken

@@ -4,13 +4,233 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
+
+	"github.com/shaper-dev/shaper/shaper"
 )
+
+// kafkaSession is this member's session in the consumer group: its
+// membership (kafka-go's ConsumerGroup, joined once the topic is first
+// seen), the generations it runs one after the other, the partitions each
+// assigns it (claims), and the commits of their finished offsets with the
+// generation, metadata included. It also holds the nacked messages waiting
+// for redelivery, since which of them may come back depends on the claims.
+//
+// The partitionFetcher reads the claimed partitions; Kafka hands out what
+// it reads, and its receipts settle here.
+type kafkaSession struct {
+	cfg        shaper.KafkaSourceConfig
+	groupCfg   kafka.ConsumerGroupConfig
+	settleWait time.Duration // how long the end of a generation waits for its messages
+	log        *slog.Logger
+	health     *kafkaHealth
+	marks      *commitTracker
+	transport  *kafka.Transport // commits, and reads the commit metadata
+	addr       net.Addr         // the brokers, for transport
+	fetcher    *partitionFetcher
+
+	group      atomic.Pointer[kafka.ConsumerGroup] // nil until the topic is first seen
+	wake       chan struct{}                       // size 1: a nacked message may be due, or a generation began
+	commitWake chan struct{}                       // size 1: a mark advanced
+	settleWake chan struct{}                       // size 1: a message of an ended generation settled
+	done       chan struct{}                       // closed by close
+	wg         sync.WaitGroup                      // consume, and every function of every generation
+
+	mu       sync.Mutex
+	gen      *kafkaGeneration    // the running generation; nil between generations
+	genID    int32               // the ID of the last generation begun
+	memberID string              // this member's ID in it
+	claims   map[int]*kafkaClaim // by partition: owned in gen, or suspended since the last one ended
+	nacked   delayQueue[*kafkaDelivery]
+	closed   bool
+}
+
+func newKafkaSession(cfg shaper.KafkaSourceConfig, groupCfg kafka.ConsumerGroupConfig, transport *kafka.Transport,
+	fetcher *partitionFetcher, health *kafkaHealth, log *slog.Logger) *kafkaSession {
+	return &kafkaSession{
+		cfg:        cfg,
+		groupCfg:   groupCfg,
+		settleWait: min(cfg.RebalanceTimeout/4, cfg.SessionTimeout/4, kafkaSettleWaitMax),
+		log:        log,
+		health:     health,
+		marks:      newCommitTracker(),
+		transport:  transport,
+		addr:       kafka.TCP(cfg.Brokers...),
+		fetcher:    fetcher,
+		wake:       make(chan struct{}, 1),
+		commitWake: make(chan struct{}, 1),
+		settleWake: make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		claims:     make(map[int]*kafkaClaim),
+	}
+}
+
+// start joins the consumer group, unless the member has joined already.
+// health.watch calls it whenever a probe sees the topic.
+func (s *kafkaSession) start() {
+	if s.group.Load() != nil {
+		return
+	}
+	g, err := kafka.NewConsumerGroup(s.groupCfg)
+	if err != nil {
+		s.health.fail(fmt.Errorf("kafka: consumer group config: %w", err))
+		return
+	}
+	s.group.Store(g)
+	s.wg.Go(func() { s.consume(g) })
+}
+
+// leave leaves the group, which ends the running generation (it commits;
+// see endGeneration), and waits until every function of every generation has
+// returned. It does nothing if the member never joined.
+func (s *kafkaSession) leave() {
+	g := s.group.Load()
+	if g == nil {
+		return // the topic was never seen: nothing fetched, nothing committed
+	}
+	_ = g.Close() // never fails
+	s.wg.Wait()
+	s.transport.CloseIdleConnections() // after the last commit
+}
+
+// close ends the session for Fetch and the receipts, drops the nacked
+// messages waiting (their offsets stay uncommitted), and returns how many
+// there were.
+func (s *kafkaSession) close() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	close(s.done)
+	return s.nacked.Clear()
+}
+
+func (s *kafkaSession) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// running reports whether g is the running generation.
+func (s *kafkaSession) running(g *kafkaGeneration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen == g
+}
+
+// lag returns the lag of every partition claimed and fetched from.
+func (s *kafkaSession) lag() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lag := make(map[string]int64, len(s.claims))
+	for p, c := range s.claims {
+		if n := c.lag.Load(); n >= 0 {
+			lag[strconv.Itoa(p)] = n
+		}
+	}
+	return lag
+}
+
+// admit tracks d's offset, read in generation g, as fetched and unfinished,
+// and reports whether it did: not when g has ended (the partition's reader
+// in the next one reads it again: this member's resumes after the last
+// offset handed out, when it keeps the partition), nor when the offset was
+// handed out already.
+func (s *kafkaSession) admit(g *kafkaGeneration, d *kafkaDelivery) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != g || !s.marks.add(d.pending) {
+		return false
+	}
+	d.claim.outstanding++
+	return true
+}
+
+// redeliver appends to out the nacked messages that are due at now, up to
+// max in all, and returns when the next one is due (zero when none waits or
+// no generation runs: between generations, nothing is redelivered).
+func (s *kafkaSession) redeliver(out []*shaper.Message, now time.Time, max int) ([]*shaper.Message, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return out, time.Time{}, errKafkaClosed
+	}
+	if s.gen == nil {
+		return out, time.Time{}, nil
+	}
+	for len(out) < max {
+		d, ok := s.nacked.PopDue(now)
+		if !ok {
+			break
+		}
+		if d.claim.state.Load() != claimOwned {
+			continue // revoked: the partition's new owner delivers it
+		}
+		again := &kafkaDelivery{session: s, claim: d.claim, pending: d.pending, msg: d.msg}
+		again.msg.Receipt = again
+		d.claim.outstanding++
+		out = append(out, &again.msg)
+	}
+	next, _ := s.nacked.Next()
+	return out, next, nil
+}
+
+// finish marks d's offset finished, unless its partition was revoked, and
+// wakes the generation's commit function: the partition's commit changed.
+func (s *kafkaSession) finish(d *kafkaDelivery) error {
+	s.mu.Lock()
+	closed := s.closed
+	state := d.claim.state.Load()
+	d.claim.outstanding--
+	changed := state != claimRevoked && s.marks.finish(d.pending)
+	s.mu.Unlock()
+	if changed {
+		notify(s.commitWake)
+	}
+	switch {
+	case state == claimSuspended:
+		notify(s.settleWake)
+	case state == claimRevoked:
+		s.log.Info("kafka: message finished after a rebalance gave its partition to another member; that member may deliver it again",
+			"id", d.msg.ID)
+	}
+	if closed {
+		return fmt.Errorf("kafka: ack %s after close: %w; it is redelivered after a restart", d.msg.ID, errKafkaClosed)
+	}
+	return nil
+}
+
+// delay queues d for redelivery at now+delay, unless its partition was
+// revoked, and wakes a waiting Fetch.
+func (s *kafkaSession) delay(d *kafkaDelivery, delay time.Duration) error {
+	due := time.Now().Add(max(delay, 0))
+	s.mu.Lock()
+	closed := s.closed
+	state := d.claim.state.Load()
+	d.claim.outstanding--
+	if !closed && state != claimRevoked {
+		s.nacked.Push(due, d)
+	}
+	s.mu.Unlock()
+	switch state {
+	case claimOwned:
+		notify(s.wake)
+	case claimSuspended:
+		notify(s.settleWake)
+	}
+	if closed {
+		return fmt.Errorf("kafka: nack %s after close: %w; it is redelivered after a restart", d.msg.ID, errKafkaClosed)
+	}
+	return nil
+}
 
 // States of a kafkaClaim.
 const (
@@ -25,12 +245,21 @@ const (
 type kafkaClaim struct {
 	partition int
 	// state is one of claimOwned (the zero value), claimSuspended and
-	// claimRevoked, which is final. It is written under Kafka.mu and read
-	// without it by Revoked.
+	// claimRevoked, which is final. It is written under kafkaSession.mu
+	// and read without it by Revoked.
 	state atomic.Int32
 	// outstanding counts the claim's messages handed out by Fetch and not
-	// yet settled. It is guarded by Kafka.mu.
+	// yet settled. It is guarded by kafkaSession.mu.
 	outstanding int
+	// lag is how many messages lay behind the last one fetched from the
+	// partition, as of that fetch; -1 before the first.
+	lag atomic.Int64
+}
+
+func newKafkaClaim(partition int) *kafkaClaim {
+	c := &kafkaClaim{partition: partition}
+	c.lag.Store(-1)
+	return c
 }
 
 // kafkaGeneration is one generation of the group as this member runs it.
@@ -52,17 +281,10 @@ type partitionStart struct {
 	restore bool
 }
 
-// kafkaFetched is a message a partition reader hands to Fetch.
-type kafkaFetched struct {
-	gen   *kafkaGeneration
-	claim *kafkaClaim
-	msg   kafka.Message
-}
-
 // consume runs the member's generations one after the other until the group
 // is closed. kafka-go returns the next generation only after every function
 // started in the previous one has returned.
-func (s *Kafka) consume(group *kafka.ConsumerGroup) {
+func (s *kafkaSession) consume(group *kafka.ConsumerGroup) {
 	for {
 		gen, err := group.Next(context.Background())
 		switch {
@@ -90,7 +312,7 @@ func (s *Kafka) consume(group *kafka.ConsumerGroup) {
 // StartOffset (FirstOffset or LastOffset) when the group has none; its
 // reader first reads the committed metadata, and skips the offsets it
 // records as finished (see restore).
-func (s *Kafka) begin(gen *kafka.Generation) {
+func (s *kafkaSession) begin(gen *kafka.Generation) {
 	assigned := make(map[int]int64)
 	for _, a := range gen.Assignments[s.cfg.Topic] {
 		assigned[a.ID] = a.Offset
@@ -126,21 +348,20 @@ func (s *Kafka) begin(gen *kafka.Generation) {
 		c.state.Store(claimRevoked)
 		delete(s.claims, p)
 		s.marks.drop(p)
-		delete(s.lag, p)
 		revoked = append(revoked, p)
 	}
 	for p, offset := range assigned {
 		if g.claims[p] == nil {
-			c := &kafkaClaim{partition: p}
+			c := newKafkaClaim(p)
 			s.claims[p], g.claims[p], g.starts[p] = c, c, partitionStart{offset: offset, restore: true}
 		}
 	}
 	if len(revoked) > 0 {
-		s.delayed = s.delayed.keep(func(x delayedDelivery) bool { return x.d.claim.state.Load() != claimRevoked })
+		s.nacked.Keep(func(d *kafkaDelivery) bool { return d.claim.state.Load() != claimRevoked })
 	}
 	s.gen = g
 	s.mu.Unlock()
-	notify(s.fetchWake) // nacked messages of kept partitions may be due
+	notify(s.wake) // nacked messages of kept partitions may be due
 
 	partitions := make([]int, 0, len(assigned))
 	for p := range assigned {
@@ -151,17 +372,23 @@ func (s *Kafka) begin(gen *kafka.Generation) {
 	slices.Sort(revoked)
 	s.log.Info("kafka: partitions assigned", "generation", gen.ID, "partitions", partitions, "kept", kept, "revoked", revoked)
 
-	queue := max(s.queue/max(len(g.claims), 1), 1)
+	queue := s.fetcher.share(len(g.claims))
 	for p, c := range g.claims {
 		start := g.starts[p]
-		s.run(gen, func(ctx context.Context) { s.read(ctx, g, c, start, queue) })
+		s.run(gen, func(ctx context.Context) {
+			ahead := start.ahead
+			if start.restore {
+				ahead = s.restore(ctx, g, c.partition, start.offset)
+			}
+			s.fetcher.read(ctx, g, c, start.offset, ahead, queue)
+		})
 	}
 	s.run(gen, func(ctx context.Context) { s.commitGeneration(ctx, g) })
 }
 
 // run starts fn in gen, and counts it in s.wg so that Close waits for it
 // even when kafka-go does not (fn started on an ended generation).
-func (s *Kafka) run(gen *kafka.Generation, fn func(ctx context.Context)) {
+func (s *kafkaSession) run(gen *kafka.Generation, fn func(ctx context.Context)) {
 	s.wg.Add(1)
 	gen.Start(func(ctx context.Context) {
 		defer s.wg.Done()
@@ -169,57 +396,10 @@ func (s *Kafka) run(gen *kafka.Generation, fn func(ctx context.Context)) {
 	})
 }
 
-// read hands the messages of c's partition, from start, to Fetch until ctx
-// ends with the generation g, but for those finished before (start.ahead, or
-// what restore finds), which it skips. It must not return before: the first
-// function of a generation to return ends it.
-func (s *Kafka) read(ctx context.Context, g *kafkaGeneration, c *kafkaClaim, start partitionStart, queue int) {
-	ahead := start.ahead
-	if start.restore {
-		ahead = s.restore(ctx, g, c.partition, start.offset)
-	}
-	rc := s.readerCfg
-	rc.Partition, rc.QueueCapacity = c.partition, queue
-	r := kafka.NewReader(rc) // rc passed Validate in NewKafka, but for these two
-	defer func() {
-		_ = r.Close() // waits out the fetch in flight: at most MaxWait
-	}()
-	if err := r.SetOffset(start.offset); err != nil {
-		s.health.fetchError(fmt.Errorf("partition %d: set offset %d: %w", c.partition, start.offset, err))
-		<-ctx.Done()
-		return
-	}
-	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.health.fetchError(fmt.Errorf("partition %d: %w", c.partition, err))
-			if sleepCtx(ctx, kafkaErrorPause) != nil {
-				return
-			}
-			continue
-		}
-		for len(ahead) > 0 && ahead[0].to < m.Offset {
-			ahead = ahead[1:]
-		}
-		if len(ahead) > 0 && ahead[0].from <= m.Offset {
-			s.skip(g, m)
-			continue
-		}
-		select {
-		case s.incoming <- kafkaFetched{gen: g, claim: c, msg: m}:
-		case <-ctx.Done():
-			return // m was not handed out: the partition's next reader reads it again
-		}
-	}
-}
-
 // commitGeneration commits, with g, the marks that advanced, at most once
 // every CommitInterval, until ctx ends with g; then it ends g (see
 // endGeneration).
-func (s *Kafka) commitGeneration(ctx context.Context, g *kafkaGeneration) {
+func (s *kafkaSession) commitGeneration(ctx context.Context, g *kafkaGeneration) {
 	last := time.Now()
 	for ctx.Err() == nil {
 		select {
@@ -245,7 +425,7 @@ func (s *Kafka) commitGeneration(ctx context.Context, g *kafkaGeneration) {
 // starts after all that this member finished. The group accepts this commit
 // while it waits for its members to rejoin, and this member rejoins only
 // after it.
-func (s *Kafka) endGeneration(g *kafkaGeneration) {
+func (s *kafkaSession) endGeneration(g *kafkaGeneration) {
 	s.mu.Lock()
 	s.suspendLocked(g)
 	s.mu.Unlock()
@@ -258,7 +438,7 @@ func (s *Kafka) endGeneration(g *kafkaGeneration) {
 
 // suspendLocked ends g for Fetch and the receipts, if it is still the
 // running generation. It requires that s.mu is held.
-func (s *Kafka) suspendLocked(g *kafkaGeneration) {
+func (s *kafkaSession) suspendLocked(g *kafkaGeneration) {
 	if s.gen != g {
 		return
 	}
@@ -271,7 +451,7 @@ func (s *Kafka) suspendLocked(g *kafkaGeneration) {
 // awaitSettled waits until no message of g's claims is outstanding, for at
 // most settleWait, and not at all once Close has begun (the pipeline has
 // settled everything by then).
-func (s *Kafka) awaitSettled(g *kafkaGeneration) {
+func (s *kafkaSession) awaitSettled(g *kafkaGeneration) {
 	t := time.NewTimer(s.settleWait)
 	defer t.Stop()
 	for {
@@ -299,7 +479,7 @@ func (s *Kafka) awaitSettled(g *kafkaGeneration) {
 
 // ownMarks returns the marks of the partitions whose claim in g is in state:
 // a commit with g never covers a partition g did not assign to this member.
-func (s *Kafka) ownMarks(g *kafkaGeneration, marks []partitionMark, state int32) []partitionMark {
+func (s *kafkaSession) ownMarks(g *kafkaGeneration, marks []partitionMark, state int32) []partitionMark {
 	return slices.DeleteFunc(marks, func(m partitionMark) bool {
 		c := g.claims[m.Partition]
 		return c == nil || c.state.Load() != state
@@ -316,7 +496,7 @@ func (s *Kafka) ownMarks(g *kafkaGeneration, marks []partitionMark, state int32)
 // When the broker refuses the metadata as too large (its
 // offset.metadata.max.bytes is below kafkaMetadataMax), commit halves the
 // limit for good and commits those partitions again with less of it.
-func (s *Kafka) commit(g *kafkaGeneration, marks []partitionMark) error {
+func (s *kafkaSession) commit(g *kafkaGeneration, marks []partitionMark) error {
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaRequestTimeout)
 	defer cancel()
 	var errs []error
@@ -345,7 +525,7 @@ func (s *Kafka) commit(g *kafkaGeneration, marks []partitionMark) error {
 // commitOffsets sends one OffsetCommit of marks with g, and records which
 // partitions it committed. It returns the marks whose metadata the broker
 // refused as too large; the tracker returns the other failed ones again.
-func (s *Kafka) commitOffsets(ctx context.Context, g *kafkaGeneration, marks []partitionMark) ([]partitionMark, error) {
+func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, marks []partitionMark) ([]partitionMark, error) {
 	offsets := make(map[int]int64, len(marks))
 	parts := make([]offsetcommit.RequestPartition, len(marks))
 	for i, m := range marks {
@@ -415,7 +595,7 @@ func (s *Kafka) commitOffsets(ctx context.Context, g *kafkaGeneration, marks []p
 // source's, when the committed offset is not start, the one the generation
 // assigned, or when it cannot be read: their messages are then delivered
 // again, which at-least-once allows.
-func (s *Kafka) restore(ctx context.Context, g *kafkaGeneration, partition int, start int64) []offsetRange {
+func (s *kafkaSession) restore(ctx context.Context, g *kafkaGeneration, partition int, start int64) []offsetRange {
 	if start < 0 {
 		return nil
 	}
@@ -468,7 +648,7 @@ func (s *Kafka) restore(ctx context.Context, g *kafkaGeneration, partition int, 
 
 // fetchCommitted returns the group's committed offset of partition (-1 when
 // there is none) and its metadata.
-func (s *Kafka) fetchCommitted(ctx context.Context, partition int) (int64, string, error) {
+func (s *kafkaSession) fetchCommitted(ctx context.Context, partition int) (int64, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, kafkaRequestTimeout)
 	defer cancel()
 	c := kafka.Client{Addr: s.addr, Transport: s.transport}

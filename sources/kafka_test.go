@@ -416,7 +416,7 @@ func waitGroupStable(t *testing.T, cl *kgo.Client, group string, n int) {
 func marks(src *Kafka) map[int]int64 {
 	out := make(map[int]int64)
 	for p := range kafkaTestPartitions {
-		if m, ok := src.marks.markOf(p); ok {
+		if m, ok := src.session.marks.markOf(p); ok {
 			out[p] = m
 		}
 	}
@@ -1571,16 +1571,16 @@ func TestKafkaCommitOfAnEndedGenerationIsRefused(t *testing.T) {
 	a, _ := newKafkaSource(t, cfg, 100)
 	kack(t, kfetchN(t, a, 10, 100)...)
 	waitCommitted(t, cl, "g", map[int]int64{0: 10, 1: -1, 2: -1, 3: -1})
-	a.mu.Lock()
-	old := a.gen
-	a.mu.Unlock()
+	a.session.mu.Lock()
+	old := a.session.gen
+	a.session.mu.Unlock()
 	if old == nil {
 		t.Fatal("a runs no generation")
 	}
 
 	newKafkaSource(t, cfg, 100) // joins: a new generation
 	waitGroupStable(t, cl, "g", 2)
-	err := a.commit(old, []partitionMark{{Partition: 0, Offset: 3, Metadata: "s1:3:1+1"}})
+	err := a.session.commit(old, []partitionMark{{Partition: 0, Offset: 3, Metadata: "s1:3:1+1"}})
 	if !errors.Is(err, kafka.IllegalGeneration) {
 		t.Errorf("commit with generation %d after the group moved on = %v; want %v", old.gen.ID, err, kafka.IllegalGeneration)
 	}
