@@ -1,18 +1,19 @@
 package shaper_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/logtest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -36,17 +37,17 @@ func call(t *testing.T, method, url, token, body string) (int, string) {
 
 func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
+	rec := sinktest.Start(t, sinktest.OK)
 	const n = 200
 	e.publish(n)
-	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 }))
+	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 }))
 	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "s3cret", nil))
 	defer admin.Close()
 
 	for _, path := range []string{"/healthz", "/readyz"} {
-		waitFor(t, 10*time.Second, path+" 200", func() bool { code, _ := call(t, "GET", admin.URL+path, "", ""); return code == 200 })
+		testwait.For(t, 10*time.Second, path+" 200", func() bool { code, _ := call(t, "GET", admin.URL+path, "", ""); return code == 200 })
 	}
-	waitFor(t, 10*time.Second, "a few requests at 10/s", func() bool { return rec.count() >= 5 })
+	testwait.For(t, 10*time.Second, "a few requests at 10/s", func() bool { return rec.RequestCount() >= 5 })
 
 	code, body := call(t, "GET", admin.URL+"/v1/pipelines", "", "")
 	var list []shaper.Status
@@ -93,13 +94,13 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 		t.Fatalf("PUT rate 50 = %d %q; want 200", code, body)
 	}
 	changed := time.Now()
-	waitFor(t, 20*time.Second, "every message delivered", func() bool { return rec.count() == n })
+	testwait.For(t, 20*time.Second, "every message delivered", func() bool { return rec.RequestCount() == n })
 	// The sink sees the new rate: count what arrived in the second from
 	// 200ms after the change.
 	from, to := changed.Add(200*time.Millisecond), changed.Add(1200*time.Millisecond)
 	inSecond := 0
-	for _, r := range rec.requests() {
-		if r.at.After(from) && !r.at.After(to) {
+	for _, r := range rec.Requests() {
+		if r.At.After(from) && !r.At.After(to) {
 			inSecond++
 		}
 	}
@@ -128,8 +129,8 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 // the host could otherwise push the backlog past max_queue_time.
 func TestAdminChangesNeedATokenEvenOnLoopback(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
-	p := e.start(e.config(rec.srv.URL, nil))
+	rec := sinktest.Start(t, sinktest.OK)
+	p := e.start(e.config(rec.URL, nil))
 	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
 	defer admin.Close()
 	code, body := call(t, "PUT", admin.URL+"/v1/pipelines/test/rate", "", `{"limit": 50}`)
@@ -146,9 +147,9 @@ func TestAdminChangesNeedATokenEvenOnLoopback(t *testing.T) {
 
 func TestAdminLogsEveryAcceptedChangeWithTheCallerAndTheValues(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
-	p := e.start(e.config(rec.srv.URL, nil))
-	var logs syncBuffer
+	rec := sinktest.Start(t, sinktest.OK)
+	p := e.start(e.config(rec.URL, nil))
+	var logs logtest.Buffer
 	const token = "0123456789abcdef-admin"
 	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, token, slog.New(slog.NewJSONHandler(&logs, nil))))
 	defer admin.Close()
@@ -173,31 +174,13 @@ func TestAdminLogsEveryAcceptedChangeWithTheCallerAndTheValues(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a handler's goroutine and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestReadyzIsUnavailableWhileDraining(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
-	p := e.start(e.config(rec.srv.URL, nil))
+	rec := sinktest.Start(t, sinktest.OK)
+	p := e.start(e.config(rec.URL, nil))
 	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
 	defer admin.Close()
-	waitFor(t, 10*time.Second, "/readyz 200", func() bool { code, _ := call(t, "GET", admin.URL+"/readyz", "", ""); return code == 200 })
+	testwait.For(t, 10*time.Second, "/readyz 200", func() bool { code, _ := call(t, "GET", admin.URL+"/readyz", "", ""); return code == 200 })
 	p.Drain()
 	code, body := call(t, "GET", admin.URL+"/readyz", "", "")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "test: draining") {
@@ -212,13 +195,14 @@ func TestAPipelineThatExpiresMoreThanItSendsIsStalledAndNotReady(t *testing.T) {
 	e := newEnv(t)
 	var slow atomic.Bool
 	slow.Store(true)
-	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+	rec := sinktest.Start(t, func(*http.Request, int) sinktest.Action {
 		if slow.Load() {
-			time.Sleep(2 * time.Second)
+			return sinktest.Action{Delay: 2 * time.Second}
 		}
+		return sinktest.Action{}
 	})
 	e.publish(2000)
-	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 		c.Rate.Limit = 20
 		c.Bucket.MaxQueueTime = 500 * time.Millisecond // capacity 10: 9 wait while one hangs
 		c.Sink.HTTP.MaxInFlight = 1
@@ -227,7 +211,7 @@ func TestAPipelineThatExpiresMoreThanItSendsIsStalledAndNotReady(t *testing.T) {
 	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
 	defer admin.Close()
 
-	waitFor(t, 20*time.Second, "state stalled", func() bool { return p.Status().State == shaper.StateStalled })
+	testwait.For(t, 20*time.Second, "state stalled", func() bool { return p.Status().State == shaper.StateStalled })
 	code, body := call(t, "GET", admin.URL+"/readyz", "", "")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "test: stalled:") {
 		t.Errorf("/readyz while stalled = %d %q; want 503 saying the pipeline is stalled", code, body)
@@ -241,7 +225,7 @@ func TestAPipelineThatExpiresMoreThanItSendsIsStalledAndNotReady(t *testing.T) {
 	t.Logf("stalled: %s; expired_per_second %.1f", st.NotReady, st.ExpiredPerSecond)
 
 	slow.Store(false)
-	waitFor(t, 30*time.Second, "state running again", func() bool { return p.Status().State == shaper.StateRunning })
+	testwait.For(t, 30*time.Second, "state running again", func() bool { return p.Status().State == shaper.StateRunning })
 	if code, body := call(t, "GET", admin.URL+"/readyz", "", ""); code != 200 {
 		t.Errorf("/readyz after the sink recovered = %d %q; want 200", code, body)
 	}

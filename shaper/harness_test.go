@@ -3,10 +3,6 @@ package shaper_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,72 +20,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// request is one request the recording sink received.
-type request struct {
-	at     time.Time
-	key    string
-	body   string
-	header http.Header
-}
-
-// recorder is a real HTTP sink on 127.0.0.1 that records every request and
-// answers what respond says (200 when respond is nil).
-type recorder struct {
-	srv     *httptest.Server
-	mu      sync.Mutex
-	reqs    []request
-	respond func(w http.ResponseWriter, r *http.Request, attempt int) // attempt counts per Idempotency-Key, from 1
-}
-
-func newRecorder(t testing.TB, respond func(w http.ResponseWriter, r *http.Request, attempt int)) *recorder {
-	rec := &recorder{respond: respond}
-	rec.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body strings.Builder
-		_, _ = fmt.Fprint(&body, readAll(r))
-		rec.mu.Lock()
-		req := request{at: time.Now(), key: r.Header.Get("Idempotency-Key"), body: body.String(), header: r.Header.Clone()}
-		rec.reqs = append(rec.reqs, req)
-		attempt := 0
-		for _, q := range rec.reqs {
-			if q.key == req.key {
-				attempt++
-			}
-		}
-		rec.mu.Unlock()
-		if rec.respond != nil {
-			rec.respond(w, r, attempt)
-		}
-	}))
-	t.Cleanup(rec.srv.Close)
-	return rec
-}
-
-func readAll(r *http.Request) string {
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := r.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			return b.String()
-		}
-	}
-}
-
-func (rec *recorder) requests() []request {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return append([]request(nil), rec.reqs...)
-}
-
-// delivered returns the Idempotency-Keys of requests answered 2xx, assuming
-// respond answers by attempt number; callers that need more use requests.
-func (rec *recorder) count() int {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return len(rec.reqs)
 }
 
 // env is a JetStream stream with a message subject and a dead-letter
@@ -258,18 +188,6 @@ func (r *running) stop(t testing.TB) {
 	r.cancel()
 }
 
-// waitFor polls cond every 20ms until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // deadLetters collects n dead letters, failing the test after timeout.
 func (e *env) deadLetters(n int, timeout time.Duration) []*nats.Msg {
 	e.t.Helper()
@@ -284,17 +202,4 @@ func (e *env) deadLetters(n int, timeout time.Duration) []*nats.Msg {
 		}
 	}
 	return out
-}
-
-// maxInWindow returns the most requests whose arrival falls in any window of
-// length w.
-func maxInWindow(reqs []request, w time.Duration) int {
-	most, j := 0, 0
-	for i := range reqs {
-		for reqs[i].at.Sub(reqs[j].at) >= w {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
-	return most
 }

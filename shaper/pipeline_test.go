@@ -11,24 +11,26 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
 func TestLeakyModeNeverExceedsATenthOfTheLimitPerHundredMilliseconds(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
+	rec := sinktest.Start(t, sinktest.OK)
 	const n, limit = 120, 50
 	e.publish(n) // a burst, all waiting before the pipeline starts
-	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = limit }))
-	waitFor(t, 30*time.Second, "every message delivered", func() bool { return rec.count() == n })
+	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = limit }))
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool { return rec.RequestCount() == n })
 
-	reqs := rec.requests()
-	if got, most := maxInWindow(reqs, 100*time.Millisecond), limit/10+1; got > most {
+	reqs := rec.Requests()
+	if got, most := sinktest.MaxInWindow(sinktest.Arrivals(reqs), 100*time.Millisecond), limit/10+1; got > most {
 		t.Errorf("most requests in a 100ms window = %d; want <= %d", got, most)
 	}
 	// n requests 1/limit apart span (n-1)/limit seconds; the bound is generous
 	// below (a slow machine only stretches it) and loose above.
-	span := reqs[n-1].at.Sub(reqs[0].at)
+	span := reqs[n-1].At.Sub(reqs[0].At)
 	if want := time.Duration(n-1) * time.Second / limit; span < want-100*time.Millisecond {
 		t.Errorf("%d requests at %d/s spanned %v; want about %v", n, limit, span, want)
 	}
@@ -36,43 +38,43 @@ func TestLeakyModeNeverExceedsATenthOfTheLimitPerHundredMilliseconds(t *testing.
 
 func TestTokenModeSendsTheBurstAtOnceThenHoldsTheAverage(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
+	rec := sinktest.Start(t, sinktest.OK)
 	const n, limit, burst = 60, 20, 10
 	e.publish(n)
-	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 		c.Rate.Mode, c.Rate.Limit = shaper.ModeToken, limit
 		b := burst
 		c.Rate.Burst = &b
 		c.Sink.HTTP.MaxInFlight = burst
 	}))
-	waitFor(t, 30*time.Second, "every message delivered", func() bool { return rec.count() == n })
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool { return rec.RequestCount() == n })
 
-	reqs := rec.requests()
-	if got := reqs[burst-1].at.Sub(reqs[0].at); got > 250*time.Millisecond {
+	reqs := rec.Requests()
+	if got := reqs[burst-1].At.Sub(reqs[0].At); got > 250*time.Millisecond {
 		t.Errorf("the first %d requests (the burst) spanned %v; want them at once", burst, got)
 	}
 	// After the burst, the rest go at the limit: (n-burst) more need about
 	// (n-burst)/limit seconds.
-	rest := reqs[n-1].at.Sub(reqs[burst-1].at)
+	rest := reqs[n-1].At.Sub(reqs[burst-1].At)
 	if want := time.Duration(n-burst) * time.Second / limit; rest < want-150*time.Millisecond {
 		t.Errorf("the %d after the burst took %v; want about %v (limit %d/s)", n-burst, rest, want, limit)
 	}
-	if got, most := maxInWindow(reqs, time.Second), burst+limit+1; got > most {
+	if got, most := sinktest.MaxInWindow(sinktest.Arrivals(reqs), time.Second), burst+limit+1; got > most {
 		t.Errorf("most requests in any second = %d; want <= burst + limit + 1 = %d", got, most)
 	}
 }
 
 func TestNothingIsAckedBeforeItsOutcomeIsFinal(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
-		w.WriteHeader(http.StatusServiceUnavailable) // fails every request, forever
+	rec := sinktest.Start(t, func(*http.Request, int) sinktest.Action {
+		return sinktest.Action{Status: http.StatusServiceUnavailable} // fails every request, forever
 	})
 	const n = 20
 	e.publish(n)
-	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 1000, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxElapsed: time.Hour}
 	}))
-	waitFor(t, 30*time.Second, "every message attempted three times", func() bool { return rec.count() >= 3*n })
+	testwait.For(t, 30*time.Second, "every message attempted three times", func() bool { return rec.RequestCount() >= 3*n })
 
 	info := e.consumer("shaper-test")
 	if info.AckFloor.Stream != 0 || info.NumAckPending != n {
@@ -94,30 +96,31 @@ func TestNothingIsAckedBeforeItsOutcomeIsFinal(t *testing.T) {
 
 func TestRetriesBackOffExponentiallyAndThenDeliver(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+	rec := sinktest.Start(t, func(_ *http.Request, attempt int) sinktest.Action {
 		if attempt <= 3 {
-			w.WriteHeader(http.StatusBadGateway)
+			return sinktest.Action{Status: http.StatusBadGateway}
 		}
+		return sinktest.Action{}
 	})
 	e.publish(1)
 	backoff := 200 * time.Millisecond
-	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 5, InitialBackoff: backoff, MaxBackoff: time.Second, MaxElapsed: time.Minute}
 	}))
-	waitFor(t, 30*time.Second, "the fourth attempt", func() bool { return rec.count() == 4 })
+	testwait.For(t, 30*time.Second, "the fourth attempt", func() bool { return rec.RequestCount() == 4 })
 
-	reqs := rec.requests()
+	reqs := rec.Requests()
 	// Full jitter: the wait after attempt k is uniform in [0, backoff × 2^(k-1)];
 	// add slack for scheduling.
 	for k := 1; k < 4; k++ {
-		gap := reqs[k].at.Sub(reqs[k-1].at)
+		gap := reqs[k].At.Sub(reqs[k-1].At)
 		bound := backoff << (k - 1)
 		if gap > bound+150*time.Millisecond {
 			t.Errorf("gap after attempt %d = %v; want <= %v", k, gap, bound)
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	if got := rec.count(); got != 4 {
+	if got := rec.RequestCount(); got != 4 {
 		t.Errorf("requests = %d; want 4 (3 failures, then delivered and never sent again)", got)
 	}
 }
@@ -135,19 +138,19 @@ func TestRetryAfterIsHonouredInSecondsAndHTTPDateForm(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
-			rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+			rec := sinktest.Start(t, func(_ *http.Request, attempt int) sinktest.Action {
 				if attempt == 1 {
-					w.Header().Set("Retry-After", tt.give())
-					w.WriteHeader(http.StatusTooManyRequests)
+					return sinktest.Action{Status: http.StatusTooManyRequests, RetryAfter: tt.give()}
 				}
+				return sinktest.Action{}
 			})
 			e.publish(1)
-			e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+			e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 				c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Second, MaxElapsed: time.Minute}
 			}))
-			waitFor(t, 30*time.Second, "the second attempt", func() bool { return rec.count() == 2 })
-			reqs := rec.requests()
-			if gap := reqs[1].at.Sub(reqs[0].at); gap < tt.min || gap > tt.min+2*time.Second {
+			testwait.For(t, 30*time.Second, "the second attempt", func() bool { return rec.RequestCount() == 2 })
+			reqs := rec.Requests()
+			if gap := reqs[1].At.Sub(reqs[0].At); gap < tt.min || gap > tt.min+2*time.Second {
 				t.Errorf("gap after 429 with Retry-After %s = %v; want >= %v and not much more", tt.name, gap, tt.min)
 			}
 		})
@@ -156,12 +159,12 @@ func TestRetryAfterIsHonouredInSecondsAndHTTPDateForm(t *testing.T) {
 
 func TestA400IsDeadLetteredAsRejectedWithoutRetry(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
-		http.Error(w, "unknown payment", http.StatusBadRequest)
+	rec := sinktest.Start(t, func(*http.Request, int) sinktest.Action {
+		return sinktest.Action{Status: http.StatusBadRequest, Body: "unknown payment\n"}
 	})
 	const n = 5
 	e.publish(n)
-	p := e.start(e.config(rec.srv.URL, nil))
+	p := e.start(e.config(rec.URL, nil))
 	dead := e.deadLetters(n, 30*time.Second)
 
 	for i, m := range dead {
@@ -184,8 +187,8 @@ func TestA400IsDeadLetteredAsRejectedWithoutRetry(t *testing.T) {
 			t.Errorf("dead letter %d: payload %q; want the original %q", i, got, want)
 		}
 	}
-	waitFor(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == n })
-	if got := rec.count(); got != n {
+	testwait.For(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == n })
+	if got := rec.RequestCount(); got != n {
 		t.Errorf("sink requests = %d; want %d (no retry of a 400)", got, n)
 	}
 	if got := p.Status().Outcomes[shaper.OutcomeDeadLettered]; got != n {
@@ -197,14 +200,15 @@ func TestAMessagePastMaxQueueTimeIsDeadLetteredAsExpired(t *testing.T) {
 	e := newEnv(t)
 	// The first request hangs 2s with max_in_flight 1, so the others wait
 	// longer than max_queue_time for their departure.
-	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
+	rec := sinktest.Start(t, func(r *http.Request, _ int) sinktest.Action {
 		if r.Header.Get("Idempotency-Key") == stream+"/1" {
-			time.Sleep(2 * time.Second)
+			return sinktest.Action{Delay: 2 * time.Second}
 		}
+		return sinktest.Action{}
 	})
 	const n = 5
 	e.publish(n)
-	p := e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 		c.Bucket.MaxQueueTime = time.Second
 		c.Sink.HTTP.MaxInFlight = 1
 		c.Sink.HTTP.Timeout = 5 * time.Second
@@ -218,44 +222,44 @@ func TestAMessagePastMaxQueueTimeIsDeadLetteredAsExpired(t *testing.T) {
 			t.Errorf("dead letter %s: Shaper-Attempts = %q; want 0", m.Header.Get("Shaper-Source"), got)
 		}
 	}
-	waitFor(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == n })
+	testwait.For(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == n })
 	// The server counts an ack before the source's DoubleAck returns and
 	// the pipeline counts the outcome: wait for the counts too.
-	waitFor(t, 10*time.Second, "1 delivered and 4 expired", func() bool {
+	testwait.For(t, 10*time.Second, "1 delivered and 4 expired", func() bool {
 		st := p.Status()
 		return st.Outcomes[shaper.OutcomeDelivered] == 1 && st.Outcomes[shaper.OutcomeExpired] == n-1
 	})
-	if got := rec.count(); got != 1 {
+	if got := rec.RequestCount(); got != 1 {
 		t.Errorf("sink requests = %d; want 1 (expired messages are not sent late)", got)
 	}
 }
 
 func TestAnOversizedMessageIsDeadLetteredAsMalformedUnsent(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
+	rec := sinktest.Start(t, sinktest.OK)
 	e.publish(1) // "msg-0": 5 bytes
-	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Sink.HTTP.MaxBodyBytes = 4 }))
+	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Sink.HTTP.MaxBodyBytes = 4 }))
 	dead := e.deadLetters(1, 30*time.Second)
 	if got := dead[0].Header.Get("Shaper-Reason"); got != "malformed" {
 		t.Errorf("Shaper-Reason = %q; want malformed", got)
 	}
-	if got := rec.count(); got != 0 {
+	if got := rec.RequestCount(); got != 0 {
 		t.Errorf("sink requests = %d; want 0", got)
 	}
 }
 
 func TestWithoutADeadLetterTargetAFailedMessageIsNackedNotAcked(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
-		w.WriteHeader(http.StatusBadRequest)
+	rec := sinktest.Start(t, func(*http.Request, int) sinktest.Action {
+		return sinktest.Action{Status: http.StatusBadRequest}
 	})
 	e.publish(1)
-	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 		c.DeadLetter = nil
 		c.Sink.HTTP.Retry.MaxBackoff = 200 * time.Millisecond // the nack delay
 	}))
 	// Nacked with a delay, the message comes back and is attempted again.
-	waitFor(t, 30*time.Second, "a redelivery", func() bool { return rec.count() >= 2 })
+	testwait.For(t, 30*time.Second, "a redelivery", func() bool { return rec.RequestCount() >= 2 })
 	if floor := e.consumer("shaper-test").AckFloor.Stream; floor != 0 {
 		t.Errorf("ack floor = %d; want 0 (never acked without an outcome)", floor)
 	}
@@ -263,31 +267,31 @@ func TestWithoutADeadLetterTargetAFailedMessageIsNackedNotAcked(t *testing.T) {
 
 func TestEveryRequestCarriesTheIdempotencyKeyAndConfiguredHeaders(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
+	rec := sinktest.Start(t, sinktest.OK)
 	e.publish(3)
-	e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 		c.Sink.HTTP.Method = http.MethodPut
 		c.Sink.HTTP.Headers = map[string]string{"Content-Type": "application/json", "X-Psp": "acme"}
 	}))
-	waitFor(t, 30*time.Second, "3 requests", func() bool { return rec.count() == 3 })
-	for i, r := range rec.requests() {
-		if want := stream + "/" + strconv.Itoa(i+1); r.key != want {
-			t.Errorf("request %d: Idempotency-Key = %q; want %q", i, r.key, want)
+	testwait.For(t, 30*time.Second, "3 requests", func() bool { return rec.RequestCount() == 3 })
+	for i, r := range rec.Requests() {
+		if want := stream + "/" + strconv.Itoa(i+1); r.Key != want {
+			t.Errorf("request %d: Idempotency-Key = %q; want %q", i, r.Key, want)
 		}
-		if r.header.Get("X-Psp") != "acme" || r.header.Get("Content-Type") != "application/json" {
-			t.Errorf("request %d: headers %v; want the configured ones", i, r.header)
+		if r.Header.Get("X-Psp") != "acme" || r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("request %d: headers %v; want the configured ones", i, r.Header)
 		}
-		if want := "msg-" + strconv.Itoa(i); r.body != want {
-			t.Errorf("request %d: body %q; want %q", i, r.body, want)
+		if want := "msg-" + strconv.Itoa(i); string(r.Body) != want {
+			t.Errorf("request %d: body %q; want %q", i, string(r.Body), want)
 		}
 	}
 }
 
 func TestAnUnreachableSinkIsRetriedThenDeadLetteredAsExhausted(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
-	url := rec.srv.URL
-	rec.srv.Close() // nothing listens there any more: connection refused
+	rec := sinktest.Start(t, sinktest.OK)
+	url := rec.URL
+	rec.Close() // nothing listens there any more: connection refused
 	e.publish(2)
 	p := e.start(e.config(url, func(c *shaper.PipelineConfig) {
 		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxElapsed: time.Minute}
@@ -303,7 +307,7 @@ func TestAnUnreachableSinkIsRetriedThenDeadLetteredAsExhausted(t *testing.T) {
 			t.Errorf("Shaper-Error = %q; want the network error", got)
 		}
 	}
-	waitFor(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == 2 })
+	testwait.For(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == 2 })
 	if got := p.counter("shaper_retries_total"); got != 4 {
 		t.Errorf("shaper_retries_total = %v; want 4 (2 messages × 2 retries)", got)
 	}
@@ -311,12 +315,12 @@ func TestAnUnreachableSinkIsRetriedThenDeadLetteredAsExhausted(t *testing.T) {
 
 func TestReconfigureChangesTheRateInPlaceWithoutLosingMessages(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
+	rec := sinktest.Start(t, sinktest.OK)
 	const n = 100
 	e.publish(n)
-	cfg := e.config(rec.srv.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 })
+	cfg := e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 })
 	p := e.start(cfg)
-	waitFor(t, 10*time.Second, "a few requests", func() bool { return rec.count() >= 5 })
+	testwait.For(t, 10*time.Second, "a few requests", func() bool { return rec.RequestCount() >= 5 })
 
 	faster := cfg
 	faster.Rate.Limit = 50
@@ -331,11 +335,11 @@ func TestReconfigureChangesTheRateInPlaceWithoutLosingMessages(t *testing.T) {
 		t.Errorf("limit after Reconfigure = %v; want 50", st.Limit)
 	}
 	changed := time.Now()
-	waitFor(t, 20*time.Second, "every message delivered", func() bool { return p.Status().Outcomes[shaper.OutcomeDelivered] == n })
+	testwait.For(t, 20*time.Second, "every message delivered", func() bool { return p.Status().Outcomes[shaper.OutcomeDelivered] == n })
 	if took := time.Since(changed); took > 4*time.Second {
 		t.Errorf("the rest took %v after the change to 50/s; want about 2s", took)
 	}
-	if got := rec.count(); got != n {
+	if got := rec.RequestCount(); got != n {
 		t.Errorf("sink requests = %d; want %d: nothing lost or repeated by the change", got, n)
 	}
 
@@ -356,14 +360,14 @@ func TestADeadLetterTooLargeForItsTargetIsSentWithoutItsPayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, attempt int) {
-		http.Error(w, "no such payment", http.StatusBadRequest)
+	rec := sinktest.Start(t, func(*http.Request, int) sinktest.Action {
+		return sinktest.Action{Status: http.StatusBadRequest, Body: "no such payment\n"}
 	})
 	if _, err := e.js.Publish(ctx, subject, []byte(strings.Repeat("p", 200))); err != nil {
 		t.Fatal(err)
 	}
-	p := e.start(e.config(rec.srv.URL, nil))
-	waitFor(t, 30*time.Second, "the ack", func() bool { return e.consumer("shaper-test").AckFloor.Stream == 1 })
+	p := e.start(e.config(rec.URL, nil))
+	testwait.For(t, 30*time.Second, "the ack", func() bool { return e.consumer("shaper-test").AckFloor.Stream == 1 })
 	// What the stream stored (a core subscriber also saw the refused
 	// full-size attempt go by).
 	dead, err := dlq.GetMsg(ctx, 1)
@@ -373,7 +377,7 @@ func TestADeadLetterTooLargeForItsTargetIsSentWithoutItsPayload(t *testing.T) {
 	if len(dead.Data) != 0 || dead.Header.Get("Shaper-Payload-Omitted") != "200 bytes" || dead.Header.Get("Shaper-Reason") != "rejected" {
 		t.Errorf("dead letter: %d bytes, headers %v; want no payload, Shaper-Payload-Omitted: 200 bytes, reason rejected", len(dead.Data), dead.Header)
 	}
-	if got := rec.count(); got != 1 {
+	if got := rec.RequestCount(); got != 1 {
 		t.Errorf("sink requests = %d; want 1 (an outcome, not a loop)", got)
 	}
 	if got := p.Status().Outcomes[shaper.OutcomeDeadLettered]; got != 1 {

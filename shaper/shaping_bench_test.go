@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -21,24 +23,24 @@ func BenchmarkShapingPrecision(b *testing.B) {
 			for range b.N {
 				n := 3 * limit
 				e := newEnv(b)
-				rec := newRecorder(b, nil)
+				rec := sinktest.StartLean(b)
 				e.publish(n)
-				e.start(e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+				e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
 					c.Rate.Limit = float64(limit)
 					c.Bucket.Capacity = n
 				}))
-				waitFor(b, time.Minute, "every message delivered", func() bool { return rec.count() == n })
-				reqs := rec.requests()
-				span := reqs[n-1].at.Sub(reqs[0].at).Seconds()
+				testwait.For(b, time.Minute, "every message delivered", func() bool { return rec.RequestCount() == n })
+				reqs := rec.Requests()
+				span := reqs[n-1].At.Sub(reqs[0].At).Seconds()
 				rate := float64(n-1) / span
 				gaps := make([]float64, n-1)
 				want := 1 / float64(limit)
 				for i := 1; i < n; i++ {
-					gaps[i-1] = math.Abs(reqs[i].at.Sub(reqs[i-1].at).Seconds() - want)
+					gaps[i-1] = math.Abs(reqs[i].At.Sub(reqs[i-1].At).Seconds() - want)
 				}
 				slices.Sort(gaps)
 				b.ReportMetric(100*(rate-float64(limit))/float64(limit), "rate-err-%")
-				b.ReportMetric(float64(maxInWindow(reqs, 100*time.Millisecond)), "max-per-100ms")
+				b.ReportMetric(float64(sinktest.MaxInWindow(sinktest.Arrivals(reqs), 100*time.Millisecond)), "max-per-100ms")
 				b.ReportMetric(float64(limit/10+1), "allowed-per-100ms")
 				b.ReportMetric(gaps[len(gaps)/2]*1e6, "jitter-p50-µs")
 				b.ReportMetric(gaps[len(gaps)*99/100]*1e6, "jitter-p99-µs")

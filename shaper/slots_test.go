@@ -4,14 +4,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
 // requestsAfter returns the requests that arrived at or after t.
-func requestsAfter(reqs []request, t time.Time) []request {
-	var out []request
+func requestsAfter(reqs []sinktest.Request, t time.Time) []sinktest.Request {
+	var out []sinktest.Request
 	for _, r := range reqs {
-		if !r.at.Before(t) {
+		if !r.At.Before(t) {
 			out = append(out, r)
 		}
 	}
@@ -25,15 +27,15 @@ func requestsAfter(reqs []request, t time.Time) []request {
 // in force at once.
 func TestLoweringTheRateAndRestoringItResumesAtTheFullRateAtOnce(t *testing.T) {
 	e := newEnv(t)
-	rec := newRecorder(t, nil)
+	rec := sinktest.Start(t, sinktest.OK)
 	e.publish(2000)
-	cfg := e.config(rec.srv.URL, func(c *shaper.PipelineConfig) {
+	cfg := e.config(rec.URL, func(c *shaper.PipelineConfig) {
 		c.Rate.Limit = 200
 		c.Bucket.Capacity = 400
 		c.Bucket.MaxQueueTime = 2 * time.Minute // 0.01/s is allowed: one slot per 100s fits in it
 	})
 	p := e.start(cfg)
-	waitFor(t, 10*time.Second, "the rate established", func() bool { return rec.count() >= 100 })
+	testwait.For(t, 10*time.Second, "the rate established", func() bool { return rec.RequestCount() >= 100 })
 
 	if err := p.SetRate(0.01, 0); err != nil {
 		t.Fatalf("SetRate(0.01) = %v", err)
@@ -48,23 +50,23 @@ func TestLoweringTheRateAndRestoringItResumesAtTheFullRateAtOnce(t *testing.T) {
 	// At 0.01/s at most the request whose slot came just before the change
 	// and one more may go; then 200 more at 200/s take about 1s.
 	deadline := time.Now().Add(10 * time.Second)
-	for len(requestsAfter(rec.requests(), restored)) < 200 {
+	for len(requestsAfter(rec.Requests(), restored)) < 200 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d requests within 10s after the restore; want 200 (status %+v)", len(requestsAfter(rec.requests(), restored)), p.Status())
+			t.Fatalf("%d requests within 10s after the restore; want 200 (status %+v)", len(requestsAfter(rec.Requests(), restored)), p.Status())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := len(requestsAfter(rec.requests(), lowered.Add(50*time.Millisecond))) - len(requestsAfter(rec.requests(), restored)); got > 1 {
+	if got := len(requestsAfter(rec.Requests(), lowered.Add(50*time.Millisecond))) - len(requestsAfter(rec.Requests(), restored)); got > 1 {
 		t.Errorf("requests while the rate was 0.01/s = %d; want at most 1", got)
 	}
-	after := requestsAfter(rec.requests(), restored)
+	after := requestsAfter(rec.Requests(), restored)
 	t.Logf("after the restore: first request in %v, 200 requests in %v, expired %d",
-		after[0].at.Sub(restored).Round(time.Microsecond), after[199].at.Sub(after[0].at).Round(time.Millisecond), p.Status().Outcomes[shaper.OutcomeExpired])
+		after[0].At.Sub(restored).Round(time.Microsecond), after[199].At.Sub(after[0].At).Round(time.Millisecond), p.Status().Outcomes[shaper.OutcomeExpired])
 	// One interval is 5ms; the bounds are generous for a loaded machine.
-	if first := after[0].at.Sub(restored); first > 250*time.Millisecond {
+	if first := after[0].At.Sub(restored); first > 250*time.Millisecond {
 		t.Errorf("first request %v after the restore; want within one interval (5ms; 250ms allowed)", first)
 	}
-	if took := after[199].at.Sub(after[0].at); took > 1500*time.Millisecond || took < 900*time.Millisecond {
+	if took := after[199].At.Sub(after[0].At); took > 1500*time.Millisecond || took < 900*time.Millisecond {
 		t.Errorf("200 requests after the restore took %v; want about 1s at 200/s", took)
 	}
 	if got := p.Status().Outcomes[shaper.OutcomeExpired]; got != 0 {
