@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"net"
-	"net/http"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/sinktest"
 )
 
 // BenchmarkKafkaBacklogMemory runs a real `shaper run` child process against
@@ -23,9 +22,9 @@ func BenchmarkKafkaBacklogMemory(b *testing.B) {
 		b.Run(fmt.Sprintf("backlog-%d", n), func(b *testing.B) {
 			for range b.N {
 				broker := startKafka(b, n)
-				sink, srv := newSinkLog(b)
-				admin := freeAddr(b)
-				config := writeConfig(b, fmt.Sprintf(`
+				sink := sinktest.StartLean(b)
+				admin := freeport.Addr(b)
+				config := childtest.WriteConfig(b, fmt.Sprintf(`
 admin: {listen: "%s"}
 shutdown: {drain_timeout: 5s}
 pipelines:
@@ -43,23 +42,24 @@ pipelines:
     rate: {limit: 1000000}
     sink:
       http: {url: "%s", max_in_flight: 64}
-`, admin, broker, srv.URL))
+`, admin, broker, sink.URL))
 				start := time.Now()
 				c := startChild(b, config)
 				var maxHeap, maxRSS float64
 				for {
-					if heap, rss, ok := scrapeMemory(admin); ok {
-						maxHeap, maxRSS = max(maxHeap, heap), max(maxRSS, rss)
+					if m, err := childtest.Scrape(admin); err == nil && m["go_memstats_heap_inuse_bytes"] > 0 {
+						maxHeap = max(maxHeap, m["go_memstats_heap_inuse_bytes"])
+						maxRSS = max(maxRSS, m["process_resident_memory_bytes"])
 					}
-					if u, _ := sink.counts(); u >= n || time.Since(start) > 5*time.Minute {
+					if u, _ := sink.Counts(); u >= n || time.Since(start) > 5*time.Minute {
 						break
 					}
 					time.Sleep(100 * time.Millisecond)
 				}
 				took := time.Since(start)
-				_ = c.cmd.Process.Signal(syscall.SIGTERM)
-				c.wait(b, 30*time.Second)
-				unique, _ := sink.counts()
+				_ = c.Cmd.Process.Signal(syscall.SIGTERM)
+				c.Wait(30 * time.Second)
+				unique, _ := sink.Counts()
 				if unique != n {
 					b.Fatalf("delivered %d of %d", unique, n)
 				}
@@ -69,39 +69,4 @@ pipelines:
 			}
 		})
 	}
-}
-
-// freeAddr returns a loopback address with a port free at the time of asking.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// scrapeMemory reads go_memstats_heap_inuse_bytes and
-// process_resident_memory_bytes from a shaper's /metrics.
-func scrapeMemory(admin string) (heap, rss float64, ok bool) {
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return 0, 0, false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, value, found := strings.Cut(sc.Text(), " ")
-		if !found {
-			continue
-		}
-		switch name {
-		case "go_memstats_heap_inuse_bytes":
-			heap, _ = strconv.ParseFloat(value, 64)
-		case "process_resident_memory_bytes":
-			rss, _ = strconv.ParseFloat(value, 64)
-		}
-	}
-	return heap, rss, heap > 0
 }

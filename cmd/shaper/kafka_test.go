@@ -1,44 +1,26 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/kafkatest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
-// startKafka starts an in-process Kafka (kfake) with a four-partition topic
-// holding n messages, and returns its bootstrap address.
+// startKafka starts kfake with a four-partition topic "callbacks" holding n
+// messages `{"n":i}` keyed by i, and returns its bootstrap address.
 func startKafka(t testing.TB, n int) string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "callbacks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	transport := &kafka.Transport{} // its own, closed below: the default one would outlive the test
-	defer transport.CloseIdleConnections()
-	w := &kafka.Writer{
-		Addr: kafka.TCP(c.ListenAddrs()...), Topic: "callbacks", Balancer: &kafka.Hash{},
-		RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond, Transport: transport,
-	}
-	msgs := make([]kafka.Message, n)
-	for i := range msgs {
-		msgs[i] = kafka.Message{Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprintf(`{"n":%d}`, i))}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return c.ListenAddrs()[0]
+	k := kafkatest.Start(t, kfake.SeedTopics(4, "callbacks"))
+	k.Produce("callbacks", kafkatest.Records(n))
+	return k.Addr
 }
 
 func kafkaConfig(broker, sinkURL string, limit, inFlight int, commit, drain time.Duration) string {
@@ -68,24 +50,24 @@ func TestKafkaSIGKILLLosesNothingAndDuplicatesStayWithinTheUncommittedWindow(t *
 	const n, limit, inFlight = 400, 200, 8
 	const commit = 200 * time.Millisecond
 	broker := startKafka(t, n)
-	sink, srv := newSinkLog(t)
-	config := writeConfig(t, kafkaConfig(broker, srv.URL, limit, inFlight, commit, time.Second))
+	sink := sinktest.Start(t, sinktest.OK)
+	config := childtest.WriteConfig(t, kafkaConfig(broker, sink.URL, limit, inFlight, commit, time.Second))
 
 	first := startChild(t, config)
-	waitUntil(t, 60*time.Second, "100 deliveries", func() bool { u, _ := sink.counts(); return u >= 100 })
-	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	testwait.For(t, 60*time.Second, "100 deliveries", func() bool { u, _ := sink.Counts(); return u >= 100 })
+	if err := first.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	first.wait(t, 10*time.Second)
-	before, _ := sink.counts()
+	first.Wait(10 * time.Second)
+	before, _ := sink.Counts()
 
 	second := startChild(t, config)
-	waitUntil(t, 60*time.Second, "every message delivered after the restart", func() bool { u, _ := sink.counts(); return u == n })
+	testwait.For(t, 60*time.Second, "every message delivered after the restart", func() bool { u, _ := sink.Counts(); return u == n })
 	time.Sleep(500 * time.Millisecond) // room for late duplicates to show
-	_ = second.cmd.Process.Signal(syscall.SIGTERM)
-	second.wait(t, 15*time.Second)
+	_ = second.Cmd.Process.Signal(syscall.SIGTERM)
+	second.Wait(15 * time.Second)
 
-	unique, total := sink.counts()
+	unique, total := sink.Counts()
 	dups := total - unique
 	// Redelivered after a crash: what was in flight plus what finished since
 	// the last commit (rate × commit_interval), with room for one commit
@@ -103,52 +85,52 @@ func TestKafkaSIGKILLLosesNothingAndDuplicatesStayWithinTheUncommittedWindow(t *
 func TestKafkaSIGTERMDrainLosesNothingAndDuplicatesNothing(t *testing.T) {
 	const n = 300
 	broker := startKafka(t, n)
-	sink, srv := newSinkLog(t)
-	config := writeConfig(t, kafkaConfig(broker, srv.URL, 100, 4, time.Second, time.Second))
+	sink := sinktest.Start(t, sinktest.OK)
+	config := childtest.WriteConfig(t, kafkaConfig(broker, sink.URL, 100, 4, time.Second, time.Second))
 
 	first := startChild(t, config)
-	waitUntil(t, 60*time.Second, "50 deliveries", func() bool { u, _ := sink.counts(); return u >= 50 })
-	_ = first.cmd.Process.Signal(syscall.SIGTERM)
-	if code := first.wait(t, 15*time.Second); code != exitOK {
-		t.Fatalf("exit code after SIGTERM = %d; want 0; stderr:\n%s", code, first.stderr)
+	testwait.For(t, 60*time.Second, "50 deliveries", func() bool { u, _ := sink.Counts(); return u >= 50 })
+	_ = first.Cmd.Process.Signal(syscall.SIGTERM)
+	if code := first.Wait(15 * time.Second); code != exitOK {
+		t.Fatalf("exit code after SIGTERM = %d; want 0; stderr:\n%s", code, first.Stderr)
 	}
-	delivered, _ := sink.counts()
+	delivered, _ := sink.Counts()
 	if delivered >= n {
 		t.Fatalf("the first run delivered all %d; the test needs a remainder", n)
 	}
 
 	second := startChild(t, config)
-	waitUntil(t, 60*time.Second, "every message delivered", func() bool { u, _ := sink.counts(); return u == n })
+	testwait.For(t, 60*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == n })
 	time.Sleep(500 * time.Millisecond)
-	_ = second.cmd.Process.Signal(syscall.SIGTERM)
-	second.wait(t, 15*time.Second)
-	if unique, total := sink.counts(); unique != n || total != n {
+	_ = second.Cmd.Process.Signal(syscall.SIGTERM)
+	second.Wait(15 * time.Second)
+	if unique, total := sink.Counts(); unique != n || total != n {
 		t.Errorf("delivered %d unique in %d requests (first run %d); want exactly %d once each: %v",
-			unique, total, delivered, n, sink.duplicates())
+			unique, total, delivered, n, sink.Duplicates())
 	}
 }
 
 func TestTwoShaperProcessesInOneGroupSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T) {
 	const n = 400
 	broker := startKafka(t, n)
-	sink, srv := newSinkLog(t)
-	config := writeConfig(t, kafkaConfig(broker, srv.URL, 100, 4, time.Second, time.Second))
+	sink := sinktest.Start(t, sinktest.OK)
+	config := childtest.WriteConfig(t, kafkaConfig(broker, sink.URL, 100, 4, time.Second, time.Second))
 
 	first := startChild(t, config)
 	second := startChild(t, config)
-	waitUntil(t, 60*time.Second, "every message delivered", func() bool { u, _ := sink.counts(); return u == n })
+	testwait.For(t, 60*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == n })
 	time.Sleep(500 * time.Millisecond) // room for a duplicate to show
-	for _, c := range []*child{first, second} {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	for _, c := range []*childtest.Process{first, second} {
+		_ = c.Cmd.Process.Signal(syscall.SIGTERM)
 	}
-	for _, c := range []*child{first, second} {
-		if code := c.wait(t, 15*time.Second); code != exitOK {
-			t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.stderr)
+	for _, c := range []*childtest.Process{first, second} {
+		if code := c.Wait(15 * time.Second); code != exitOK {
+			t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
 		}
 	}
 	// Both members took part: each logged the partitions it was given.
-	unique, total := sink.counts()
+	unique, total := sink.Counts()
 	if unique != n || total != n {
-		t.Errorf("two members delivered %d unique in %d requests; want %d once each: %v", unique, total, n, sink.duplicates())
+		t.Errorf("two members delivered %d unique in %d requests; want %d once each: %v", unique, total, n, sink.Duplicates())
 	}
 }

@@ -29,9 +29,6 @@ func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-// writeConfig writes a config file and returns its path.
-var writeConfig = childtest.WriteConfig
-
 const validConfig = `
 pipelines:
   - name: psp
@@ -44,7 +41,7 @@ pipelines:
 `
 
 func TestValidateAcceptsAValidConfig(t *testing.T) {
-	code, out, errs := runMain(t, "validate", "--config", writeConfig(t, validConfig))
+	code, out, errs := runMain(t, "validate", "--config", childtest.WriteConfig(t, validConfig))
 	if code != exitOK || !strings.Contains(out, "ok (1 pipelines)") {
 		t.Errorf("validate = %d, %q, %q; want 0 and ok", code, out, errs)
 	}
@@ -54,8 +51,8 @@ func TestValidateAcceptsAValidConfig(t *testing.T) {
 // problem of every one with its place: CI checks a directory of configs in
 // one call.
 func TestValidateChecksSeveralFilesAndReportsEachOne(t *testing.T) {
-	good := writeConfig(t, validConfig)
-	bad := writeConfig(t, strings.Replace(validConfig, "rate: {limit: 50}", "rate: {limt: 50}", 1))
+	good := childtest.WriteConfig(t, validConfig)
+	bad := childtest.WriteConfig(t, strings.Replace(validConfig, "rate: {limit: 50}", "rate: {limt: 50}", 1))
 	code, out, errs := runMain(t, "validate", "--config", good, "--config", bad, "--config", good)
 	if code != exitUsage {
 		t.Errorf("validate good bad good = %d; want %d", code, exitUsage)
@@ -136,7 +133,7 @@ func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, errs := runMain(t, "validate", "--config", writeConfig(t, tt.give))
+			code, _, errs := runMain(t, "validate", "--config", childtest.WriteConfig(t, tt.give))
 			if code != exitUsage {
 				t.Errorf("validate exit = %d; want %d (stderr %q)", code, exitUsage, errs)
 			}

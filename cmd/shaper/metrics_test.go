@@ -127,7 +127,7 @@ func scrapeRunningShaper(t *testing.T) scrapedMetrics {
 		return sinktest.Action{Status: http.StatusNoContent}
 	})
 
-	config := writeConfig(t, fmt.Sprintf(`
+	config := childtest.WriteConfig(t, fmt.Sprintf(`
 admin: {listen: "127.0.0.1:0"}
 shutdown: {drain_timeout: 5s}
 pipelines:

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 func TestRedisLogLinesBecomeRecordsAtTheirLevel(t *testing.T) {
@@ -86,31 +89,31 @@ func TestRedisLogLinesBecomeRecordsAtTheirLevel(t *testing.T) {
 // on the return.
 func TestRedisOutageLogsOnceAsStructuredRecordsOfTheDaemon(t *testing.T) {
 	natsURL := startJetStream(t, 100)
-	_, srv := newSinkLog(t)
+	sink := sinktest.Start(t, sinktest.OK)
 	redis := redistest.Start(t)
 	redis.Stop()
-	config := writeConfig(t, sharedConfig(natsURL, srv.URL, redis.Addr, 20, 5))
-	c := startChildArgs(t, "run", "--config", config, "--log-format", "json", "--log-level", "debug")
+	config := childtest.WriteConfig(t, sharedConfig(natsURL, sink.URL, redis.Addr, 20, 5))
+	c := startShaper(t, nil, "run", "--config", config, "--log-format", "json", "--log-level", "debug")
 
-	waitUntil(t, 30*time.Second, "a fallback and go-redis's dial failure in the log", func() bool {
-		out := c.stderr.String()
+	testwait.For(t, 30*time.Second, "a fallback and go-redis's dial failure in the log", func() bool {
+		out := c.Stderr.String()
 		return strings.Contains(out, "falling back") && strings.Contains(out, "failed to dial")
 	})
 	restarted := time.Now()
 	redis.Restart()
-	waitUntil(t, 5*time.Second, "the return to the shared limit in the log", func() bool {
-		return strings.Contains(c.stderr.String(), "back to the shared limit")
+	testwait.For(t, 5*time.Second, "the return to the shared limit in the log", func() bool {
+		return strings.Contains(c.Stderr.String(), "back to the shared limit")
 	})
 	t.Logf("back on the shared limit within %v of the restart", time.Since(restarted).Round(time.Millisecond))
-	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := c.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := c.wait(t, 15*time.Second); code != exitOK {
-		t.Fatalf("exit code = %d; want 0; stderr:\n%s", code, c.stderr)
+	if code := c.Wait(15 * time.Second); code != exitOK {
+		t.Fatalf("exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
 	}
 
 	var fallbacks, returns, dials int
-	for line := range strings.Lines(c.stderr.String()) {
+	for line := range strings.Lines(c.Stderr.String()) {
 		var rec struct {
 			Level, Msg, Component string
 		}
@@ -137,6 +140,6 @@ func TestRedisOutageLogsOnceAsStructuredRecordsOfTheDaemon(t *testing.T) {
 		}
 	}
 	if fallbacks != 1 || returns != 1 || dials == 0 {
-		t.Errorf("log holds %d fallbacks, %d returns, %d go-redis dial failures; want 1, 1, at least 1:\n%s", fallbacks, returns, dials, c.stderr)
+		t.Errorf("log holds %d fallbacks, %d returns, %d go-redis dial failures; want 1, 1, at least 1:\n%s", fallbacks, returns, dials, c.Stderr)
 	}
 }

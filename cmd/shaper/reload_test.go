@@ -6,6 +6,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // rewrite replaces the config file's content, as an operator would.
@@ -19,15 +23,15 @@ func rewrite(t *testing.T, path, body string) {
 func TestSIGHUPReloadUnderLoadAppliesTheNewRateAndLosesNothing(t *testing.T) {
 	const n = 300
 	natsURL := startJetStream(t, n)
-	sink, srv := newSinkLog(t)
-	config := writeConfig(t, runConfig(natsURL, srv.URL, 20, time.Second))
+	sink := sinktest.Start(t, sinktest.OK)
+	config := childtest.WriteConfig(t, runConfig(natsURL, sink.URL, 20, time.Second))
 
 	c := startChild(t, config)
-	waitUntil(t, 30*time.Second, "deliveries at 20/s", func() bool { u, _ := sink.counts(); return u >= 30 })
+	testwait.For(t, 30*time.Second, "deliveries at 20/s", func() bool { u, _ := sink.Counts(); return u >= 30 })
 	before := rateOver(sink, time.Second)
 
-	rewrite(t, config, runConfig(natsURL, srv.URL, 100, time.Second))
-	if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	rewrite(t, config, runConfig(natsURL, sink.URL, 100, time.Second))
+	if err := c.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -37,98 +41,98 @@ func TestSIGHUPReloadUnderLoadAppliesTheNewRateAndLosesNothing(t *testing.T) {
 		t.Errorf("sink rate %.0f/s before and %.0f/s after a reload from 20/s to 100/s", before, after)
 	}
 
-	waitUntil(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.counts(); return u == n })
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == n })
 	time.Sleep(300 * time.Millisecond)
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	if code := c.wait(t, 15*time.Second); code != exitOK {
-		t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.stderr)
+	_ = c.Cmd.Process.Signal(syscall.SIGTERM)
+	if code := c.Wait(15 * time.Second); code != exitOK {
+		t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
 	}
-	if unique, total := sink.counts(); unique != n || total != n {
+	if unique, total := sink.Counts(); unique != n || total != n {
 		t.Errorf("delivered %d unique in %d requests; want %d once each", unique, total, n)
 	}
-	if !strings.Contains(c.stderr.String(), "pipeline changed in place") {
-		t.Errorf("the rate change was not applied in place; stderr:\n%s", c.stderr)
+	if !strings.Contains(c.Stderr.String(), "pipeline changed in place") {
+		t.Errorf("the rate change was not applied in place; stderr:\n%s", c.Stderr)
 	}
 }
 
 func TestAnInvalidReloadIsRefusedAndTheRunningConfigStays(t *testing.T) {
 	natsURL := startJetStream(t, 200)
-	sink, srv := newSinkLog(t)
-	good := runConfig(natsURL, srv.URL, 20, time.Second)
-	config := writeConfig(t, good)
+	sink := sinktest.Start(t, sinktest.OK)
+	good := runConfig(natsURL, sink.URL, 20, time.Second)
+	config := childtest.WriteConfig(t, good)
 
 	c := startChild(t, config)
-	waitUntil(t, 30*time.Second, "deliveries", func() bool { u, _ := sink.counts(); return u >= 20 })
+	testwait.For(t, 30*time.Second, "deliveries", func() bool { u, _ := sink.Counts(); return u >= 20 })
 	rewrite(t, config, strings.Replace(good, "rate: {limit: 20}", "rate: {limit: -5, burst: 0}", 1))
-	_ = c.cmd.Process.Signal(syscall.SIGHUP)
-	waitUntil(t, 10*time.Second, "the refusal in the log", func() bool {
-		return strings.Contains(c.stderr.String(), "reload refused")
+	_ = c.Cmd.Process.Signal(syscall.SIGHUP)
+	testwait.For(t, 10*time.Second, "the refusal in the log", func() bool {
+		return strings.Contains(c.Stderr.String(), "reload refused")
 	})
 	for _, want := range []string{"pipelines[0].rate.limit: must be a number > 0", "pipelines[0].rate.burst: must be >= 1"} {
-		if !strings.Contains(c.stderr.String(), want) {
-			t.Errorf("the refusal does not list %q; stderr:\n%s", want, c.stderr)
+		if !strings.Contains(c.Stderr.String(), want) {
+			t.Errorf("the refusal does not list %q; stderr:\n%s", want, c.Stderr)
 		}
 	}
 	if got := rateOver(sink, time.Second); got < 15 || got > 25 {
 		t.Errorf("sink rate after a refused reload = %.0f/s; want the old 20/s", got)
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	if code := c.wait(t, 15*time.Second); code != exitOK {
+	_ = c.Cmd.Process.Signal(syscall.SIGTERM)
+	if code := c.Wait(15 * time.Second); code != exitOK {
 		t.Errorf("exit code = %d; want 0", code)
 	}
 }
 
 func TestReloadAddsAndRemovesPipelinesAndWatchFollowsTheFile(t *testing.T) {
 	natsURL := startJetStream(t, 100)
-	sink, srv := newSinkLog(t)
-	one := runConfig(natsURL, srv.URL, 200, time.Second)
+	sink := sinktest.Start(t, sinktest.OK)
+	one := runConfig(natsURL, sink.URL, 200, time.Second)
 	// A second pipeline on the same stream with its own durable consumer:
 	// it delivers every message again, under its own name.
 	two := one + strings.NewReplacer("name: psp", "name: psp-copy", "durable: shaper-psp", "durable: shaper-copy").
 		Replace(one[strings.Index(one, "  - name: psp"):])
-	config := writeConfig(t, one)
+	config := childtest.WriteConfig(t, one)
 
-	c := startChildArgs(t, "run", "--config", config, "--watch")
-	waitUntil(t, 30*time.Second, "the first pipeline's deliveries", func() bool { u, _ := sink.counts(); return u == 100 })
+	c := startShaper(t, nil, "run", "--config", config, "--watch")
+	testwait.For(t, 30*time.Second, "the first pipeline's deliveries", func() bool { u, _ := sink.Counts(); return u == 100 })
 
 	time.Sleep(1100 * time.Millisecond) // a new modification time for --watch
 	rewrite(t, config, two)
-	waitUntil(t, 30*time.Second, "the added pipeline's deliveries", func() bool { _, total := sink.counts(); return total == 200 })
+	testwait.For(t, 30*time.Second, "the added pipeline's deliveries", func() bool { _, total := sink.Counts(); return total == 200 })
 
 	time.Sleep(1100 * time.Millisecond)
 	rewrite(t, config, strings.Replace(two, "  - name: psp\n", "  - name: psp-gone\n", 1))
-	waitUntil(t, 30*time.Second, "the removed pipeline's drain", func() bool {
-		return strings.Contains(c.stderr.String(), "pipeline removed: draining")
+	testwait.For(t, 30*time.Second, "the removed pipeline's drain", func() bool {
+		return strings.Contains(c.Stderr.String(), "pipeline removed: draining")
 	})
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	if code := c.wait(t, 15*time.Second); code != exitOK {
-		t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.stderr)
+	_ = c.Cmd.Process.Signal(syscall.SIGTERM)
+	if code := c.Wait(15 * time.Second); code != exitOK {
+		t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
 	}
 	for _, want := range []string{"trigger=\"file changed\"", "pipeline added", "pipeline removed: draining"} {
-		if !strings.Contains(c.stderr.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, c.stderr)
+		if !strings.Contains(c.Stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, c.Stderr)
 		}
 	}
 }
 
 func TestReloadChangesHTTPSinkHeadersInPlace(t *testing.T) {
 	natsURL := startJetStream(t, 300)
-	sink, srv := newSinkLog(t)
-	old := runConfig(natsURL, srv.URL, 50, time.Second)
-	config := writeConfig(t, old)
+	sink := sinktest.Start(t, sinktest.OK)
+	old := runConfig(natsURL, sink.URL, 50, time.Second)
+	config := childtest.WriteConfig(t, old)
 	c := startChild(t, config)
-	waitUntil(t, 30*time.Second, "deliveries", func() bool { u, _ := sink.counts(); return u >= 20 })
+	testwait.For(t, 30*time.Second, "deliveries", func() bool { u, _ := sink.Counts(); return u >= 20 })
 
 	rewrite(t, config, strings.Replace(old, "max_in_flight: 4}", "max_in_flight: 4, headers: {X-Psp: acme}, timeout: 5s}", 1))
-	_ = c.cmd.Process.Signal(syscall.SIGHUP)
-	waitUntil(t, 10*time.Second, "the reload", func() bool { return strings.Contains(c.stderr.String(), "pipeline changed in place") })
-	waitUntil(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.counts(); return u == 300 })
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	c.wait(t, 15*time.Second)
-	if unique, total := sink.counts(); total != unique {
+	_ = c.Cmd.Process.Signal(syscall.SIGHUP)
+	testwait.For(t, 10*time.Second, "the reload", func() bool { return strings.Contains(c.Stderr.String(), "pipeline changed in place") })
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == 300 })
+	_ = c.Cmd.Process.Signal(syscall.SIGTERM)
+	c.Wait(15 * time.Second)
+	if unique, total := sink.Counts(); total != unique {
 		t.Errorf("%d requests for %d messages across an in-place reload; want no duplicates", total, unique)
 	}
-	if sink.header("X-Psp") != "acme" {
-		t.Errorf("the last request carried X-Psp %q; want the reloaded header", sink.header("X-Psp"))
+	if sink.LastHeader("X-Psp") != "acme" {
+		t.Errorf("the last request carried X-Psp %q; want the reloaded header", sink.LastHeader("X-Psp"))
 	}
 }

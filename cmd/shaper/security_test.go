@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -29,48 +28,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
-	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/webhook"
 )
-
-// secretChild is a `shaper` child process with extra environment variables
-// and both of its outputs kept.
-type secretChild struct {
-	cmd            *exec.Cmd
-	stdout, stderr *logtest.Buffer
-	exited         chan struct{}
-}
-
-func startSecretChild(t *testing.T, env []string, args ...string) *secretChild {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), "SHAPER_TEST_MAIN=1"), env...)
-	c := &secretChild{cmd: cmd, stdout: &logtest.Buffer{}, stderr: &logtest.Buffer{}, exited: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(c.exited) }() // the exit code is read from ProcessState
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-c.exited
-	})
-	return c
-}
-
-func (c *secretChild) wait(t *testing.T, timeout time.Duration) int {
-	t.Helper()
-	select {
-	case <-c.exited:
-		return c.cmd.ProcessState.ExitCode()
-	case <-time.After(timeout):
-		t.Fatalf("shaper did not exit within %v; stderr:\n%s", timeout, c.stderr)
-		return -1
-	}
-}
 
 // newSecret returns a value no test output would hold by chance: a name,
 // a dash and 16 random hex digits.
@@ -283,11 +247,11 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 	srv := httptest.NewServer(sink)
 	defer srv.Close()
 
-	config := writeConfig(t, fmt.Sprintf(leakConfig, strings.TrimPrefix(ns.ClientURL(), "nats://"), rds.Addr, srv.URL, broker))
-	d := startSecretChild(t, env, "--log-level", "debug", "run", "--config", config)
+	config := childtest.WriteConfig(t, fmt.Sprintf(leakConfig, strings.TrimPrefix(ns.ClientURL(), "nats://"), rds.Addr, srv.URL, broker))
+	d := startShaper(t, env, "--log-level", "debug", "run", "--config", config)
 	var admin string
-	waitUntil(t, 30*time.Second, "the admin address in the log", func() bool {
-		m := regexp.MustCompile(`admin=(127\.0\.0\.1:\d+)`).FindStringSubmatch(d.stderr.String())
+	testwait.For(t, 30*time.Second, "the admin address in the log", func() bool {
+		m := regexp.MustCompile(`admin=(127\.0\.0\.1:\d+)`).FindStringSubmatch(d.Stderr.String())
 		if m != nil {
 			admin = "http://" + m[1]
 		}
@@ -340,13 +304,13 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 	}
 	// psp: 10 ok + 2 flaky delivered, 2 rejected + 1 exhausted + 1 timed
 	// out dead-lettered; kafka: 2 delivered, 1 dead-lettered.
-	waitUntil(t, 60*time.Second, "every outcome", func() bool {
+	testwait.For(t, 60*time.Second, "every outcome", func() bool {
 		st := status()
 		psp, k := st["psp"].Outcomes, st["kafka"].Outcomes
 		return psp[shaper.OutcomeDelivered] == 12 && psp[shaper.OutcomeDeadLettered] == 4 &&
 			k[shaper.OutcomeDelivered] == 2 && k[shaper.OutcomeDeadLettered] == 1
 	})
-	waitUntil(t, 30*time.Second, "kafka-wrong and nats-wrong not ready", func() bool {
+	testwait.For(t, 30*time.Second, "kafka-wrong and nats-wrong not ready", func() bool {
 		st := status()
 		return strings.Contains(st["kafka-wrong"].NotReady, "SASL authentication failed") && st["nats-wrong"].NotReady != ""
 	})
@@ -362,9 +326,9 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, 10*time.Second, "the fallback", func() bool { return status()["psp"].Limiter == "fallback" })
+	testwait.For(t, 10*time.Second, "the fallback", func() bool { return status()["psp"].Limiter == "fallback" })
 	rds.Restart()
-	waitUntil(t, 20*time.Second, "the shared limit again", func() bool { return status()["psp"].Limiter == "shared" })
+	testwait.For(t, 20*time.Second, "the shared limit again", func() bool { return status()["psp"].Limiter == "shared" })
 
 	for _, call := range []struct{ method, path, token, body string }{
 		{"GET", "/readyz", "", ""},
@@ -383,19 +347,19 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 	if err := os.WriteFile(config, []byte(badConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGHUP)
-	waitUntil(t, 10*time.Second, "the reload refused", func() bool { return strings.Contains(d.stderr.String(), "reload refused") })
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	if code := d.wait(t, 30*time.Second); code != exitOK {
+	_ = d.Cmd.Process.Signal(syscall.SIGHUP)
+	testwait.For(t, 10*time.Second, "the reload refused", func() bool { return strings.Contains(d.Stderr.String(), "reload refused") })
+	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.Wait(30 * time.Second); code != exitOK {
 		t.Errorf("shaper run exit code = %d; want 0", code)
 	}
 
 	// validate and run refuse the same config, printing every problem.
-	bad := writeConfig(t, badConfig)
-	v := startSecretChild(t, env, "--log-level", "debug", "validate", "--config", bad)
-	r := startSecretChild(t, env, "--log-level", "debug", "run", "--config", bad)
-	for name, c := range map[string]*secretChild{"validate": v, "run": r} {
-		if code := c.wait(t, 30*time.Second); code != exitUsage {
+	bad := childtest.WriteConfig(t, badConfig)
+	v := startShaper(t, env, "--log-level", "debug", "validate", "--config", bad)
+	r := startShaper(t, env, "--log-level", "debug", "run", "--config", bad)
+	for name, c := range map[string]*childtest.Process{"validate": v, "run": r} {
+		if code := c.Wait(30 * time.Second); code != exitUsage {
 			t.Errorf("%s of the bad config = %d; want %d", name, code, exitUsage)
 		}
 	}
@@ -412,9 +376,9 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 	deadLetters = append(deadLetters, consumeWithSASL(t, broker, secrets["KAFKA_PASSWORD"], "dlq", 1)...)
 
 	outputs := map[string]string{
-		"run stderr": d.stderr.String(), "run stdout": d.stdout.String(),
-		"validate stderr": v.stderr.String(), "validate stdout": v.stdout.String(),
-		"run (bad config) stderr": r.stderr.String(), "run (bad config) stdout": r.stdout.String(),
+		"run stderr": d.Stderr.String(), "run stdout": d.Stdout.String(),
+		"validate stderr": v.Stderr.String(), "validate stdout": v.Stdout.String(),
+		"run (bad config) stderr": r.Stderr.String(), "run (bad config) stdout": r.Stdout.String(),
 		"admin responses": strings.Join(responses, "\n"), "dead letters": strings.Join(deadLetters, "\n"),
 	}
 	sink.mu.Lock()

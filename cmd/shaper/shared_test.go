@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 func sharedConfig(natsURL, sinkURL, redisAddr string, limit, fallback float64) string {
@@ -31,24 +34,24 @@ pipelines:
 }
 
 // rateOver measures the sink's aggregate rate over window, starting now.
-func rateOver(sink *sinkLog, window time.Duration) float64 {
+func rateOver(sink *sinktest.Sink, window time.Duration) float64 {
 	from := time.Now()
 	time.Sleep(window)
-	return float64(sink.between(from, from.Add(window))) / window.Seconds()
+	return float64(len(sink.Between(from, from.Add(window)))) / window.Seconds()
 }
 
 func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T) {
 	const limit, fallback = 60.0, 8.0
 	natsURL := startJetStream(t, 3000)
-	sink, srv := newSinkLog(t)
+	sink := sinktest.Start(t, sinktest.OK)
 	redis := redistest.Start(t)
-	config := writeConfig(t, sharedConfig(natsURL, srv.URL, redis.Addr, limit, fallback))
+	config := childtest.WriteConfig(t, sharedConfig(natsURL, sink.URL, redis.Addr, limit, fallback))
 
-	var children []*child
+	var children []*childtest.Process
 	for range 3 {
 		children = append(children, startChild(t, config))
 	}
-	waitUntil(t, 30*time.Second, "deliveries to start", func() bool { u, _ := sink.counts(); return u >= 60 })
+	testwait.For(t, 30*time.Second, "deliveries to start", func() bool { u, _ := sink.Counts(); return u >= 60 })
 	time.Sleep(time.Second) // past the start, into the steady state
 
 	shared := rateOver(sink, 4*time.Second)
@@ -76,11 +79,11 @@ func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T
 	}
 
 	for _, c := range children {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		_ = c.Cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, c := range children {
-		if code := c.wait(t, 15*time.Second); code != exitOK {
-			t.Errorf("replica exit code = %d; want 0; stderr:\n%s", code, c.stderr)
+		if code := c.Wait(15 * time.Second); code != exitOK {
+			t.Errorf("replica exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
 		}
 	}
 }
