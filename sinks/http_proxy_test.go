@@ -3,16 +3,14 @@ package sinks
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -61,41 +59,20 @@ func (d *loopbackDialer) refusedAny(t *testing.T) {
 	}
 }
 
-// recorder is an HTTP server on 127.0.0.1 that records the request URIs
-// it gets (a proxy gets absolute ones: http://sink.test:port/hook) and the
-// Proxy-Authorization header, and answers 200 itself.
-type recorder struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	got  []string
-	auth []string
+// requestURIs returns the request targets s got, in order (a proxy gets
+// absolute ones: http://sink.test:port/hook).
+func requestURIs(s *sinktest.Sink) []string {
+	var out []string
+	for _, r := range s.Requests() {
+		out = append(out, r.URI)
+	}
+	return out
 }
 
-func newRecorder(t *testing.T) *recorder {
-	t.Helper()
-	r := &recorder{}
-	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		_, _ = io.Copy(io.Discard, req.Body)
-		r.mu.Lock()
-		r.got = append(r.got, req.RequestURI)
-		r.auth = append(r.auth, req.Header.Get("Proxy-Authorization"))
-		r.mu.Unlock()
-	}))
-	r.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	r.srv.Start()
-	t.Cleanup(r.srv.Close)
-	return r
-}
-
-func (r *recorder) requests() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.got...)
-}
-
-func (r *recorder) port() string {
-	_, port, _ := net.SplitHostPort(r.srv.Listener.Addr().String())
-	return port
+// port returns the port s listens on.
+func port(s *sinktest.Sink) string {
+	_, p, _ := net.SplitHostPort(s.Addr)
+	return p
 }
 
 // clearProxyEnv empties every variable Go's proxy functions read, for the
@@ -111,14 +88,14 @@ func clearProxyEnv(t *testing.T) {
 // sinkHost can reach a real resolver), then switched to cfg.
 func proxySink(t *testing.T, d *loopbackDialer, cfg shaper.HTTPSinkConfig) *HTTP {
 	t.Helper()
-	probe := newRecorder(t)
-	h, err := newHTTPDialing(httpConfig(probe.srv.URL), d.dial)
+	probe := sinktest.Start(t, sinktest.OK)
+	h, err := newHTTPDialing(httpConfig("http://"+probe.Addr), d.dial)
 	if err != nil {
 		t.Fatalf("newHTTPDialing: %v", err)
 	}
 	t.Cleanup(func() { _ = h.Close() })
 	sendHTTP(t, h, &shaper.Message{ID: "probe", Payload: []byte("{}")})
-	if dials := d.dialed(); len(dials) == 0 || dials[len(dials)-1] != probe.srv.Listener.Addr().String() {
+	if dials := d.dialed(); len(dials) == 0 || dials[len(dials)-1] != probe.Addr {
 		t.Fatalf("the sink did not dial through the test dialer (dials %v); stopping before it names %s", dials, sinkHost)
 	}
 	if err := h.Reconfigure(cfg); err != nil {
@@ -147,15 +124,15 @@ func TestHTTPProxyIsUsedOnlyWhenConfigured(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sink, env, explicit := newRecorder(t), newRecorder(t), newRecorder(t)
-			envURL, explicitURL := env.srv.URL, explicit.srv.URL // http://127.0.0.1:port
+			sink, env, explicit := sinktest.Start(t, sinktest.OK), sinktest.Start(t, sinktest.OK), sinktest.Start(t, sinktest.OK)
+			envURL, explicitURL := "http://"+env.Addr, "http://"+explicit.Addr // http://127.0.0.1:port
 			clearProxyEnv(t)
 			for k, v := range tt.env {
 				v = strings.NewReplacer("HOSTPORT", strings.TrimPrefix(envURL, "http://"), "ENV", envURL).Replace(v)
 				t.Setenv(k, v)
 			}
 			d := &loopbackDialer{}
-			cfg := httpConfig("http://" + net.JoinHostPort(sinkHost, sink.port()) + "/hook")
+			cfg := httpConfig("http://" + net.JoinHostPort(sinkHost, port(sink)) + "/hook")
 			cfg.Proxy = strings.Replace(tt.proxy, "EXPLICIT", explicitURL, 1)
 			h := proxySink(t, d, cfg)
 
@@ -167,8 +144,8 @@ func TestHTTPProxyIsUsedOnlyWhenConfigured(t *testing.T) {
 			} else {
 				want[tt.wantVia] = []string{cfg.URL} // a proxy gets the absolute URI
 			}
-			for name, r := range map[string]*recorder{"sink": sink, "env": env, "explicit": explicit} {
-				if got := r.requests(); strings.Join(got, " ") != strings.Join(want[name], " ") {
+			for name, r := range map[string]*sinktest.Sink{"sink": sink, "env": env, "explicit": explicit} {
+				if got := requestURIs(r); strings.Join(got, " ") != strings.Join(want[name], " ") {
 					t.Errorf("%s got requests %q; want %q", name, got, want[name])
 				}
 			}
@@ -184,22 +161,22 @@ func TestHTTPProxyIsUsedOnlyWhenConfigured(t *testing.T) {
 func TestHTTPProxyCredentialsAuthenticateButAreNeverShown(t *testing.T) {
 	const user, password = "shaper-proxy-user", "proxy-password-31415926"
 	clearProxyEnv(t)
-	sink, proxy := newRecorder(t), newRecorder(t)
+	sink, proxy := sinktest.Start(t, sinktest.OK), sinktest.Start(t, sinktest.OK)
 	d := &loopbackDialer{}
-	cfg := httpConfig("http://" + net.JoinHostPort(sinkHost, sink.port()) + "/hook")
-	cfg.Proxy = strings.Replace(proxy.srv.URL, "http://", "http://"+user+":"+password+"@", 1)
+	cfg := httpConfig("http://" + net.JoinHostPort(sinkHost, port(sink)) + "/hook")
+	cfg.Proxy = strings.Replace("http://"+proxy.Addr, "http://", "http://"+user+":"+password+"@", 1)
 	h := proxySink(t, d, cfg)
 	sendHTTP(t, h, &shaper.Message{ID: "1", Payload: []byte("{}")})
 
-	if got := proxy.requests(); len(got) != 1 {
+	if got := requestURIs(proxy); len(got) != 1 {
 		t.Fatalf("proxy got %q; want one request", got)
 	}
 	want := "Basic " + basicAuth(user, password)
-	if proxy.auth[0] != want {
-		t.Errorf("Proxy-Authorization = %q; want %q", proxy.auth[0], want)
+	if proxy.Requests()[0].Header.Get("Proxy-Authorization") != want {
+		t.Errorf("Proxy-Authorization = %q; want %q", proxy.Requests()[0].Header.Get("Proxy-Authorization"), want)
 	}
-	if got := h.Proxy(); got != proxy.srv.URL || strings.Contains(got, password) || strings.Contains(got, user) {
-		t.Errorf("Proxy() = %q; want %q, without user information", got, proxy.srv.URL)
+	if got := h.Proxy(); got != "http://"+proxy.Addr || strings.Contains(got, password) || strings.Contains(got, user) {
+		t.Errorf("Proxy() = %q; want %q, without user information", got, "http://"+proxy.Addr)
 	}
 	d.refusedAny(t)
 }
@@ -214,10 +191,10 @@ func basicAuth(user, password string) string {
 // startup does, and "environment" reads the environment at the reload.
 func TestHTTPReconfigureAppliesTheProxyRule(t *testing.T) {
 	clearProxyEnv(t)
-	sink, env := newRecorder(t), newRecorder(t)
-	t.Setenv("HTTP_PROXY", env.srv.URL)
+	sink, env := sinktest.Start(t, sinktest.OK), sinktest.Start(t, sinktest.OK)
+	t.Setenv("HTTP_PROXY", "http://"+env.Addr)
 	d := &loopbackDialer{}
-	direct := httpConfig("http://" + net.JoinHostPort(sinkHost, sink.port()) + "/hook")
+	direct := httpConfig("http://" + net.JoinHostPort(sinkHost, port(sink)) + "/hook")
 	h := proxySink(t, d, direct)
 
 	viaEnv := direct
@@ -244,7 +221,7 @@ func TestHTTPReconfigureAppliesTheProxyRule(t *testing.T) {
 			}
 		}
 		sendHTTP(t, h, &shaper.Message{ID: fmt.Sprint(i), Payload: []byte("{}")})
-		if s, p := len(sink.requests()), len(env.requests()); s != st.wantSink || p != st.wantProxy {
+		if s, p := len(requestURIs(sink)), len(requestURIs(env)); s != st.wantSink || p != st.wantProxy {
 			t.Errorf("%s: sink saw %d, proxy %d requests; want %d, %d", st.name, s, p, st.wantSink, st.wantProxy)
 		}
 	}

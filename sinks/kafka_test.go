@@ -20,7 +20,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/shaper-dev/shaper/internal/freeport"
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
+	"github.com/shaper-dev/shaper/internal/kafkatest"
 	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -29,12 +31,7 @@ import (
 // four partitions, plus whatever opts add.
 func startKafka(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(4, "topic")}, opts...)...)
-	if err != nil {
-		t.Fatalf("kfake: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return kafkatest.Start(t, append([]kfake.Opt{kfake.SeedTopics(4, "topic")}, opts...)...).Kfake()
 }
 
 func kafkaConfig(brokers []string, topic string) shaper.KafkaPublisherConfig {
@@ -416,7 +413,7 @@ func TestKafkaSendWithBrokersUnreachableFailsWithinTheDeadline(t *testing.T) {
 		name   string
 		broker func(t *testing.T) string
 	}{
-		{"connection refused", func(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }},
+		{"connection refused", func(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(freeport.Get(t)) }},
 		{"broker never answers", blackhole},
 	}
 	for _, tt := range tests {
@@ -450,15 +447,17 @@ func TestKafkaSendWithBrokersUnreachableFailsWithinTheDeadline(t *testing.T) {
 }
 
 func TestKafkaStartsWhileBrokerDownAndSendsOnceItIsUp(t *testing.T) {
-	port := freePort(t)
-	k := newKafka(t, kafkaConfig([]string{"127.0.0.1:" + strconv.Itoa(port)}, "topic"))
+	broker := kafkatest.Start(t, kfake.SeedTopics(4, "topic"))
+	broker.Stop()
+	k := newKafka(t, kafkaConfig([]string{broker.Addr}, "topic"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if code, err := k.Send(ctx, &shaper.Message{Payload: []byte("while down")}); code != "error" || err == nil {
 		t.Fatalf("Send with the broker down = %q, %v; want \"error\"", code, err)
 	}
 
-	c := startKafka(t, kfake.Ports(port))
+	broker.Restart()
+	c := broker.Kfake()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -3,7 +3,6 @@ package sinks
 import (
 	"context"
 	"errors"
-	"net"
 	"reflect"
 	"strconv"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shaper-dev/shaper/internal/freeport"
 	"github.com/shaper-dev/shaper/internal/natstest"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -196,19 +196,8 @@ func TestNATSSendOverStreamMaxMsgSizeIsMalformed(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback port that nothing listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
-	port := freePort(t)
+	port := freeport.Get(t)
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
 	n, err := NewNATS(shaper.NATSPublisherConfig{URL: url, Subject: "late"}, "sinks-test")
 	if err != nil {
@@ -254,7 +243,7 @@ func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
 }
 
 func TestNATSCloseReturnsWhileServerDown(t *testing.T) {
-	url := "nats://127.0.0.1:" + strconv.Itoa(freePort(t))
+	url := "nats://127.0.0.1:" + strconv.Itoa(freeport.Get(t))
 	n, err := NewNATS(shaper.NATSPublisherConfig{URL: url, Subject: "x"}, "sinks-test")
 	if err != nil {
 		t.Fatalf("NewNATS: %v", err)
@@ -272,7 +261,7 @@ func TestNATSCloseReturnsWhileServerDown(t *testing.T) {
 }
 
 func TestNATSSendFailedWhileDisconnectedIsNotPublishedLater(t *testing.T) {
-	port, dir := freePort(t), t.TempDir()
+	port, dir := freeport.Get(t), t.TempDir()
 	s := natstest.StartAt(t, port, dir)
 	js, err := jetstream.New(connect(t, s.ClientURL()))
 	if err != nil {

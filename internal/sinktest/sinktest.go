@@ -42,6 +42,7 @@ type Request struct {
 	At, End time.Time // arrival; when the handler was done (answered, or the client gave up)
 	Key     string    // Idempotency-Key
 	Method  string
+	URI     string      // the request target as sent: absolute (http://host:port/path) through a proxy
 	Header  http.Header // nil from a lean sink
 	Body    []byte      // nil from a lean sink
 	Attempt int
@@ -143,7 +144,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	s.handlers.Add(1)
 	defer s.handlers.Done()
 	body, _ := io.ReadAll(r.Body) // all of it: net/http then watches the connection for the client leaving
-	req := &Request{At: time.Now(), Key: r.Header.Get("Idempotency-Key"), Method: r.Method}
+	req := &Request{At: time.Now(), Key: r.Header.Get("Idempotency-Key"), Method: r.Method, URI: r.RequestURI}
 	if !s.lean {
 		req.Header, req.Body = r.Header.Clone(), body
 	}
