@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/limiter"
 )
 
@@ -18,7 +19,7 @@ import (
 // server (INFO commandstats); µs/lease-wait is how long the Reserves that
 // waited for a lease took, the worst a single slot is delayed.
 func BenchmarkSharedReserve(b *testing.B) {
-	addr, _, _ := startRedis(b)
+	addr := redistest.Start(b).Addr
 	admin := newClient(b, &redis.Options{Addr: addr})
 	client := newClient(b, &redis.Options{Addr: addr})
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/limiter"
 )
 
@@ -14,7 +15,7 @@ import (
 // Allow takes it only once it has come: a scheduler that asks and then does
 // not send has spent no slot.
 func TestSharedNextTellsTheNextSlotAndAllowTakesItOnceItHasCome(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	cfg := limiter.SharedConfig{Key: "shaper:next", Mode: limiter.Leaky, Limit: 100, Burst: 1, FallbackLimit: 50, Timeout: loadedTimeout}
 	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), cfg, nil)
 	check := func(state string) {

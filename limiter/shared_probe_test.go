@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-dev/shaper/internal/logtest"
+	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/limiter"
 )
 
@@ -55,7 +56,8 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			addr, stop, restart := startRedis(t)
+			rs := redistest.Start(t)
+			addr := rs.Addr
 			const limit, fallback = 300.0, 30.0
 			cfg := limiter.SharedConfig{Key: "shaper:return", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: fallback, Timeout: 250 * time.Millisecond}
 			const n = 3
@@ -89,7 +91,7 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 			r := drive(t, lims)
 			time.Sleep(300 * time.Millisecond)
 			killed := time.Now()
-			stop()
+			rs.Stop()
 			if took, ok := waitFor(2*time.Second, allFallback); !ok {
 				t.Fatalf("all replicas fell back = false %v after Redis died; want true", took)
 			}
@@ -110,7 +112,7 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 				cmds += counters[i].cmds.Load() - cmdsBefore[i]
 			}
 
-			restart() // returns once the server answers PING
+			rs.Restart() // returns once the server answers PING
 			answered := time.Now()
 			back := make([]time.Duration, n)
 			for left := n; left > 0 && time.Since(answered) < 5*time.Second; {

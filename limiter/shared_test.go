@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-dev/shaper/internal/logtest"
+	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
@@ -163,7 +164,7 @@ func within(got, want, frac float64) bool {
 }
 
 func TestSharedThreeReplicasTogetherSendTheLimitNotThreeTimesIt(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	admin := newClient(t, &redis.Options{Addr: addr})
 	const limit = 500.0
 	cfg := limiter.SharedConfig{Key: "shaper:agg", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: 100, Timeout: loadedTimeout}
@@ -207,7 +208,7 @@ func TestSharedThreeReplicasTogetherSendTheLimitNotThreeTimesIt(t *testing.T) {
 }
 
 func TestSharedTokenBurstIsOneForAllReplicasNotOneEach(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	const limit, burst = 100.0, 20
 	cfg := limiter.SharedConfig{Key: "shaper:burst", Mode: limiter.Token, Limit: limit, Burst: burst, FallbackLimit: 30, Timeout: loadedTimeout}
 	lims, _ := replicas(t, addr, 3, cfg)
@@ -251,7 +252,8 @@ func TestSharedTokenBurstIsOneForAllReplicasNotOneEach(t *testing.T) {
 }
 
 func TestSharedFallsBackWhenRedisDiesAndReturnsWhenItRestarts(t *testing.T) {
-	addr, stop, restart := startRedis(t)
+	rs := redistest.Start(t)
+	addr := rs.Addr
 	const limit, fallback = 500.0, 50.0
 	// Long enough that a loaded machine does not fall back by itself,
 	// short enough to fall back well within a second.
@@ -272,7 +274,7 @@ func TestSharedFallsBackWhenRedisDiesAndReturnsWhenItRestarts(t *testing.T) {
 	r := drive(t, lims)
 	time.Sleep(time.Second)
 	killed := time.Now()
-	stop()
+	rs.Stop()
 	took, ok := waitFor(2*time.Second, allFallback(true))
 	if !ok || took > time.Second {
 		t.Fatalf("after Redis died, all replicas fell back = %v after %v; want true within 1s", ok, took)
@@ -285,7 +287,7 @@ func TestSharedFallsBackWhenRedisDiesAndReturnsWhenItRestarts(t *testing.T) {
 	fellBack := time.Now()
 	time.Sleep(1200 * time.Millisecond)
 	restarted := time.Now()
-	restart()
+	rs.Restart()
 	back, ok := waitFor(6*time.Second, allFallback(false))
 	if !ok {
 		t.Fatalf("after Redis restarted, all replicas back to shared = false after %v; want true within a few seconds", back)
@@ -325,7 +327,7 @@ func TestSharedFallsBackWhenRedisDiesAndReturnsWhenItRestarts(t *testing.T) {
 }
 
 func TestSharedReserveNeverWaitsLongerThanTimeoutWhenRedisStalls(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	admin := newClient(t, &redis.Options{Addr: addr})
 	const timeout = 50 * time.Millisecond
 	cfg := limiter.SharedConfig{Key: "shaper:stall", Mode: limiter.Leaky, Limit: 500, Burst: 1, FallbackLimit: 50, Timeout: timeout}
@@ -365,7 +367,7 @@ func TestSharedReserveNeverWaitsLongerThanTimeoutWhenRedisStalls(t *testing.T) {
 }
 
 func TestSharedSetRateOnOneReplicaChangesTheRateOfAll(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	cfg := limiter.SharedConfig{Key: "shaper:setrate", Mode: limiter.Leaky, Limit: 300, Burst: 1, FallbackLimit: 50, Timeout: loadedTimeout}
 	lims, _ := replicas(t, addr, 3, cfg)
 
@@ -397,7 +399,7 @@ func TestSharedSetRateOnOneReplicaChangesTheRateOfAll(t *testing.T) {
 }
 
 func TestSharedFirstWriterWinsUntilSetRate(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	admin := newClient(t, &redis.Options{Addr: addr})
 	client := newClient(t, &redis.Options{Addr: addr})
 	cfg := func(limit float64) limiter.SharedConfig {
@@ -437,7 +439,7 @@ func TestSharedFirstWriterWinsUntilSetRate(t *testing.T) {
 }
 
 func TestSharedSurvivesScriptFlushWithoutFallingBack(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	admin := newClient(t, &redis.Options{Addr: addr})
 	log := &logtest.Buffer{}
 	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), limiter.SharedConfig{
@@ -466,7 +468,7 @@ func TestSharedFallsBackOnBadRedisAndNeverSendsUnlimited(t *testing.T) {
 		{
 			name: "wrong password",
 			setup: func(t *testing.T) *redis.Options {
-				addr, _, _ := startRedis(t, "--requirepass", "right")
+				addr := redistest.Start(t, "--requirepass", "right").Addr
 				return &redis.Options{Addr: addr, Password: "wrong"}
 			},
 			wantLog: "WRONGPASS",
@@ -474,7 +476,7 @@ func TestSharedFallsBackOnBadRedisAndNeverSendsUnlimited(t *testing.T) {
 		{
 			name: "no password",
 			setup: func(t *testing.T) *redis.Options {
-				addr, _, _ := startRedis(t, "--requirepass", "right")
+				addr := redistest.Start(t, "--requirepass", "right").Addr
 				return &redis.Options{Addr: addr}
 			},
 			wantLog: "NOAUTH",
@@ -506,7 +508,7 @@ func TestSharedFallsBackOnBadRedisAndNeverSendsUnlimited(t *testing.T) {
 		{
 			name: "key holds a string",
 			setup: func(t *testing.T) *redis.Options {
-				addr, _, _ := startRedis(t)
+				addr := redistest.Start(t).Addr
 				admin := newClient(t, &redis.Options{Addr: addr})
 				if err := admin.Set(context.Background(), "shaper:bad", "x", 0).Err(); err != nil {
 					t.Fatal(err)
@@ -556,7 +558,7 @@ func TestSharedFallsBackOnBadRedisAndNeverSendsUnlimited(t *testing.T) {
 }
 
 func TestSharedRedisCallsPerSlotFollowTheLeaseSize(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	admin := newClient(t, &redis.Options{Addr: addr})
 	client := newClient(t, &redis.Options{Addr: addr})
 	tests := []struct {
@@ -594,7 +596,7 @@ func TestSharedRedisCallsPerSlotFollowTheLeaseSize(t *testing.T) {
 }
 
 func TestSharedIsSafeForSimultaneousUse(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	const limit, perGoroutine = 2000.0, 500
 	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), limiter.SharedConfig{
 		Key: "shaper:simultaneous", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: 10, Timeout: loadedTimeout,
@@ -651,7 +653,7 @@ func TestSharedIsSafeForSimultaneousUse(t *testing.T) {
 }
 
 func TestSharedAfterCloseUsesTheFallbackLimit(t *testing.T) {
-	addr, _, _ := startRedis(t)
+	addr := redistest.Start(t).Addr
 	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), limiter.SharedConfig{
 		Key: "shaper:close", Mode: limiter.Leaky, Limit: 1000, Burst: 1, FallbackLimit: 10,
 	}, nil)

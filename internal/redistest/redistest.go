@@ -4,11 +4,19 @@
 package redistest
 
 import (
+	"bufio"
+	"errors"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // Server is a redis-server child process on 127.0.0.1.
@@ -16,18 +24,19 @@ type Server struct {
 	t    testing.TB
 	Addr string
 	args []string
+	dir  string // its working directory and log file
 	cmd  *exec.Cmd
 }
 
 // Start runs redis-server on a free port with persistence off, plus any
-// extra arguments (such as "--requirepass", "secret"). It is stopped when
-// the test ends.
+// extra arguments (such as "--requirepass", "secret"), and returns once it
+// answers a PING. It is stopped when the test ends.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redistest: redis-server is not installed (make test installs it): %v", err)
 	}
-	s := &Server{t: t, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))), args: extra}
+	s := &Server{t: t, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freeport.Get(t))), args: extra, dir: t.TempDir()}
 	s.Restart()
 	t.Cleanup(s.Stop)
 	return s
@@ -43,39 +52,53 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
-// Restart starts the server again on the same address, empty.
+// Restart starts the server again on the same address, empty, and returns
+// once it answers a PING: a TCP accept alone comes before Redis serves
+// commands.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no"}, s.args...)
+	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", s.dir}, s.args...)
+	// Output goes to a file, never to a pipe the test would have to drain.
+	logPath := filepath.Join(s.dir, "redis.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		s.t.Fatalf("redistest: open redis log: %v", err)
+	}
+	defer logf.Close()
 	cmd := exec.Command("redis-server", args...)
-	// Output goes nowhere: a pipe nobody reads would block the server.
-	cmd.Stdout, cmd.Stderr = nil, nil
+	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("redistest: start redis-server: %v", err)
 	}
 	s.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("redistest: redis-server not listening on %s after 10s: %v", s.Addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	const within = 10 * time.Second
+	if _, ok := testwait.Every(5*time.Millisecond, within, func() bool { err = ping(s.Addr); return err == nil }); !ok {
+		s.Stop()
+		out, _ := os.ReadFile(logPath)
+		s.t.Fatalf("redistest: redis-server on %s not answering PING after %v: %v\n%s", s.Addr, within, err, out)
 	}
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// ping sends PING on a fresh connection and accepts PONG, or NOAUTH from a
+// server that wants a password.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
-		t.Fatalf("redistest: %v", err)
+		return err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") {
+		return errors.New("PING answered " + strings.TrimSpace(line))
+	}
+	return nil
 }
