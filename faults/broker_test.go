@@ -63,10 +63,12 @@ func brokerOutage(t *testing.T, p *childtest.Process, admin string, want string,
 	return notReadyAfter, readyAfter
 }
 
-func TestNATSServerRestartKeepsTheDaemonUpReadyzTruthfulAndLosesNothing(t *testing.T) {
-	t.Parallel()
-	const n, more, limit = 300, 50, 100
-	f := jetstreamFixture(t, n)
+// shapeThroughOutage runs a shaper from f's source at limit/s into a sink
+// that answers after 10ms, and once 50 messages are delivered takes the
+// broker through an outage with stop and start (see brokerOutage, want
+// names the broker in the /readyz reason).
+func shapeThroughOutage(t *testing.T, f fixture, limit int, want string, stop, start func()) (*childtest.Process, *sinktest.Sink) {
+	t.Helper()
 	sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 10 * time.Millisecond} })
 	config := childtest.WriteConfig(t, pipeline{
 		source: f.source,
@@ -76,7 +78,15 @@ func TestNATSServerRestartKeepsTheDaemonUpReadyzTruthfulAndLosesNothing(t *testi
 	p := startShaper(t, "shaper", config)
 	admin := p.Admin()
 	testwait.For(t, time.Minute, "50 deliveries", func() bool { return sink.DeliveredCount() >= 50 })
-	brokerOutage(t, p, admin, "nats", f.nats.stop, f.nats.start)
+	brokerOutage(t, p, admin, want, stop, start)
+	return p, sink
+}
+
+func TestNATSServerRestartKeepsTheDaemonUpReadyzTruthfulAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	const n, more, limit = 300, 50, 100
+	f := jetstreamFixture(t, n)
+	p, sink := shapeThroughOutage(t, f, limit, "nats", f.nats.stop, f.nats.start)
 	// The consumer works after the restart: new messages arrive too.
 	f.nats.publish(more, numbered("in.faults"))
 	testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n+more })
@@ -90,16 +100,7 @@ func TestKafkaBrokerRestartKeepsTheDaemonUpReadyzTruthfulAndLosesNothing(t *test
 	t.Parallel()
 	const n, limit = 400, 100
 	f := kafkaFixture(t, n, 200*time.Millisecond)
-	sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 10 * time.Millisecond} })
-	config := childtest.WriteConfig(t, pipeline{
-		source: f.source,
-		rate:   fmt.Sprintf("{limit: %d}", limit),
-		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.URL),
-	}.yaml())
-	p := startShaper(t, "shaper", config)
-	admin := p.Admin()
-	testwait.For(t, time.Minute, "50 deliveries", func() bool { return sink.DeliveredCount() >= 50 })
-	brokerOutage(t, p, admin, "kafka", f.kafka.Stop, f.kafka.Restart)
+	p, sink := shapeThroughOutage(t, f, limit, "kafka", f.kafka.Stop, f.kafka.Restart)
 	testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n })
 	p.Stop()
 	f.settled(30 * time.Second)

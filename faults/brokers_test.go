@@ -118,12 +118,12 @@ func numbered(subject string) func(int) *nats.Msg {
 	}
 }
 
-// consumer returns the durable consumer's state: how many messages are
-// still to deliver and how many are delivered but not acked.
-func (b *natsBroker) consumer(stream, durable string) (pending uint64, ackPending int, err error) {
+// consumerInfo returns the durable consumer's state, on a short-lived
+// connection.
+func (b *natsBroker) consumerInfo(stream, durable string) (*jetstream.ConsumerInfo, error) {
 	nc, err := nats.Connect(b.url, nats.Timeout(2*time.Second))
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
@@ -131,9 +131,15 @@ func (b *natsBroker) consumer(stream, durable string) (pending uint64, ackPendin
 	defer cancel()
 	c, err := js.Consumer(ctx, stream, durable)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	info, err := c.Info(ctx)
+	return c.Info(ctx)
+}
+
+// consumer returns how many messages the durable consumer has still to
+// deliver and how many are delivered but not acked.
+func (b *natsBroker) consumer(stream, durable string) (pending uint64, ackPending int, err error) {
+	info, err := b.consumerInfo(stream, durable)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -143,19 +149,7 @@ func (b *natsBroker) consumer(stream, durable string) (pending uint64, ackPendin
 // ackedIDs returns the ids (stream/sequence) of the messages at or below
 // the consumer's ack floor: those the server takes as finished for good.
 func (b *natsBroker) ackedIDs(stream, durable string) ([]string, error) {
-	nc, err := nats.Connect(b.url, nats.Timeout(2*time.Second))
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := js.Consumer(ctx, stream, durable)
-	if err != nil {
-		return nil, err
-	}
-	info, err := c.Info(ctx)
+	info, err := b.consumerInfo(stream, durable)
 	if err != nil {
 		return nil, err
 	}

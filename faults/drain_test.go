@@ -70,12 +70,7 @@ func TestGracefulDrainUnderLoadExitsZeroInTimeAndARestartDeliversTheRestOnce(t *
 			t.Logf("SIGTERM after %d delivered; %d more during the %v drain; exit %d after %v",
 				atSignal, drained, drain, code, took.Round(time.Millisecond))
 
-			second := startShaper(t, "second", config)
-			testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n })
-			time.Sleep(500 * time.Millisecond) // room for a duplicate to show
-			second.Stop()
-			f.settled(30 * time.Second)
-			delivered, answers := sink.Delivered()
+			delivered, answers := f.restart(t, sink, config, n)
 			t.Logf("%d messages: %d lost, %d duplicates across the restart", n, n-len(delivered), answers-len(delivered))
 			if len(delivered) != n || answers != n {
 				t.Errorf("delivered %d unique in %d 2xx answers; want %d, each once", len(delivered), answers, n)
@@ -204,12 +199,7 @@ func TestGracefulDrainWithRetriesPendingRedeliversOnlyTheUnfinished(t *testing.T
 				t.Fatalf("no retry was pending at the drain (%d delivered); the test needs some", len(deliveredBefore))
 			}
 
-			second := startShaper(t, "second", config)
-			testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n })
-			time.Sleep(500 * time.Millisecond) // room for a duplicate to show
-			second.Stop()
-			f.settled(30 * time.Second)
-			delivered, answers := sink.Delivered()
+			delivered, answers := f.restart(t, sink, config, n)
 			dups := answers - len(delivered)
 			t.Logf("%s: %d delivered before the drain, %d without a final outcome at it; %d messages, %d lost, %d duplicates after the restart",
 				kind, len(deliveredBefore), len(unfinished), n, n-len(delivered), dups)
