@@ -16,6 +16,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
@@ -136,15 +137,7 @@ func (r *run) mostIn(w time.Duration, from, to time.Time) int {
 			}
 		}
 	}
-	slices.SortFunc(all, time.Time.Compare)
-	most, lo := 0, 0
-	for hi := range all {
-		for all[hi].Sub(all[lo]) >= w {
-			lo++
-		}
-		most = max(most, hi-lo+1)
-	}
-	return most
+	return sinktest.MaxInWindow(all, w)
 }
 
 // waitFor polls cond every 5ms until it holds or within passes, and
