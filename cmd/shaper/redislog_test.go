@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -105,12 +104,7 @@ func TestRedisOutageLogsOnceAsStructuredRecordsOfTheDaemon(t *testing.T) {
 		return strings.Contains(c.Stderr.String(), "back to the shared limit")
 	})
 	t.Logf("back on the shared limit within %v of the restart", time.Since(restarted).Round(time.Millisecond))
-	if err := c.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := c.Wait(15 * time.Second); code != exitOK {
-		t.Fatalf("exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
-	}
+	c.StopWithin(15 * time.Second)
 
 	var fallbacks, returns, dials int
 	for line := range strings.Lines(c.Stderr.String()) {

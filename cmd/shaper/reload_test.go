@@ -31,9 +31,7 @@ func TestSIGHUPReloadUnderLoadAppliesTheNewRateAndLosesNothing(t *testing.T) {
 	before := rateOver(sink, time.Second)
 
 	rewrite(t, config, runConfig(natsURL, sink.URL, 100, time.Second))
-	if err := c.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	c.Signal(syscall.SIGHUP)
 	time.Sleep(300 * time.Millisecond)
 	after := rateOver(sink, time.Second)
 	t.Logf("sink rate before the reload %.0f/s, after %.0f/s", before, after)
@@ -43,10 +41,7 @@ func TestSIGHUPReloadUnderLoadAppliesTheNewRateAndLosesNothing(t *testing.T) {
 
 	testwait.For(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == n })
 	time.Sleep(300 * time.Millisecond)
-	_ = c.Cmd.Process.Signal(syscall.SIGTERM)
-	if code := c.Wait(15 * time.Second); code != exitOK {
-		t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
-	}
+	c.StopWithin(15 * time.Second)
 	if unique, total := sink.Counts(); unique != n || total != n {
 		t.Errorf("delivered %d unique in %d requests; want %d once each", unique, total, n)
 	}
@@ -76,10 +71,7 @@ func TestAnInvalidReloadIsRefusedAndTheRunningConfigStays(t *testing.T) {
 	if got := rateOver(sink, time.Second); got < 15 || got > 25 {
 		t.Errorf("sink rate after a refused reload = %.0f/s; want the old 20/s", got)
 	}
-	_ = c.Cmd.Process.Signal(syscall.SIGTERM)
-	if code := c.Wait(15 * time.Second); code != exitOK {
-		t.Errorf("exit code = %d; want 0", code)
-	}
+	c.StopWithin(15 * time.Second)
 }
 
 func TestReloadAddsAndRemovesPipelinesAndWatchFollowsTheFile(t *testing.T) {
@@ -104,10 +96,7 @@ func TestReloadAddsAndRemovesPipelinesAndWatchFollowsTheFile(t *testing.T) {
 	testwait.For(t, 30*time.Second, "the removed pipeline's drain", func() bool {
 		return strings.Contains(c.Stderr.String(), "pipeline removed: draining")
 	})
-	_ = c.Cmd.Process.Signal(syscall.SIGTERM)
-	if code := c.Wait(15 * time.Second); code != exitOK {
-		t.Errorf("exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
-	}
+	c.StopWithin(15 * time.Second)
 	for _, want := range []string{"trigger=\"file changed\"", "pipeline added", "pipeline removed: draining"} {
 		if !strings.Contains(c.Stderr.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, c.Stderr)

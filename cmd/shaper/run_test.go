@@ -58,9 +58,7 @@ func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T)
 
 	first := startChild(t, config)
 	testwait.For(t, 30*time.Second, "30 deliveries", func() bool { u, _ := sink.Counts(); return u >= 30 })
-	if err := first.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	first.Signal(syscall.SIGTERM)
 	signalled := time.Now()
 	if code := first.Wait(15 * time.Second); code != exitOK {
 		t.Fatalf("exit code after SIGTERM = %d; want 0; stderr:\n%s", code, first.Stderr)
@@ -80,10 +78,7 @@ func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T)
 	second := startChild(t, config)
 	testwait.For(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == n })
 	time.Sleep(300 * time.Millisecond) // room for a duplicate to show
-	_ = second.Cmd.Process.Signal(syscall.SIGTERM)
-	if code := second.Wait(15 * time.Second); code != exitOK {
-		t.Errorf("second run exit code = %d; want 0; stderr:\n%s", code, second.Stderr)
-	}
+	second.StopWithin(15 * time.Second)
 	unique, total := sink.Counts()
 	if unique != n || total != n {
 		t.Errorf("delivered %d unique in %d requests (first run %d); want exactly %d, no duplicates: %v",

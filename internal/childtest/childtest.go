@@ -148,12 +148,19 @@ func (p *Process) Wait(timeout time.Duration) int {
 // minute.
 func (p *Process) Stop() {
 	p.t.Helper()
+	p.StopWithin(time.Minute)
+}
+
+// StopWithin is Stop with its own bound on the drain: the test fails if
+// the process has not exited timeout after the SIGTERM.
+func (p *Process) StopWithin(timeout time.Duration) {
+	p.t.Helper()
 	if p.Exited() {
 		p.t.Errorf("%s had exited already: %v", p.name, p.state)
 		return
 	}
 	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
+	if code := p.Wait(timeout); code != 0 {
 		p.t.Errorf("%s exit code after SIGTERM = %d; want 0", p.name, code)
 	}
 }
