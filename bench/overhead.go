@@ -50,13 +50,20 @@ type CPUPerMessage struct {
 	Seconds   float64 `json:"seconds"`
 	Delivered int64   `json:"delivered"`
 	Rate      float64 `json:"rate"`
+	ChildCost
+}
+
+// ChildCost is what a `shaper run` child cost per delivered message over a
+// window of steady delivery, beside what the harness cost.
+type ChildCost struct {
 	// ShaperUs is the child's CPU (utime + stime from /proc/<pid>/stat)
-	// per delivered message, in microseconds; ShaperPct the same as a
-	// share of one core.
+	// per delivered message, in microseconds; ShaperPct the child's CPU as
+	// a share of one core, in percent.
 	ShaperUs  float64 `json:"shaper_cpu_us_per_msg"`
 	ShaperPct float64 `json:"shaper_cpu_pct_of_core"`
-	// HarnessUs is the harness process's CPU per message over the same
-	// window: the in-process broker, the sink and the harness itself.
+	// HarnessUs is the harness process's CPU (getrusage) per message over
+	// the same window: the in-process broker, the sink and the harness
+	// itself.
 	HarnessUs float64 `json:"broker_and_sink_cpu_us_per_msg"`
 	// Allocs and AllocBytes are the child's heap allocations per message
 	// (go_memstats_mallocs_total and _alloc_bytes_total of its /metrics).
@@ -221,9 +228,7 @@ func cpuPerMessage(ctx context.Context, o *options, env *environment, limit floa
 		return c, fmt.Errorf("no steady delivery within a minute; log:\n%s", ch.tail())
 	}
 	m := measureChild(ch, sink, window)
-	c.Seconds, c.Delivered, c.Rate = m.seconds, m.delivered, m.rate
-	c.ShaperUs, c.ShaperPct, c.HarnessUs = m.childUs, m.childPct, m.selfUs
-	c.Allocs, c.AllocBytes = m.allocs, m.allocBytes
+	c.Seconds, c.Delivered, c.Rate, c.ChildCost = m.seconds, m.delivered, m.rate, m.cost
 	ch.stop(10 * time.Second)
 	return c, nil
 }
@@ -233,10 +238,8 @@ type childWindow struct {
 	seconds              float64
 	delivered            int64
 	rate                 float64
-	childUs, childPct    float64
-	selfUs               float64
+	cost                 ChildCost
 	childCPU, harnessCPU time.Duration
-	allocs, allocBytes   float64 // the child's, per message
 }
 
 // measureChild samples the child's CPU, this process's CPU and the sink's
@@ -253,13 +256,13 @@ func measureChild(ch *child, sink *sink, window time.Duration) childWindow {
 		childCPU: cpu1 - cpu0, harnessCPU: self1 - self0,
 	}
 	w.rate = float64(w.delivered) / w.seconds
-	w.childPct = 100 * w.childCPU.Seconds() / w.seconds
+	w.cost.ShaperPct = 100 * w.childCPU.Seconds() / w.seconds
 	if w.delivered > 0 {
-		w.childUs = float64(w.childCPU.Microseconds()) / float64(w.delivered)
-		w.selfUs = float64(w.harnessCPU.Microseconds()) / float64(w.delivered)
+		w.cost.ShaperUs = float64(w.childCPU.Microseconds()) / float64(w.delivered)
+		w.cost.HarnessUs = float64(w.harnessCPU.Microseconds()) / float64(w.delivered)
 		if m0 != nil && m1 != nil {
-			w.allocs = (m1[mallocs] - m0[mallocs]) / float64(w.delivered)
-			w.allocBytes = (m1[bytes] - m0[bytes]) / float64(w.delivered)
+			w.cost.Allocs = (m1[mallocs] - m0[mallocs]) / float64(w.delivered)
+			w.cost.AllocBytes = (m1[bytes] - m0[bytes]) / float64(w.delivered)
 		}
 	}
 	return w

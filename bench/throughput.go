@@ -22,15 +22,7 @@ type ThroughputCase struct {
 	Seconds     float64 `json:"seconds"`
 	Delivered   int64   `json:"delivered"`
 	Rate        float64 `json:"msgs_per_sec"`
-	// ShaperUs is the child's CPU per message (/proc/<pid>/stat), ShaperPct
-	// the child's CPU as a share of one core; HarnessUs is the broker's,
-	// the sink's and the harness's CPU per message (getrusage).
-	ShaperUs  float64 `json:"shaper_cpu_us_per_msg"`
-	ShaperPct float64 `json:"shaper_cpu_pct_of_core"`
-	HarnessUs float64 `json:"broker_and_sink_cpu_us_per_msg"`
-	// Allocs and AllocBytes are the child's heap allocations per message.
-	Allocs     float64 `json:"shaper_allocs_per_msg"`
-	AllocBytes float64 `json:"shaper_alloc_bytes_per_msg"`
+	ChildCost
 	// Exhausted is set when the backlog ran out inside the window: the
 	// rate is then a lower bound.
 	Exhausted bool `json:"backlog_exhausted,omitempty"`
@@ -106,9 +98,7 @@ func throughputCase(ctx context.Context, env *environment, o *options, name, src
 		return c, fmt.Errorf("no delivery within a minute; log:\n%s", ch.tail())
 	}
 	m := measureChild(ch, sink, window)
-	c.Seconds, c.Delivered, c.Rate = m.seconds, m.delivered, m.rate
-	c.ShaperUs, c.ShaperPct, c.HarnessUs = m.childUs, m.childPct, m.selfUs
-	c.Allocs, c.AllocBytes = m.allocs, m.allocBytes
+	c.Seconds, c.Delivered, c.Rate, c.ChildCost = m.seconds, m.delivered, m.rate, m.cost
 	c.Exhausted = sink.count.Load() >= throughputBacklog
 	ch.kill() // a drain would only add time; nothing here needs the commits
 	return c, nil
