@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -41,8 +40,7 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 	const n = 200
 	e.publish(n)
 	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 }))
-	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "s3cret", nil))
-	defer admin.Close()
+	admin := p.serveAdmin(t, "s3cret", nil)
 
 	for _, path := range []string{"/healthz", "/readyz"} {
 		testwait.For(t, 10*time.Second, path+" 200", func() bool { code, _ := call(t, "GET", admin.URL+path, "", ""); return code == 200 })
@@ -131,8 +129,7 @@ func TestAdminChangesNeedATokenEvenOnLoopback(t *testing.T) {
 	e := newEnv(t)
 	rec := sinktest.Start(t, sinktest.OK)
 	p := e.start(e.config(rec.URL, nil))
-	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
-	defer admin.Close()
+	admin := p.serveAdmin(t, "", nil)
 	code, body := call(t, "PUT", admin.URL+"/v1/pipelines/test/rate", "", `{"limit": 50}`)
 	if code != http.StatusForbidden || !strings.Contains(body, "admin.token") {
 		t.Errorf("PUT rate without a configured token = %d %q; want 403 saying how to set admin.token", code, body)
@@ -151,8 +148,7 @@ func TestAdminLogsEveryAcceptedChangeWithTheCallerAndTheValues(t *testing.T) {
 	p := e.start(e.config(rec.URL, nil))
 	var logs logtest.Buffer
 	const token = "0123456789abcdef-admin"
-	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, token, slog.New(slog.NewJSONHandler(&logs, nil))))
-	defer admin.Close()
+	admin := p.serveAdmin(t, token, slog.New(slog.NewJSONHandler(&logs, nil)))
 	if code, body := call(t, "PUT", admin.URL+"/v1/pipelines/test/rate", token, `{"limit": 40}`); code != 200 {
 		t.Fatalf("PUT rate 40 = %d %q; want 200", code, body)
 	}
@@ -178,8 +174,7 @@ func TestReadyzIsUnavailableWhileDraining(t *testing.T) {
 	e := newEnv(t)
 	rec := sinktest.Start(t, sinktest.OK)
 	p := e.start(e.config(rec.URL, nil))
-	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
-	defer admin.Close()
+	admin := p.serveAdmin(t, "", nil)
 	testwait.For(t, 10*time.Second, "/readyz 200", func() bool { code, _ := call(t, "GET", admin.URL+"/readyz", "", ""); return code == 200 })
 	p.Drain()
 	code, body := call(t, "GET", admin.URL+"/readyz", "", "")
@@ -208,8 +203,7 @@ func TestAPipelineThatExpiresMoreThanItSendsIsStalledAndNotReady(t *testing.T) {
 		c.Sink.HTTP.MaxInFlight = 1
 		c.Sink.HTTP.Timeout = 5 * time.Second
 	}))
-	admin := httptest.NewServer(shaper.Admin(p.list, p.registry, "", nil))
-	defer admin.Close()
+	admin := p.serveAdmin(t, "", nil)
 
 	testwait.For(t, 20*time.Second, "state stalled", func() bool { return p.Status().State == shaper.StateStalled })
 	code, body := call(t, "GET", admin.URL+"/readyz", "", "")

@@ -3,6 +3,8 @@ package shaper_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -156,6 +158,15 @@ func (e *env) start(cfg shaper.PipelineConfig) *running {
 
 // list is the running pipeline as the admin API sees it.
 func (r *running) list() []*shaper.Pipeline { return []*shaper.Pipeline{r.Pipeline} }
+
+// serveAdmin serves the pipeline's admin API with token and log (nil: none)
+// until the test ends.
+func (r *running) serveAdmin(t testing.TB, token string, log *slog.Logger) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(shaper.Admin(r.list, r.registry, token, log))
+	t.Cleanup(srv.Close)
+	return srv
+}
 
 // counter returns the sum of a counter's values in the pipeline's registry.
 func (r *running) counter(name string) float64 {
