@@ -23,6 +23,15 @@ func startKafka(t testing.TB, n int) string {
 	return k.Addr
 }
 
+// kafkaRun is startKafka's topic of n messages, a sink that answers 200,
+// and the config file of kafkaConfig between them with drain_timeout 1s.
+func kafkaRun(t *testing.T, n, limit, inFlight int, commit time.Duration) (*sinktest.Sink, string) {
+	t.Helper()
+	broker := startKafka(t, n)
+	sink := sinktest.Start(t, sinktest.OK)
+	return sink, childtest.WriteConfig(t, kafkaConfig(broker, sink.URL, limit, inFlight, commit, time.Second))
+}
+
 func kafkaConfig(broker, sinkURL string, limit, inFlight int, commit, drain time.Duration) string {
 	return fmt.Sprintf(`
 admin: {listen: "127.0.0.1:0"}
@@ -49,9 +58,7 @@ pipelines:
 func TestKafkaSIGKILLLosesNothingAndDuplicatesStayWithinTheUncommittedWindow(t *testing.T) {
 	const n, limit, inFlight = 400, 200, 8
 	const commit = 200 * time.Millisecond
-	broker := startKafka(t, n)
-	sink := sinktest.Start(t, sinktest.OK)
-	config := childtest.WriteConfig(t, kafkaConfig(broker, sink.URL, limit, inFlight, commit, time.Second))
+	sink, config := kafkaRun(t, n, limit, inFlight, commit)
 
 	first := startChild(t, config)
 	testwait.For(t, 60*time.Second, "100 deliveries", func() bool { u, _ := sink.Counts(); return u >= 100 })
@@ -82,9 +89,7 @@ func TestKafkaSIGKILLLosesNothingAndDuplicatesStayWithinTheUncommittedWindow(t *
 
 func TestKafkaSIGTERMDrainLosesNothingAndDuplicatesNothing(t *testing.T) {
 	const n = 300
-	broker := startKafka(t, n)
-	sink := sinktest.Start(t, sinktest.OK)
-	config := childtest.WriteConfig(t, kafkaConfig(broker, sink.URL, 100, 4, time.Second, time.Second))
+	sink, config := kafkaRun(t, n, 100, 4, time.Second)
 
 	first := startChild(t, config)
 	testwait.For(t, 60*time.Second, "50 deliveries", func() bool { u, _ := sink.Counts(); return u >= 50 })
@@ -107,9 +112,7 @@ func TestKafkaSIGTERMDrainLosesNothingAndDuplicatesNothing(t *testing.T) {
 
 func TestTwoShaperProcessesInOneGroupSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T) {
 	const n = 400
-	broker := startKafka(t, n)
-	sink := sinktest.Start(t, sinktest.OK)
-	config := childtest.WriteConfig(t, kafkaConfig(broker, sink.URL, 100, 4, time.Second, time.Second))
+	sink, config := kafkaRun(t, n, 100, 4, time.Second)
 
 	first := startChild(t, config)
 	second := startChild(t, config)

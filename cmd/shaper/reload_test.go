@@ -22,9 +22,7 @@ func rewrite(t *testing.T, path, body string) {
 
 func TestSIGHUPReloadUnderLoadAppliesTheNewRateAndLosesNothing(t *testing.T) {
 	const n = 300
-	natsURL := startJetStream(t, n)
-	sink := sinktest.Start(t, sinktest.OK)
-	config := childtest.WriteConfig(t, runConfig(natsURL, sink.URL, 20, time.Second))
+	natsURL, sink, config := natsRun(t, n, 20, time.Second)
 
 	c := startChild(t, config)
 	testwait.For(t, 30*time.Second, "deliveries at 20/s", func() bool { u, _ := sink.Counts(); return u >= 30 })

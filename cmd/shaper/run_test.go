@@ -35,6 +35,16 @@ func startShaper(t testing.TB, env []string, args ...string) *childtest.Process 
 	return childtest.Start(t, childtest.Config{Bin: os.Args[0], Args: args, Env: append([]string{"SHAPER_TEST_MAIN=1"}, env...)})
 }
 
+// natsRun is startJetStream's stream of n messages, a sink that answers
+// 200, and the config file of runConfig between them; it returns the
+// server's URL too, for a test that rewrites the config.
+func natsRun(t *testing.T, n, limit int, drain time.Duration) (natsURL string, sink *sinktest.Sink, config string) {
+	t.Helper()
+	natsURL = startJetStream(t, n)
+	sink = sinktest.Start(t, sinktest.OK)
+	return natsURL, sink, childtest.WriteConfig(t, runConfig(natsURL, sink.URL, limit, drain))
+}
+
 func runConfig(natsURL, sinkURL string, limit int, drain time.Duration) string {
 	return fmt.Sprintf(`
 admin: {listen: "127.0.0.1:0"}
@@ -52,9 +62,7 @@ pipelines:
 
 func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T) {
 	const n = 150
-	natsURL := startJetStream(t, n)
-	sink := sinktest.Start(t, sinktest.OK)
-	config := childtest.WriteConfig(t, runConfig(natsURL, sink.URL, 50, time.Second))
+	_, sink, config := natsRun(t, n, 50, time.Second)
 
 	first := startChild(t, config)
 	testwait.For(t, 30*time.Second, "30 deliveries", func() bool { u, _ := sink.Counts(); return u >= 30 })
@@ -88,9 +96,7 @@ func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T)
 
 func TestASecondSignalForcesExitAndLosesNothing(t *testing.T) {
 	const n = 100
-	natsURL := startJetStream(t, n)
-	sink := sinktest.Start(t, sinktest.OK)
-	config := childtest.WriteConfig(t, runConfig(natsURL, sink.URL, 10, time.Minute))
+	_, sink, config := natsRun(t, n, 10, time.Minute)
 
 	first := startChild(t, config)
 	testwait.For(t, 30*time.Second, "5 deliveries", func() bool { u, _ := sink.Counts(); return u >= 5 })
