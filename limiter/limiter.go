@@ -204,6 +204,15 @@ func (l *Limiter) Allow(now time.Time) bool {
 	if d > n {
 		return false
 	}
+	// A Leaky caller that waited for this slot and woke a little late takes
+	// it as if on time, keeping the schedule, as Reserve does for a caller
+	// that asks for its next slot as soon as it has sent: lateness up to an
+	// interval plus lateAllowed (a timer's wake-up plus the caller's own
+	// work between two slots) is not lost from the rate.
+	if l.tau == 0 && n-l.tat <= int64(l.interval)+l.lateAllowed() {
+		n = min(n, max(l.tat, 0))
+		d = n
+	}
 	l.takeLocked(n, d)
 	return true
 }

@@ -513,6 +513,32 @@ func TestAllowTakesTheSlotOnlyOnceItHasCome(t *testing.T) {
 	}
 }
 
+// A Leaky caller that waited for its slot and woke late by up to an
+// interval plus half an interval takes it as if on time, so the rate does
+// not lose its lateness; later than that, the schedule restarts from now.
+func TestAllowKeepsTheScheduleOfACallerAWakeUpLate(t *testing.T) {
+	tests := []struct {
+		late     time.Duration
+		wantNext time.Duration // after the slot at 1s, taken late
+	}{
+		{0, 1001 * time.Millisecond},
+		{700 * time.Microsecond, 1001 * time.Millisecond},
+		{1500 * time.Microsecond, 1001500 * time.Microsecond}, // the next slot is due already: the caller catches up
+		{1600 * time.Microsecond, 1002600 * time.Microsecond},
+	}
+	for _, tt := range tests {
+		l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 1000, Burst: 1})
+		l.Reserve(at(time.Second - time.Millisecond))
+		slot := l.Next(at(time.Second - time.Millisecond))
+		if !l.Allow(slot.Add(tt.late)) {
+			t.Fatalf("late by %v: Allow = false; want the slot", tt.late)
+		}
+		if got := l.Next(slot.Add(tt.late)).Sub(start); got != tt.wantNext {
+			t.Errorf("late by %v: the next slot is at start+%v; want start+%v", tt.late, got, tt.wantNext)
+		}
+	}
+}
+
 func TestSetRateRaisingBurstLetsMoreGoAtOnce(t *testing.T) {
 	l := newLimiter(t, limiter.Config{Mode: limiter.Token, Limit: 10, Burst: 2})
 	now := at(time.Hour)

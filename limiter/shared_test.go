@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -491,10 +492,21 @@ func TestSharedFallsBackOnBadRedisAndNeverSendsUnlimited(t *testing.T) {
 		{
 			name: "unroutable address",
 			setup: func(t *testing.T) *redis.Options {
-				// TEST-NET-1: no route, or packets go nowhere; either
-				// way no answer within the timeout. The dial timeout
-				// only bounds how long Close waits for the call.
-				return &redis.Options{Addr: "192.0.2.1:6379", DialTimeout: 300 * time.Millisecond, MaxRetries: -1}
+				unrouted := make(chan struct{})
+				t.Cleanup(func() { close(unrouted) })
+				// TEST-NET-1, which never answers. No packet leaves the
+				// machine: the dialer stands in for an unroutable
+				// network and only waits until the dial gives up. The
+				// dial timeout bounds how long Close waits for the call.
+				return &redis.Options{Addr: "192.0.2.1:6379", DialTimeout: 300 * time.Millisecond, MaxRetries: -1,
+					Dialer: func(ctx context.Context, _, _ string) (net.Conn, error) {
+						select { // until the test ends: go-redis does not cancel a dial on Close
+						case <-ctx.Done():
+							return nil, ctx.Err()
+						case <-unrouted:
+							return nil, errors.New("dial tcp 192.0.2.1:6379: i/o timeout (no route)")
+						}
+					}}
 			},
 			wantLog: "redis at 192.0.2.1:6379",
 		},
