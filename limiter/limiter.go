@@ -184,7 +184,7 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 
 	l.mu.Lock()
 	d := l.slotLocked(n)
-	l.takeLocked(n, d)
+	l.takeLocked(n, d, l.lateAllowed())
 	l.mu.Unlock()
 
 	return l.start.Add(time.Duration(d))
@@ -204,34 +204,31 @@ func (l *Limiter) Allow(now time.Time) bool {
 	if d > n {
 		return false
 	}
-	// A Leaky caller that waited for this slot and woke a little late takes
-	// it as if on time, keeping the schedule, as Reserve does for a caller
-	// that asks for its next slot as soon as it has sent: lateness up to an
-	// interval plus lateAllowed (a timer's wake-up plus the caller's own
-	// work between two slots) is not lost from the rate.
-	if l.tau == 0 && n-l.tat <= int64(l.interval)+l.lateAllowed() {
-		n = min(n, max(l.tat, 0))
-		d = n
-	}
-	l.takeLocked(n, d)
+	// The caller waited for this slot, so its lateness is a timer's
+	// wake-up plus its own work since the last slot: up to an interval
+	// more than Reserve's caller (who asks as soon as it has sent) keeps
+	// the schedule.
+	l.takeLocked(n, d, int64(l.interval)+l.lateAllowed())
 	return true
 }
 
-// takeLocked takes slot d for a caller at n: it moves TAT past it. It
+// takeLocked takes slot d for a caller at n: it moves TAT past it. In Leaky
+// mode a caller late by at most late nanoseconds keeps the schedule. It
 // requires that l.mu is held.
-func (l *Limiter) takeLocked(n, d int64) {
+func (l *Limiter) takeLocked(n, d, late int64) {
 	if d > l.last {
 		l.last = d
 	}
 	// TAT = max(TAT, now) + T, where T is the interval in force at the
 	// slot's own time (it differs from l.interval only during warm-up).
-	// In Leaky mode a caller that is only a little late — by less than
-	// lateAllowed, a timer's wake-up — keeps the schedule instead of
-	// restarting it, so wake-up lateness does not lower the rate. Since the
-	// allowance is under half an interval, any window of length w still
-	// holds at most w/T + 1 slots; after real idle time the schedule
-	// restarts and there is no burst.
-	if n > l.tat && (l.tau > 0 || n-l.tat > l.lateAllowed()) {
+	// In Leaky mode a caller that is only a little late — a timer's
+	// wake-up — keeps the schedule instead of restarting it, so wake-up
+	// lateness does not lower the rate. With Reserve's allowance, under half
+	// an interval, any window of length w still holds at most w/T + 1
+	// slots; Allow's, an interval more, lets a late caller catch up by one
+	// slot. After real idle time the schedule restarts and there is no
+	// burst.
+	if n > l.tat && (l.tau > 0 || n-l.tat > late) {
 		l.tat, l.tatFrac = n, 0
 	}
 	f := l.tatFrac + l.intervalAt(d)
