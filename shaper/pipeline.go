@@ -308,7 +308,7 @@ func (p *Pipeline) fetch(ctx context.Context) {
 //
 // A rate slot is spent only by a request that is sent. The scheduler asks
 // the limiter when the next slot comes (Next) and waits for it without
-// taking it; it takes the slot (Reserve) only when it sends. So a task
+// taking it; it takes the slot (Allow) only when it sends. So a task
 // whose slot would come past its deadline expires without spending one (the
 // next task is looked at instead), and a rate change while the scheduler
 // waits wakes it to ask again under the new rate.
@@ -340,11 +340,14 @@ func (p *Pipeline) departure(ctx, schedCtx context.Context, wg *sync.WaitGroup) 
 		return nil, false
 	}
 	t, ok := p.depart(ctx, schedCtx, t, wg)
-	if !ok {
+	switch {
+	case !ok:
 		p.bucket.retry(t, time.Time{})
 		return nil, false
+	case t == nil: // every ready task expired
+		return nil, true
 	}
-	return t, t == nil
+	return t, false
 }
 
 // depart waits for the rate slot of t and takes it, and returns the task to
@@ -641,19 +644,15 @@ func (p *Pipeline) Reconfigure(cfg PipelineConfig) error {
 	if cfg.Name != p.cfg.Name || cfg.Rate.Mode != p.cfg.Rate.Mode {
 		return fmt.Errorf("%w: name or rate.mode changed", ErrNeedsRestart)
 	}
-	var ps problems
-	validateRate("rate", cfg.Rate.Mode, cfg.Rate.Limit, cfg.Rate.Burst, cfg.Bucket.MaxQueueTime, &ps)
-	if len(ps) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalidRate, errors.Join(ps...))
+	if err := checkRate(cfg.Rate.Mode, cfg.Rate.Limit, *cfg.Rate.Burst, cfg.Bucket.MaxQueueTime); err != nil {
+		return err
 	}
 	d := cfg.Sink.Delivery()
 	p.settings.Store(&settings{bucket: cfg.Bucket, delivery: d, policy: NewRetryPolicy(d.Retry)})
-	if err := p.SetRate(cfg.Rate.Limit, *cfg.Rate.Burst); err != nil {
-		return err // not reached: the same rules passed above
-	}
 	p.inFlight.resize(d.MaxInFlight)
-	p.bucket.SetCapacity(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit))
-	p.m.capacity.Set(float64(p.bucket.Capacity()))
+	p.mu.Lock()
+	p.setRateLocked(cfg.Rate.Limit, *cfg.Rate.Burst) // the capacity follows the new bucket settings
+	p.mu.Unlock()
 	p.log.Info("pipeline reconfigured", "limit", cfg.Rate.Limit, "capacity", p.bucket.Capacity(),
 		"max_queue_time", cfg.Bucket.MaxQueueTime, "max_in_flight", d.MaxInFlight, "timeout", d.Timeout)
 	return nil

@@ -3,6 +3,7 @@ package shaper
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Status is a pipeline's state, as GET /v1/pipelines shows it.
@@ -98,11 +99,29 @@ func (p *Pipeline) SetRate(limit float64, burst int) error {
 	if burst == 0 {
 		burst = *p.rate.Burst
 	}
+	if err := checkRate(p.rate.Mode, limit, burst, p.settings.Load().bucket.MaxQueueTime); err != nil {
+		return err
+	}
+	p.setRateLocked(limit, burst)
+	return nil
+}
+
+// checkRate is validateRate for a rate given at run time, as an error
+// wrapping ErrInvalidRate.
+func checkRate(mode string, limit float64, burst int, maxQueueTime time.Duration) error {
 	var ps problems
-	validateRate("rate", p.rate.Mode, limit, &burst, p.settings.Load().bucket.MaxQueueTime, &ps)
+	validateRate("rate", mode, limit, &burst, maxQueueTime, &ps)
 	if len(ps) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidRate, errors.Join(ps...))
 	}
+	return nil
+}
+
+// setRateLocked puts a checked rate in force from now: the limiter, a
+// scheduler waiting under the old rate, and the bucket capacity, which
+// follows the limit and the bucket settings in force. It requires that
+// p.mu is held.
+func (p *Pipeline) setRateLocked(limit float64, burst int) {
 	old := p.rate
 	p.lim.SetRate(limit, burst)
 	signal(p.rateChanged) // a scheduler waiting for a slot of the old rate asks again
@@ -110,5 +129,4 @@ func (p *Pipeline) SetRate(limit float64, burst int) error {
 	p.bucket.SetCapacity(effectiveCapacity(p.settings.Load().bucket, limit))
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
 	p.log.Info("rate changed", "limit", limit, "burst", burst, "old_limit", old.Limit, "old_burst", *old.Burst, "capacity", p.bucket.Capacity())
-	return nil
 }
