@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/shaper-dev/shaper/internal/window"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -42,8 +43,8 @@ func TestMaxInWindowCountsTheBusiestHalfOpenWindow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := maxInWindow(tt.give, tt.w); got != tt.want {
-				t.Errorf("maxInWindow(%s) = %d; want %d", tt.name, got, tt.want)
+			if got := window.Most(tt.give, tt.w); got != tt.want {
+				t.Errorf("window.Most(%s) = %d; want %d", tt.name, got, tt.want)
 			}
 		})
 	}
@@ -82,7 +83,7 @@ func TestFixedWindowSendsEachWindowsCountAtOnceAndTwiceItAcrossAnEdge(t *testing
 			t.Fatalf("slot %d = %v; want %v", i, s.Sub(origin), want.Sub(origin))
 		}
 	}
-	if got := maxInWindow(slots, time.Second); got != 20 {
+	if got := window.Most(slots, time.Second); got != 20 {
 		t.Errorf("most slots in any 1s window = %d; want 20 (2× the limit across an edge)", got)
 	}
 }

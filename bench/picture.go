@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/window"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -132,7 +133,7 @@ func runPicture(ctx context.Context, o *options, env *environment) (*PictureSect
 		p := PicturePanel{
 			Limiter: panels[i].impl, Label: panels[i].label,
 			In: binCounts(l.in, start, bin, nbins), Out: binCounts(arr, start, bin, nbins),
-			Max100ms: maxInWindow(arr, 100*time.Millisecond),
+			Max100ms: window.Most(arr, 100*time.Millisecond),
 			Took:     arr[len(arr)-1].Sub(l.in[0]).Seconds(),
 		}
 		progress("picture: %-40s max/100ms %3d, all delivered %.1fs after the burst", p.Label, p.Max100ms, p.Took)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/window"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -162,9 +163,9 @@ func precisionCase(ctx context.Context, o *options, js *jetStream, i int, limit 
 		c.Rate = windowRate(arr, origin, arr[0].Add(warmup))
 	}
 	c.RateErrPct = 100 * (c.Rate - limit) / limit
-	c.Max100ms = maxInWindow(st, 100*time.Millisecond)
+	c.Max100ms = window.Most(st, 100*time.Millisecond)
 	c.Allowed100ms = int(limit/10) + 1
-	c.Max1s = maxInWindow(arr, time.Second)
+	c.Max1s = window.Most(arr, time.Second)
 	c.Allowed1s = int(limit) + c.Burst
 	c.JitterP50, c.JitterP99 = jitter(st, interval)
 	c.LateP50, c.LateP99, c.LateMean = r.probe.lateness(arr[0].Add(warmup))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/window"
 )
 
 // ScaleSection is memory under a large backlog and the Redis-shared
@@ -144,9 +146,9 @@ func backlogRun(ctx context.Context, o *options, env *environment, topic string,
 // from all of them together over a steady window.
 func sharedRun(ctx context.Context, o *options, env *environment, redis *redisServer, limit float64) (SharedRun, error) {
 	const replicas = 3
-	window := 4 * time.Second
+	steady := 4 * time.Second
 	if o.quick {
-		window = 2 * time.Second
+		steady = 2 * time.Second
 	}
 	r := SharedRun{Replicas: replicas, Limit: limit, Allowed100ms: int(limit/10) + 1}
 	stream := fmt.Sprintf("SHARED%d", int(limit))
@@ -154,8 +156,8 @@ func sharedRun(ctx context.Context, o *options, env *environment, redis *redisSe
 		return r, err
 	}
 	defer env.js.deleteStream(context.WithoutCancel(ctx), stream)
-	// Enough for the start, the window and a margin, whatever the rate.
-	if err := env.js.publish(ctx, stream, 0, int(limit*(window.Seconds()+15)), nil); err != nil {
+	// Enough for the start, the steady window and a margin, whatever the rate.
+	if err := env.js.publish(ctx, stream, 0, int(limit*(steady.Seconds()+15)), nil); err != nil {
 		return r, err
 	}
 	sink, err := startSink(true)
@@ -203,7 +205,7 @@ func sharedRun(ctx context.Context, o *options, env *environment, redis *redisSe
 		return r, err
 	}
 	from := time.Now()
-	time.Sleep(window)
+	time.Sleep(steady)
 	to := time.Now()
 	calls, err := redis.scriptCalls(ctx)
 	if err != nil {
@@ -214,7 +216,7 @@ func sharedRun(ctx context.Context, o *options, env *environment, redis *redisSe
 	r.Requests = len(in)
 	r.Rate = float64(len(in)) / r.Seconds
 	r.RateErrPct = 100 * (r.Rate - limit) / limit
-	r.Max100ms = maxInWindow(in, 100*time.Millisecond)
+	r.Max100ms = window.Most(in, 100*time.Millisecond)
 	if len(in) > 0 {
 		r.CallsPerRequest = float64(calls) / float64(len(in))
 	}

@@ -10,19 +10,6 @@ func sortTimes(ts []time.Time) {
 	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 }
 
-// maxInWindow returns the most times that fall in any half-open window
-// [t, t+w) of length w. ts must be sorted.
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	most, j := 0, 0
-	for i := range ts {
-		for ts[i].Sub(ts[j]) >= w {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
-	return most
-}
-
 // between returns the sorted times in [from, to).
 func between(ts []time.Time, from, to time.Time) []time.Time {
 	i, _ := slices.BinarySearchFunc(ts, from, func(a, b time.Time) int { return a.Compare(b) })

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/window"
 )
 
 // Action is what the recording sink does with one request.
@@ -373,14 +375,7 @@ func (c *rawConn) SetLinger(sec int) error {
 func MaxInWindow(times []time.Time, w time.Duration) int {
 	ts := slices.Clone(times)
 	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-	most, j := 0, 0
-	for i := range ts {
-		for ts[i].Sub(ts[j]) >= w {
-			j++
-		}
-		most = max(most, i-j+1)
-	}
-	return most
+	return window.Most(ts, w)
 }
 
 func Arrivals(reqs []Request) []time.Time {
