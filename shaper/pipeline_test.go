@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shaper-dev/shaper/internal/sinktest"
@@ -166,6 +168,11 @@ func TestA400IsDeadLetteredAsRejectedWithoutRetry(t *testing.T) {
 	e.publish(n)
 	p := e.start(e.config(rec.URL, nil))
 	dead := e.deadLetters(n, 30*time.Second)
+	// With max_in_flight 8 the 400s, and so the dead letters, may come in
+	// any order: each is matched to its message by Shaper-Source.
+	slices.SortFunc(dead, func(a, b *nats.Msg) int {
+		return strings.Compare(a.Header.Get("Shaper-Source"), b.Header.Get("Shaper-Source"))
+	})
 
 	for i, m := range dead {
 		h := m.Header
