@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -265,9 +266,9 @@ func testReadyReportsTheBrokerDown(t *testing.T, _ sourceImpl, b contractBroker)
 	src := b.open(t)
 	b.publish(t, 0, 1)
 	ack(t, fetchN(t, src, 1, 10)...)
-	waitFor(t, "Ready() = nil with the broker up", func() bool { return src.Ready() == nil })
+	testwait.For(t, 10*time.Second, "Ready() = nil with the broker up", func() bool { return src.Ready() == nil })
 	b.stop(t)
-	waitFor(t, "Ready() reports the broker down", func() bool { return src.Ready() != nil })
+	testwait.For(t, 10*time.Second, "Ready() to report the broker down", func() bool { return src.Ready() != nil })
 	t.Logf("Ready() with the broker down: %v", src.Ready())
 }
 
@@ -292,4 +293,77 @@ func testCloseAfterEverythingIsSettled(t *testing.T, _ sourceImpl, b contractBro
 	if msgs, err := fetch(src, 10, 5*time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 {
 		t.Errorf("Fetch after Close = %d messages, %v; want none and an error at once", len(msgs), err)
 	}
+}
+
+// The helpers below drive any shaper.Source, for the contract and for each
+// implementation's own tests alike.
+
+// closeSource closes src, and fails the test if it takes more than 20s.
+func closeSource(t testing.TB, src shaper.Source) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := src.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// fetch calls Fetch once under a timeout.
+func fetch(src shaper.Source, max int, timeout time.Duration) ([]*shaper.Message, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return src.Fetch(ctx, max)
+}
+
+// fetchN fetches until it has n messages, asking for max at a time, and
+// fails the test if a Fetch returns more than max or an error, or if n do not
+// come within 20s.
+func fetchN(t *testing.T, src shaper.Source, n, max int) []*shaper.Message {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var got []*shaper.Message
+	for len(got) < n && time.Now().Before(deadline) {
+		msgs, err := fetch(src, max, time.Until(deadline))
+		if err != nil {
+			t.Fatalf("Fetch(%d) after %d messages: %v", max, len(got), err)
+		}
+		if len(msgs) < 1 || len(msgs) > max {
+			t.Fatalf("Fetch(%d) returned %d messages; want 1..%d", max, len(msgs), max)
+		}
+		got = append(got, msgs...)
+	}
+	if len(got) != n {
+		t.Fatalf("fetched %d messages; want %d", len(got), n)
+	}
+	return got
+}
+
+// expectNothing checks that Fetch returns no message for d.
+func expectNothing(t *testing.T, src shaper.Source, d time.Duration) {
+	t.Helper()
+	msgs, err := fetch(src, 100, d)
+	if !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 {
+		t.Fatalf("Fetch = %d messages (%v), %v; want none and context.DeadlineExceeded", len(msgs), ids(msgs), err)
+	}
+}
+
+// ack acks ms, and fails the test if an Ack fails or takes more than 5s.
+func ack(t *testing.T, ms ...*shaper.Message) {
+	t.Helper()
+	for _, m := range ms {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := m.Receipt.Ack(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Ack(%s): %v", m.ID, err)
+		}
+	}
+}
+
+func ids(msgs []*shaper.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
 }

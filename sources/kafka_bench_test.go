@@ -26,7 +26,7 @@ func BenchmarkKafkaFetch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer closeKafka(b, src)
+			defer closeSource(b, src)
 			ctx := context.Background()
 			first, err := src.Fetch(ctx, 1)
 			if err != nil {

@@ -25,6 +25,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -104,17 +106,8 @@ func newKafkaSource(t *testing.T, cfg shaper.KafkaSourceConfig, capacity int) (*
 	if err != nil {
 		t.Fatalf("NewKafka: %v", err)
 	}
-	t.Cleanup(func() { closeKafka(t, src) })
+	t.Cleanup(func() { closeSource(t, src) })
 	return src, lb
-}
-
-func closeKafka(t testing.TB, src *Kafka) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := src.Close(ctx); err != nil {
-		t.Errorf("Close: %v", err)
-	}
 }
 
 // kafkaClient is the test's own franz-go client: it produces to exact
@@ -215,13 +208,13 @@ func committedWithMetadata(t testing.TB, cl *kgo.Client, group string) (map[int]
 func waitCommittedMetadata(t *testing.T, cl *kgo.Client, group string, partition int, want string) {
 	t.Helper()
 	var got string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	if !testwait.Until(10*time.Second, func() bool {
 		_, md := committedWithMetadata(t, cl, group)
-		if got = md[partition]; got == want {
-			return
-		}
+		got = md[partition]
+		return got == want
+	}) {
+		t.Fatalf("committed metadata of partition %d = %q; want %q", partition, got, want)
 	}
-	t.Fatalf("committed metadata of partition %d = %q; want %q", partition, got, want)
 }
 
 // waitCommitted waits until the group's committed offsets equal want,
@@ -229,79 +222,11 @@ func waitCommittedMetadata(t *testing.T, cl *kgo.Client, group string, partition
 func waitCommitted(t *testing.T, cl *kgo.Client, group string, want map[int]int64) {
 	t.Helper()
 	var got map[int]int64
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	if !testwait.Until(10*time.Second, func() bool {
 		got = committed(t, cl, group)
-		if mapsEqual(got, want) {
-			return
-		}
-	}
-	t.Fatalf("committed offsets = %v; want %v", got, want)
-}
-
-func mapsEqual(a, b map[int]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func kfetch(src *Kafka, max int, timeout time.Duration) ([]*shaper.Message, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return src.Fetch(ctx, max)
-}
-
-// kfetchN fetches until it has n messages, asking for max at a time, and
-// fails the test if a Fetch returns more than max or an error, or if n do not
-// come within 20s.
-func kfetchN(t *testing.T, src *Kafka, n, max int) []*shaper.Message {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var got []*shaper.Message
-	for len(got) < n && time.Now().Before(deadline) {
-		msgs, err := kfetch(src, max, time.Until(deadline))
-		if err != nil {
-			t.Fatalf("Fetch(%d) after %d messages: %v", max, len(got), err)
-		}
-		if len(msgs) < 1 || len(msgs) > max {
-			t.Fatalf("Fetch(%d) returned %d messages; want 1..%d", max, len(msgs), max)
-		}
-		got = append(got, msgs...)
-	}
-	if len(got) != n {
-		t.Fatalf("fetched %d messages; want %d", len(got), n)
-	}
-	return got
-}
-
-// kexpectNothing checks that Fetch returns no message for d.
-func kexpectNothing(t *testing.T, src *Kafka, d time.Duration) {
-	t.Helper()
-	msgs, err := kfetch(src, 100, d)
-	if !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 {
-		t.Fatalf("Fetch = %d messages (%v), %v; want none and context.DeadlineExceeded", len(msgs), ids(msgs), err)
-	}
-}
-
-func ids(msgs []*shaper.Message) []string {
-	out := make([]string, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.ID
-	}
-	return out
-}
-
-func kack(t *testing.T, ms ...*shaper.Message) {
-	t.Helper()
-	for _, m := range ms {
-		if err := m.Receipt.Ack(context.Background()); err != nil {
-			t.Fatalf("Ack(%s): %v", m.ID, err)
-		}
+		return maps.Equal(got, want)
+	}) {
+		t.Fatalf("committed offsets = %v; want %v", got, want)
 	}
 }
 
@@ -326,12 +251,9 @@ func partitionOffset(t testing.TB, id string) (int, int64) {
 func waitReady(t *testing.T, src *Kafka) {
 	t.Helper()
 	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err = src.Ready(); err == nil {
-			return
-		}
+	if !testwait.Until(15*time.Second, func() bool { err = src.Ready(); return err == nil }) {
+		t.Fatalf("Ready() = %v; want nil", err)
 	}
-	t.Fatalf("Ready() = %v; want nil", err)
 }
 
 // waitNotReady waits until src.Ready() returns an error containing want, and
@@ -339,13 +261,13 @@ func waitReady(t *testing.T, src *Kafka) {
 func waitNotReady(t *testing.T, src *Kafka, want string) error {
 	t.Helper()
 	var err error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err = src.Ready(); err != nil && strings.Contains(err.Error(), want) {
-			return err
-		}
+	if !testwait.Until(15*time.Second, func() bool {
+		err = src.Ready()
+		return err != nil && strings.Contains(err.Error(), want)
+	}) {
+		t.Fatalf("Ready() = %v; want an error containing %q", err, want)
 	}
-	t.Fatalf("Ready() = %v; want an error containing %q", err, want)
-	return nil
+	return err
 }
 
 func TestKafkaDeliversRecordsWithIDsKeysHeadersAndEmptyPayloadForNilValue(t *testing.T) {
@@ -360,7 +282,7 @@ func TestKafkaDeliversRecordsWithIDsKeysHeadersAndEmptyPayloadForNilValue(t *tes
 	)
 	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
 
-	got := kfetchN(t, src, 2, 10)
+	got := fetchN(t, src, 2, 10)
 	m := got[0]
 	if m.ID != "topic/2/0" || m.Origin != "topic/2/0" {
 		t.Errorf("ID, Origin = %q, %q; want topic/2/0 for both", m.ID, m.Origin)
@@ -382,7 +304,7 @@ func TestKafkaDeliversRecordsWithIDsKeysHeadersAndEmptyPayloadForNilValue(t *tes
 	if n.Key != nil || n.Header != nil {
 		t.Errorf("Key, Header of a bare record = %q, %v; want nil, nil", n.Key, n.Header)
 	}
-	kack(t, got...)
+	ack(t, got...)
 	if err := src.Ready(); err != nil {
 		t.Errorf("Ready() = %v; want nil", err)
 	}
@@ -394,21 +316,20 @@ func waitGroupStable(t *testing.T, cl *kgo.Client, group string, n int) {
 	t.Helper()
 	var state string
 	var members int
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	if !testwait.Until(15*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		req := kmsg.NewPtrDescribeGroupsRequest()
 		req.Groups = []string{group}
 		resp, err := req.RequestWith(ctx, cl)
-		cancel()
 		if err != nil || len(resp.Groups) != 1 {
-			continue
+			return false
 		}
 		state, members = resp.Groups[0].State, len(resp.Groups[0].Members)
-		if state == "Stable" && members == n {
-			return
-		}
+		return state == "Stable" && members == n
+	}) {
+		t.Fatalf("group %q: state %q with %d members; want Stable with %d", group, state, members, n)
 	}
-	t.Fatalf("group %q: state %q with %d members; want Stable with %d", group, state, members, n)
 }
 
 // marks returns the source's committable offset per partition it fetched
@@ -430,21 +351,21 @@ func TestKafkaUnackedMessageHoldsItsPartitionsCommitWhileOthersAdvance(t *testin
 	produce(t, cl, 0, 10, allPartitions...)
 	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
 
-	got := kfetchN(t, src, 40, 7)
+	got := fetchN(t, src, 40, 7)
 	var held *shaper.Message
 	for _, m := range slices.Backward(got) { // newest first: out of order
 		if m.ID == "topic/0/3" {
 			held = m
 			continue
 		}
-		kack(t, m)
+		ack(t, m)
 	}
 	if held == nil {
 		t.Fatal("topic/0/3 not fetched")
 	}
 	waitCommitted(t, cl, "g", map[int]int64{0: 3, 1: 10, 2: 10, 3: 10})
 
-	kack(t, held)
+	ack(t, held)
 	waitCommitted(t, cl, "g", map[int]int64{0: 10, 1: 10, 2: 10, 3: 10})
 }
 
@@ -457,27 +378,27 @@ func TestKafkaGracefulCloseCommitsEverythingSoTheGroupGetsNoDuplicate(t *testing
 	cfg.CommitInterval = time.Hour // only the drain commits
 	a, _ := newKafkaSource(t, cfg, 1000)
 
-	got := kfetchN(t, a, 100, 30)
+	got := fetchN(t, a, 100, 30)
 	perm := permutation(len(got), 7)
 	for _, i := range perm {
-		kack(t, got[i])
+		ack(t, got[i])
 	}
-	if c := committed(t, cl, "g"); !mapsEqual(c, map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}) {
+	if c := committed(t, cl, "g"); !maps.Equal(c, map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}) {
 		t.Fatalf("committed before Close = %v; want none (CommitInterval is an hour)", c)
 	}
-	closeKafka(t, a)
+	closeSource(t, a)
 	want := map[int]int64{0: 25, 1: 25, 2: 25, 3: 25}
-	if c := committed(t, cl, "g"); !mapsEqual(c, want) || !mapsEqual(c, marks(a)) {
+	if c := committed(t, cl, "g"); !maps.Equal(c, want) || !maps.Equal(c, marks(a)) {
 		t.Fatalf("committed after Close = %v; want %v, the source's contiguous marks %v", c, want, marks(a))
 	}
 
 	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
 	produce(t, cl, 25, 1, 2) // one new message, to know b is consuming
-	next := kfetchN(t, b, 1, 100)
+	next := fetchN(t, b, 1, 100)
 	if next[0].ID != "topic/2/25" {
 		t.Fatalf("next member's first message = %s; want topic/2/25 (nothing before it again)", next[0].ID)
 	}
-	kexpectNothing(t, b, 500*time.Millisecond)
+	expectNothing(t, b, 500*time.Millisecond)
 }
 
 func TestKafkaCloseCommitsContiguousMarksAndOnlyNackedMessagesComeBackAfterRestart(t *testing.T) {
@@ -487,26 +408,26 @@ func TestKafkaCloseCommitsContiguousMarksAndOnlyNackedMessagesComeBackAfterResta
 	produce(t, cl, 0, 10, allPartitions...)
 	a, lb := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
 
-	for _, m := range kfetchN(t, a, 40, 100) {
+	for _, m := range fetchN(t, a, 40, 100) {
 		switch m.ID {
 		case "topic/1/4", "topic/3/0":
 			if err := m.Receipt.Nack(context.Background(), time.Hour); err != nil {
 				t.Fatalf("Nack(%s): %v", m.ID, err)
 			}
 		default:
-			kack(t, m)
+			ack(t, m)
 		}
 	}
-	closeKafka(t, a)
+	closeSource(t, a)
 	// Partition 3 never moved past its first offset, but the offsets
 	// finished after it are committed with it, in the metadata.
 	want := map[int]int64{0: 10, 1: 4, 2: 10, 3: 0}
 	wantMeta := map[int]string{1: "s1:4:1+5", 3: "s1:0:1+9"}
-	if m := marks(a); !mapsEqual(m, want) {
+	if m := marks(a); !maps.Equal(m, want) {
 		t.Fatalf("contiguous marks = %v; want %v", m, want)
 	}
 	offsets, md := committedWithMetadata(t, cl, "g")
-	if !mapsEqual(offsets, want) {
+	if !maps.Equal(offsets, want) {
 		t.Fatalf("committed after Close = %v; want %v (the contiguous marks)", offsets, want)
 	}
 	for p := range kafkaTestPartitions {
@@ -519,12 +440,12 @@ func TestKafkaCloseCommitsContiguousMarksAndOnlyNackedMessagesComeBackAfterResta
 	}
 
 	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
-	gotIDs := ids(kfetchN(t, b, 2, 100))
+	gotIDs := ids(fetchN(t, b, 2, 100))
 	slices.Sort(gotIDs)
 	if want := []string{"topic/1/4", "topic/3/0"}; !slices.Equal(gotIDs, want) {
 		t.Fatalf("after restart got %v; want %v, the nacked messages only", gotIDs, want)
 	}
-	kexpectNothing(t, b, 300*time.Millisecond)
+	expectNothing(t, b, 300*time.Millisecond)
 }
 
 // rejectCommits makes the cluster close the connection of every OffsetCommit
@@ -555,13 +476,13 @@ func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t
 	a, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
 
 	byID := make(map[string]*shaper.Message)
-	for _, m := range kfetchN(t, a, 4*perPartition, 50) {
+	for _, m := range fetchN(t, a, 4*perPartition, 50) {
 		byID[m.ID] = m
 	}
 	acked := make(map[string]bool)
 	ackIDs := func(ids []string) {
 		for _, i := range permutation(len(ids), uint64(len(acked))) {
-			kack(t, byID[ids[i]])
+			ack(t, byID[ids[i]])
 			acked[ids[i]] = true
 		}
 	}
@@ -591,7 +512,7 @@ func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t
 		t.Logf("Close of the crashed member: %v", err)
 	}
 	atCrash := committed(t, cl, "g")
-	if want := (map[int]int64{0: 7, 1: 20, 2: 20, 3: 20}); !mapsEqual(atCrash, want) {
+	if want := (map[int]int64{0: 7, 1: 20, 2: 20, 3: 20}); !maps.Equal(atCrash, want) {
 		t.Fatalf("committed after the crash = %v; want %v", atCrash, want)
 	}
 	reject.Store(false)
@@ -602,8 +523,8 @@ func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t
 	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
 	window := len(second) // acked after the last commit
 	unacked := 4*perPartition - len(acked)
-	got := kfetchN(t, b, unacked+window, 100)
-	kexpectNothing(t, b, 300*time.Millisecond)
+	got := fetchN(t, b, unacked+window, 100)
+	expectNothing(t, b, 300*time.Millisecond)
 	seen := make(map[string]bool)
 	var lost, dups int
 	for _, m := range got {
@@ -656,7 +577,7 @@ func TestKafkaTwoMembersSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T
 				if done {
 					return
 				}
-				msgs, err := kfetch(src, 10, 200*time.Millisecond)
+				msgs, err := fetch(src, 10, 200*time.Millisecond)
 				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("member %d: Fetch: %v", i, err)
 					return
@@ -676,7 +597,7 @@ func TestKafkaTwoMembersSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T
 	}
 	wg.Wait()
 	for _, src := range srcs {
-		closeKafka(t, src)
+		closeSource(t, src)
 	}
 
 	if len(count) != 4*perPartition {
@@ -705,17 +626,17 @@ func TestKafkaNackRedeliversTheSameMessageAfterDelayAndHoldsTheCommit(t *testing
 	produce(t, cl, 0, 3, 0)
 	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
 
-	got := kfetchN(t, src, 3, 10)
+	got := fetchN(t, src, 3, 10)
 	if got[1].ID != "topic/0/1" {
 		t.Fatalf("second message = %s; want topic/0/1", got[1].ID)
 	}
 	const delay = 300 * time.Millisecond
-	kack(t, got[0])
+	ack(t, got[0])
 	nackedAt := time.Now()
 	if err := got[1].Receipt.Nack(context.Background(), delay); err != nil {
 		t.Fatalf("Nack: %v", err)
 	}
-	kack(t, got[2])
+	ack(t, got[2])
 	if err := got[1].Receipt.Ack(context.Background()); !errors.Is(err, ErrAlreadySettled) {
 		t.Errorf("Ack after Nack = %v; want ErrAlreadySettled", err)
 	}
@@ -724,7 +645,7 @@ func TestKafkaNackRedeliversTheSameMessageAfterDelayAndHoldsTheCommit(t *testing
 	}
 	waitCommitted(t, cl, "g", map[int]int64{0: 1, 1: -1, 2: -1, 3: -1})
 
-	again := kfetchN(t, src, 1, 10)[0]
+	again := fetchN(t, src, 1, 10)[0]
 	if waited := time.Since(nackedAt); waited < delay {
 		t.Errorf("redelivered after %v; want no sooner than %v", waited, delay)
 	}
@@ -741,11 +662,11 @@ func TestKafkaNackRedeliversTheSameMessageAfterDelayAndHoldsTheCommit(t *testing
 	if err := again.Receipt.Nack(context.Background(), 0); err != nil {
 		t.Fatalf("Nack: %v", err)
 	}
-	next := kfetchN(t, src, 3, 10)
+	next := fetchN(t, src, 3, 10)
 	if want := []string{"topic/0/1", "topic/0/3", "topic/0/4"}; !slices.Equal(ids(next), want) {
 		t.Fatalf("after Nack(0) fetched %v; want %v", ids(next), want)
 	}
-	kack(t, next...)
+	ack(t, next...)
 	waitCommitted(t, cl, "g", map[int]int64{0: 5, 1: -1, 2: -1, 3: -1})
 }
 
@@ -759,7 +680,7 @@ func TestKafkaLagCountsMessagesBehindTheLastFetched(t *testing.T) {
 
 	last := make(map[int]int64) // partition -> last offset fetched
 	for last[1] < 9 {
-		for _, m := range kfetchN(t, src, 1, 1) {
+		for _, m := range fetchN(t, src, 1, 1) {
 			p, o := partitionOffset(t, m.ID)
 			last[p] = o
 		}
@@ -789,7 +710,7 @@ func TestKafkaFetchLosesNoMessageWhenContextsEnd(t *testing.T) {
 	seen := make(map[string]int)
 	timeouts := []time.Duration{0, time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, time.Millisecond}
 	for i := 0; len(seen) < n && i < 200000; i++ {
-		msgs, err := kfetch(src, 1+i%7, timeouts[i%len(timeouts)])
+		msgs, err := fetch(src, 1+i%7, timeouts[i%len(timeouts)])
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Fetch: %v", err)
 		}
@@ -798,7 +719,7 @@ func TestKafkaFetchLosesNoMessageWhenContextsEnd(t *testing.T) {
 		}
 		for _, m := range msgs {
 			seen[m.ID]++
-			kack(t, m)
+			ack(t, m)
 		}
 	}
 	if len(seen) != n {
@@ -813,14 +734,14 @@ func TestKafkaFetchLosesNoMessageWhenContextsEnd(t *testing.T) {
 
 func TestKafkaSurvivesTheBrokerGoingAwayAndComingBack(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
+	port := freeport.Get(t)
 	dir := t.TempDir() // kfake keeps the log and the group's offsets here across the restart
 	opts := []kfake.Opt{kfake.Ports(port), kfake.DataDir(dir)}
 	c1 := startKfake(t, opts...)
 	cl1 := kafkaClient(t, c1)
 	produce(t, cl1, 0, 5, 0)
 	src, lb := newKafkaSource(t, kafkaConfig(c1.ListenAddrs(), "g"), 100)
-	kack(t, kfetchN(t, src, 5, 10)...)
+	ack(t, fetchN(t, src, 5, 10)...)
 	waitCommitted(t, cl1, "g", map[int]int64{0: 5, 1: -1, 2: -1, 3: -1})
 	waitReady(t, src)
 	cl1.Close()
@@ -828,18 +749,18 @@ func TestKafkaSurvivesTheBrokerGoingAwayAndComingBack(t *testing.T) {
 	c1.Close()
 	err := waitNotReady(t, src, "kafka: brokers unreachable: dial tcp 127.0.0.1:"+strconv.Itoa(port))
 	t.Logf("Ready() during the outage: %v", err)
-	kexpectNothing(t, src, 300*time.Millisecond)
+	expectNothing(t, src, 300*time.Millisecond)
 
 	c2 := startKfake(t, opts...)
 	cl2 := kafkaClient(t, c2)
 	produce(t, cl2, 5, 5, 0)
-	got := kfetchN(t, src, 5, 10)
+	got := fetchN(t, src, 5, 10)
 	for i, m := range got {
 		if want := fmt.Sprintf("p0-%d", 5+i); string(m.Payload) != want {
 			t.Errorf("after the restart message %d = %s %q; want %q", i, m.ID, m.Payload, want)
 		}
 	}
-	kack(t, got...)
+	ack(t, got...)
 	waitReady(t, src)
 	waitCommitted(t, cl2, "g", map[int]int64{0: 10, 1: -1, 2: -1, 3: -1})
 
@@ -892,7 +813,7 @@ func TestKafkaReadyNamesTheProblemAndNewKafkaDoesNotFail(t *testing.T) {
 			if tt.sasl != nil && strings.Contains(err.Error(), tt.sasl.Password) {
 				t.Errorf("Ready() = %v; must not show the password", err)
 			}
-			kexpectNothing(t, src, 500*time.Millisecond)
+			expectNothing(t, src, 500*time.Millisecond)
 			if err := src.Ready(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Ready() later = %v; want an error containing %q", err, tt.want)
 			}
@@ -914,7 +835,7 @@ func TestKafkaConsumesWithSASL(t *testing.T) {
 			cfg := kafkaConfig(c.ListenAddrs(), "g")
 			cfg.SASL = &shaper.SASLConfig{Mechanism: mech, Username: "shaper", Password: "right"}
 			src, _ := newKafkaSource(t, cfg, 100)
-			kack(t, kfetchN(t, src, 3, 10)...)
+			ack(t, fetchN(t, src, 3, 10)...)
 			waitReady(t, src)
 		})
 	}
@@ -946,24 +867,24 @@ func TestKafkaRebalanceCommitsWhatIsFinished(t *testing.T) {
 	waitGroupStable(t, cl, "g", 1)
 
 	var held *shaper.Message
-	for _, m := range kfetchN(t, a, 40, 100) {
+	for _, m := range fetchN(t, a, 40, 100) {
 		if m.ID == "topic/0/3" {
 			held = m
 			continue
 		}
-		kack(t, m)
+		ack(t, m)
 	}
 	// Staging is asynchronous: give it a moment before checking that
 	// nothing was committed yet.
 	time.Sleep(200 * time.Millisecond)
-	if got := committed(t, cl, "g"); !mapsEqual(got, map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}) {
+	if got := committed(t, cl, "g"); !maps.Equal(got, map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}) {
 		t.Fatalf("committed before the rebalance = %v; want none (CommitInterval is an hour)", got)
 	}
 
 	newKafkaSource(t, cfg, 100) // joins: a rebalance
 	waitGroupStable(t, cl, "g", 2)
 	waitCommitted(t, cl, "g", map[int]int64{0: 3, 1: 10, 2: 10, 3: 10})
-	kack(t, held)
+	ack(t, held)
 }
 
 func TestKafkaStartsConsumingWhenTheMissingTopicAppears(t *testing.T) {
@@ -974,7 +895,7 @@ func TestKafkaStartsConsumingWhenTheMissingTopicAppears(t *testing.T) {
 	cfg.Topic = "late"
 	src, _ := newKafkaSource(t, cfg, 100)
 	waitNotReady(t, src, `kafka: topic "late" not found`)
-	kexpectNothing(t, src, 200*time.Millisecond)
+	expectNothing(t, src, 200*time.Millisecond)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -986,11 +907,11 @@ func TestKafkaStartsConsumingWhenTheMissingTopicAppears(t *testing.T) {
 		t.Fatalf("create topic: %v", err)
 	}
 	produceRecords(t, cl, &kgo.Record{Topic: "late", Partition: 1, Value: []byte("hello")})
-	got := kfetchN(t, src, 1, 10)
+	got := fetchN(t, src, 1, 10)
 	if got[0].ID != "late/1/0" || string(got[0].Payload) != "hello" {
 		t.Fatalf("fetched %s %q; want late/1/0 %q", got[0].ID, got[0].Payload, "hello")
 	}
-	kack(t, got...)
+	ack(t, got...)
 	waitReady(t, src)
 }
 
@@ -1018,6 +939,31 @@ func revokedPartitions(t *testing.T, msgs []*shaper.Message) map[int]bool {
 	return out
 }
 
+// waitPartitionsSplit waits until the receipts of msgs, which span every
+// partition, report Revoked for some partitions (a new member took them) and
+// not for the others (this member kept them), as they do once this member
+// begins the next generation. It returns Revoked per partition and the
+// partitions taken, lowest first, and fails the test if the partitions are
+// not split within 10s.
+func waitPartitionsSplit(t *testing.T, msgs []*shaper.Message) (map[int]bool, []int) {
+	t.Helper()
+	var byPartition map[int]bool
+	var taken []int
+	if !testwait.Until(10*time.Second, func() bool {
+		byPartition, taken = revokedPartitions(t, msgs), nil
+		for p, r := range byPartition {
+			if r {
+				taken = append(taken, p)
+			}
+		}
+		return len(taken) > 0 && len(taken) < kafkaTestPartitions
+	}) {
+		t.Fatalf("Revoked() by partition = %v; want some partitions revoked (taken by the new member) and some kept", byPartition)
+	}
+	slices.Sort(taken)
+	return byPartition, taken
+}
+
 func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *testing.T) {
 	t.Parallel()
 	const perPartition = 25
@@ -1026,7 +972,7 @@ func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *tes
 	produce(t, cl, 0, perPartition, allPartitions...)
 	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, _ := newKafkaSource(t, cfg, 1000)
-	got := kfetchN(t, a, 4*perPartition, 1000) // the whole backlog; nothing acked
+	got := fetchN(t, a, 4*perPartition, 1000) // the whole backlog; nothing acked
 	for p, r := range revokedPartitions(t, got) {
 		if r {
 			t.Fatalf("partition %d: Revoked() = true before any rebalance; want false", p)
@@ -1038,35 +984,18 @@ func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *tes
 	// The group is stable once both members synced; a's receipts of the
 	// partitions it keeps report Revoked() false again once it begins the
 	// new generation.
-	var taken []int
-	var byPartition map[int]bool
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		byPartition = revokedPartitions(t, got)
-		taken = taken[:0]
-		for p, r := range byPartition {
-			if r {
-				taken = append(taken, p)
-			}
-		}
-		if len(taken) > 0 && len(taken) < kafkaTestPartitions {
-			break
-		}
-	}
-	slices.Sort(taken)
-	if len(taken) == 0 || len(taken) == kafkaTestPartitions {
-		t.Fatalf("Revoked() by partition = %v; want some partitions revoked (taken by b) and some kept", byPartition)
-	}
+	byPartition, taken := waitPartitionsSplit(t, got)
 	t.Logf("b took partitions %v; a kept the others", taken)
 
 	// b starts the partitions it took where the group has nothing
 	// committed: from the beginning. It gets nothing of a's.
-	bGot := kfetchN(t, b, len(taken)*perPartition, 100)
+	bGot := fetchN(t, b, len(taken)*perPartition, 100)
 	for _, m := range bGot {
 		if p, _ := partitionOffset(t, m.ID); !byPartition[p] {
 			t.Errorf("b fetched %s, of partition %d that a kept", m.ID, p)
 		}
 	}
-	kexpectNothing(t, b, 300*time.Millisecond)
+	expectNothing(t, b, 300*time.Millisecond)
 	if lag := a.Lag(); len(lag) != kafkaTestPartitions-len(taken) {
 		t.Errorf("a's Lag() = %v; want only the partitions it kept", lag)
 	}
@@ -1080,21 +1009,21 @@ func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *tes
 		case !byPartition[p]:
 			keptMsgs = append(keptMsgs, m)
 		case i%2 == 0:
-			kack(t, m)
+			ack(t, m)
 		default:
 			if err := m.Receipt.Nack(context.Background(), 0); err != nil {
 				t.Fatalf("Nack(%s): %v", m.ID, err)
 			}
 		}
 	}
-	kexpectNothing(t, a, 300*time.Millisecond)
+	expectNothing(t, a, 300*time.Millisecond)
 	none := map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}
-	if got := committed(t, cl, "g"); !mapsEqual(got, none) {
+	if got := committed(t, cl, "g"); !maps.Equal(got, none) {
 		t.Fatalf("committed after a settled its revoked receipts = %v; want %v", got, none)
 	}
 
 	// a's receipts of the partitions it kept are as good as before.
-	kack(t, keptMsgs...)
+	ack(t, keptMsgs...)
 	want := make(map[int]int64)
 	for p := range kafkaTestPartitions {
 		want[p] = -1
@@ -1103,7 +1032,7 @@ func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *tes
 		}
 	}
 	waitCommitted(t, cl, "g", want)
-	kack(t, bGot...)
+	ack(t, bGot...)
 	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
 }
 
@@ -1137,7 +1066,7 @@ func drive(ctx context.Context, t *testing.T, src *Kafka, capacity int, pace tim
 			if len(bucket) == 0 {
 				wait = 50 * time.Millisecond
 			}
-			msgs, err := kfetch(src, room, wait)
+			msgs, err := fetch(src, room, wait)
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Fetch: %v", err)
 				return
@@ -1169,7 +1098,7 @@ func drive(ctx context.Context, t *testing.T, src *Kafka, capacity int, pace tim
 			send(m.ID)
 			st.delivered.Add(1)
 			time.Sleep(time.Millisecond)
-			kack(t, m)
+			ack(t, m)
 		})
 	}
 }
@@ -1225,8 +1154,8 @@ func TestKafkaTwoMembersDeliverABacklogOnceAcrossARebalanceMidStream(t *testing.
 	time.Sleep(300 * time.Millisecond) // room for a duplicate to show
 	cancel()
 	wg.Wait()
-	closeKafka(t, a)
-	closeKafka(t, b)
+	closeSource(t, a)
+	closeSource(t, b)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -1248,7 +1177,7 @@ func TestKafkaTwoMembersDeliverABacklogOnceAcrossARebalanceMidStream(t *testing.
 		t.Errorf("b delivered %d, a nacked %d as revoked; want a rebalance mid-stream (both > 0)", sb.delivered.Load(), sa.revoked.Load())
 	}
 	want := map[int]int64{0: n / 4, 1: n / 4, 2: n / 4, 3: n / 4}
-	if got := committed(t, cl, "g"); !mapsEqual(got, want) {
+	if got := committed(t, cl, "g"); !maps.Equal(got, want) {
 		t.Errorf("committed after both closed = %v; want %v", got, want)
 	}
 }
@@ -1265,14 +1194,14 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 	produce(t, cl, 0, perPartition, allPartitions...)
 	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, _ := newKafkaSource(t, cfg, 1000)
-	got := kfetchN(t, a, 4*perPartition, 1000)
+	got := fetchN(t, a, 4*perPartition, 1000)
 	var holding []*shaper.Message // one per partition, as if waiting to be retried
 	for _, m := range got {
 		if _, o := partitionOffset(t, m.ID); o == held {
 			holding = append(holding, m)
 			continue
 		}
-		kack(t, m)
+		ack(t, m)
 	}
 	waitCommitted(t, cl, "g", map[int]int64{0: held, 1: held, 2: held, 3: held})
 	for p := range kafkaTestPartitions {
@@ -1281,41 +1210,26 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 
 	b, _ := newKafkaSource(t, cfg, 1000)
 	waitGroupStable(t, cl, "g", 2)
-	var byPartition map[int]bool
-	var kept int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		byPartition, kept = revokedPartitions(t, holding), 0
-		for _, r := range byPartition {
-			if !r {
-				kept++
-			}
-		}
-		if kept > 0 && kept < kafkaTestPartitions {
-			break
-		}
-	}
-	if kept == 0 || kept == kafkaTestPartitions {
-		t.Fatalf("Revoked() by partition = %v; want some partitions kept by a and some taken by b", byPartition)
-	}
+	byPartition, taken := waitPartitionsSplit(t, holding)
+	kept := kafkaTestPartitions - len(taken)
 
 	// a fetches nothing again: its kept partitions resume after the last
 	// offset it fetched.
-	kexpectNothing(t, a, 300*time.Millisecond)
+	expectNothing(t, a, 300*time.Millisecond)
 	// b restarts the partitions it took at the committed offset, and skips
 	// what a acked past it: it gets the message a held, and nothing else.
-	taken := kafkaTestPartitions - kept
-	bGot := kfetchN(t, b, taken, 100)
+	bGot := fetchN(t, b, len(taken), 100)
 	for _, m := range bGot {
 		if p, o := partitionOffset(t, m.ID); !byPartition[p] || o != held {
 			t.Errorf("b fetched %s; want offset %d of the partitions it took only", m.ID, held)
 		}
 	}
-	kexpectNothing(t, b, 300*time.Millisecond)
+	expectNothing(t, b, 300*time.Millisecond)
 	t.Logf("partitions kept by a: %d, fetched again: 0; taken by b: %d, b redelivered %d messages a had acked past its unfinished one",
-		kept, taken, len(bGot)-taken)
+		kept, len(taken), len(bGot)-len(taken))
 
-	kack(t, holding...) // the kept ones commit; the revoked ones commit nothing
-	kack(t, bGot...)
+	ack(t, holding...) // the kept ones commit; the revoked ones commit nothing
+	ack(t, bGot...)
 	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
 }
 
@@ -1329,17 +1243,17 @@ func TestKafkaRestartDeliversOnlyTheMessagesWithoutAnOutcome(t *testing.T) {
 	produce(t, cl, 0, 100, 0)
 	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, _ := newKafkaSource(t, cfg, 1000)
-	for _, m := range kfetchN(t, a, 100, 100) {
+	for _, m := range fetchN(t, a, 100, 100) {
 		switch m.ID {
 		case "topic/0/10", "topic/0/50": // as a drain leaves a pending retry
 			if err := m.Receipt.Nack(context.Background(), time.Hour); err != nil {
 				t.Fatalf("Nack(%s): %v", m.ID, err)
 			}
 		default:
-			kack(t, m)
+			ack(t, m)
 		}
 	}
-	closeKafka(t, a)
+	closeSource(t, a)
 	offsets, md := committedWithMetadata(t, cl, "g")
 	if offsets[0] != 10 || md[0] != "s1:10:1+39,1+49" {
 		t.Fatalf("committed partition 0 at %d with metadata %q; want 10 with %q (11..49 and 51..99 finished)",
@@ -1347,18 +1261,18 @@ func TestKafkaRestartDeliversOnlyTheMessagesWithoutAnOutcome(t *testing.T) {
 	}
 
 	b, lb := newKafkaSource(t, cfg, 1000)
-	got := kfetchN(t, b, 2, 100)
+	got := fetchN(t, b, 2, 100)
 	if want := []string{"topic/0/10", "topic/0/50"}; !slices.Equal(ids(got), want) {
 		t.Fatalf("after the restart got %v; want %v, the messages without an outcome", ids(got), want)
 	}
-	kexpectNothing(t, b, 300*time.Millisecond)
+	expectNothing(t, b, 300*time.Millisecond)
 	produce(t, cl, 100, 3, 0)
-	next := kfetchN(t, b, 3, 100)
+	next := fetchN(t, b, 3, 100)
 	if want := []string{"topic/0/100", "topic/0/101", "topic/0/102"}; !slices.Equal(ids(next), want) {
 		t.Fatalf("then got %v; want %v, what follows offset 99", ids(next), want)
 	}
-	kack(t, got...)
-	kack(t, next...)
+	ack(t, got...)
+	ack(t, next...)
 	waitCommitted(t, cl, "g", map[int]int64{0: 103, 1: -1, 2: -1, 3: -1})
 	waitCommittedMetadata(t, cl, "g", 0, "")
 	if n := lb.count("skipping the messages finished above the committed offset"); n != 1 {
@@ -1390,7 +1304,7 @@ func TestKafkaMemberLeavingWithUnfinishedMessagesHandsOverOnlyThose(t *testing.T
 			t.Fatalf("the two members fetched %d messages; want %d", n, 4*perPartition)
 		}
 		for _, src := range []*Kafka{a, b} {
-			msgs, err := kfetch(src, 100, 50*time.Millisecond)
+			msgs, err := fetch(src, 100, 50*time.Millisecond)
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Fetch: %v", err)
 			}
@@ -1399,7 +1313,7 @@ func TestKafkaMemberLeavingWithUnfinishedMessagesHandsOverOnlyThose(t *testing.T
 				p, o := partitionOffset(t, m.ID)
 				if src == b {
 					bParts[p] = true
-					kack(t, m)
+					ack(t, m)
 					continue
 				}
 				aParts[p] = true
@@ -1410,7 +1324,7 @@ func TestKafkaMemberLeavingWithUnfinishedMessagesHandsOverOnlyThose(t *testing.T
 					}
 					continue
 				}
-				kack(t, m)
+				ack(t, m)
 			}
 		}
 	}
@@ -1418,18 +1332,18 @@ func TestKafkaMemberLeavingWithUnfinishedMessagesHandsOverOnlyThose(t *testing.T
 		t.Fatalf("a consumed partitions %v, b %v; want both some", aParts, bParts)
 	}
 
-	closeKafka(t, a) // a leaves: b takes a's partitions
-	got := kfetchN(t, b, len(held), 100)
+	closeSource(t, a) // a leaves: b takes a's partitions
+	got := fetchN(t, b, len(held), 100)
 	gotIDs := ids(got)
 	slices.Sort(gotIDs)
 	slices.Sort(held)
 	if !slices.Equal(gotIDs, held) {
 		t.Fatalf("b got %v from the partitions a left; want %v, the messages a left unfinished", gotIDs, held)
 	}
-	kexpectNothing(t, b, 300*time.Millisecond)
+	expectNothing(t, b, 300*time.Millisecond)
 	t.Logf("a left partitions %v with %d messages unfinished and %d finished after them; b redelivered %d",
 		slices.Sorted(maps.Keys(aParts)), len(held), len(aParts)*perPartition-len(held)-len(aParts)*3, len(got))
-	kack(t, got...)
+	ack(t, got...)
 	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
 }
 
@@ -1466,7 +1380,7 @@ func TestKafkaIgnoresCommitMetadataItDidNotWrite(t *testing.T) {
 	}
 
 	src, lb := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
-	got := ids(kfetchN(t, src, 15, 100))
+	got := ids(fetchN(t, src, 15, 100))
 	slices.Sort(got)
 	var want []string
 	for p := range 3 {
@@ -1477,7 +1391,7 @@ func TestKafkaIgnoresCommitMetadataItDidNotWrite(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("fetched %v; want %v", got, want)
 	}
-	kexpectNothing(t, src, 300*time.Millisecond)
+	expectNothing(t, src, 300*time.Millisecond)
 	if n := lb.count("commit metadata ignored"); n != 3 {
 		t.Errorf("logged %d times that commit metadata was ignored; want 3", n)
 	}
@@ -1519,16 +1433,16 @@ func TestKafkaCommitsLessMetadataWhenTheBrokerRefusesItAsTooLarge(t *testing.T) 
 	produce(t, cl, 0, n, 0)
 	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, lb := newKafkaSource(t, cfg, 1000)
-	for _, m := range kfetchN(t, a, n, 100) {
+	for _, m := range fetchN(t, a, n, 100) {
 		if _, o := partitionOffset(t, m.ID); o%2 == 0 { // every other one pending: the longest metadata
 			if err := m.Receipt.Nack(context.Background(), time.Hour); err != nil {
 				t.Fatalf("Nack(%s): %v", m.ID, err)
 			}
 			continue
 		}
-		kack(t, m)
+		ack(t, m)
 	}
-	closeKafka(t, a)
+	closeSource(t, a)
 	offsets, md := committedWithMetadata(t, cl, "g")
 	runs := parseFinished(0, md[0])
 	t.Logf("%d commits refused; committed %d with %d bytes of metadata: %d finished offsets of %d", refused.Load(), offsets[0], len(md[0]), len(runs), n/2)
@@ -1549,14 +1463,14 @@ func TestKafkaCommitsLessMetadataWhenTheBrokerRefusesItAsTooLarge(t *testing.T) 
 		}
 	}
 	b, _ := newKafkaSource(t, cfg, 1000)
-	got := kfetchN(t, b, n-len(skipped), 100)
-	kexpectNothing(t, b, 300*time.Millisecond)
+	got := fetchN(t, b, n-len(skipped), 100)
+	expectNothing(t, b, 300*time.Millisecond)
 	for _, m := range got {
 		if skipped[m.ID] {
 			t.Errorf("%s delivered again; the metadata has it as finished", m.ID)
 		}
 	}
-	kack(t, got...)
+	ack(t, got...)
 	waitCommitted(t, cl, "g", map[int]int64{0: n, 1: -1, 2: -1, 3: -1})
 }
 
@@ -1569,7 +1483,7 @@ func TestKafkaCommitOfAnEndedGenerationIsRefused(t *testing.T) {
 	produce(t, cl, 0, 10, 0)
 	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, _ := newKafkaSource(t, cfg, 100)
-	kack(t, kfetchN(t, a, 10, 100)...)
+	ack(t, fetchN(t, a, 10, 100)...)
 	waitCommitted(t, cl, "g", map[int]int64{0: 10, 1: -1, 2: -1, 3: -1})
 	a.session.mu.Lock()
 	old := a.session.gen

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shaper-dev/shaper/internal/freeport"
 	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -89,66 +90,6 @@ func newSource(t *testing.T, cfg shaper.NATSSourceConfig, capacity int) *JetStre
 	}
 	t.Cleanup(func() { closeSource(t, src) })
 	return src
-}
-
-func closeSource(t *testing.T, src shaper.Source) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := src.Close(ctx); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-}
-
-// fetch calls Fetch once under a timeout.
-func fetch(src shaper.Source, max int, timeout time.Duration) ([]*shaper.Message, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return src.Fetch(ctx, max)
-}
-
-// fetchN fetches until it has n messages, asking for max at a time, and
-// fails the test if a Fetch returns more than max or an error, or if n do not
-// come within 20s.
-func fetchN(t *testing.T, src shaper.Source, n, max int) []*shaper.Message {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var got []*shaper.Message
-	for len(got) < n && time.Now().Before(deadline) {
-		msgs, err := fetch(src, max, 5*time.Second)
-		if err != nil {
-			t.Fatalf("Fetch(%d) after %d messages: %v", max, len(got), err)
-		}
-		if len(msgs) < 1 || len(msgs) > max {
-			t.Fatalf("Fetch(%d) returned %d messages; want 1..%d", max, len(msgs), max)
-		}
-		got = append(got, msgs...)
-	}
-	if len(got) != n {
-		t.Fatalf("fetched %d messages; want %d", len(got), n)
-	}
-	return got
-}
-
-// expectNothing checks that Fetch returns no message for d.
-func expectNothing(t *testing.T, src shaper.Source, d time.Duration) {
-	t.Helper()
-	msgs, err := fetch(src, 100, d)
-	if !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 {
-		t.Fatalf("Fetch = %d messages, %v; want none and context.DeadlineExceeded", len(msgs), err)
-	}
-}
-
-func ack(t *testing.T, ms ...*shaper.Message) {
-	t.Helper()
-	for _, m := range ms {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := m.Receipt.Ack(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("Ack(%s): %v", m.Origin, err)
-		}
-	}
 }
 
 func consumerInfo(t *testing.T, js jetstream.JetStream) *jetstream.ConsumerInfo {
@@ -417,7 +358,7 @@ func TestJetStreamFetchCancelledMidWaitLosesNothing(t *testing.T) {
 }
 
 func TestJetStreamResumesAfterServerRestart(t *testing.T) {
-	port, dir := freePort(t), t.TempDir()
+	port, dir := freeport.Get(t), t.TempDir()
 	s := natstest.StartAt(t, port, dir)
 	_, js := client(t, s)
 	createStream(t, js)
@@ -427,7 +368,7 @@ func TestJetStreamResumesAfterServerRestart(t *testing.T) {
 
 	s.Shutdown()
 	s.WaitForShutdown()
-	waitFor(t, "Ready() reports the lost connection", func() bool {
+	testwait.For(t, 10*time.Second, "Ready() to report the lost connection", func() bool {
 		err := src.Ready()
 		return err != nil && strings.Contains(err.Error(), "not connected")
 	})
@@ -445,7 +386,7 @@ func TestJetStreamResumesAfterServerRestart(t *testing.T) {
 }
 
 func TestNewJetStreamSucceedsWhileServerIsDownAndConnectsLater(t *testing.T) {
-	port := freePort(t)
+	port := freeport.Get(t)
 	url := fmt.Sprintf("nats://shaper:secret@127.0.0.1:%d", port)
 	src := newSource(t, jsConfig(url, 30*time.Second), 100)
 
@@ -688,28 +629,4 @@ func TestRedactURLsDropsCredentials(t *testing.T) {
 			t.Errorf("redactURLs(%q) = %q; want %q", tt.give, got, tt.want)
 		}
 	}
-}
-
-// freePort returns a loopback port nobody listens on, for a server started
-// later.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// waitFor polls cond for up to 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting until %s", what)
 }
