@@ -77,7 +77,7 @@ func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
 		src, err = sources.NewJetStream(*pc.Source.NATS, pc.Bucket.Capacity, "shaper-bench-"+spec.name, nil)
 	}
 	if err != nil {
-		_ = sink.Close()
+		_ = sink.Close(context.Background())
 		return nil, err
 	}
 	p := shaper.New(pc, shaper.Parts{

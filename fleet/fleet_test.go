@@ -32,8 +32,8 @@ func (idle) Close(context.Context) error { return nil }
 
 type idleSink struct{}
 
-func (idleSink) Send(context.Context, *shaper.Message) (string, error) { return "200", nil }
-func (idleSink) Close() error                                          { return nil }
+func (idleSink) Send(context.Context, *shaper.Message) error { return nil }
+func (idleSink) Close(context.Context) error                 { return nil }
 
 // config is a valid config of the named pipelines, each at limit, from a
 // subject of its own.

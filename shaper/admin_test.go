@@ -111,7 +111,7 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 		`shaper_rate_limit{pipeline="test"} 50`,
 		`shaper_messages_received_total{pipeline="test"} 200`,
 		`shaper_messages_completed_total{outcome="delivered",pipeline="test"} 200`,
-		`shaper_requests_total{code="200",pipeline="test"} 200`,
+		`shaper_requests_total{code="ok",pipeline="test"} 200`,
 		`shaper_bucket_capacity{pipeline="test"} 1000`,
 		"shaper_queue_wait_seconds_bucket", "shaper_request_duration_seconds_bucket",
 		`shaper_in_flight{pipeline="test"} 0`, `shaper_bucket_depth{pipeline="test"} 0`,

@@ -59,21 +59,41 @@ type Source interface {
 // Sink is where a pipeline delivers messages: an HTTP endpoint, or a broker
 // (also used as the dead-letter target).
 type Sink interface {
-	// Send makes one attempt to deliver m and returns the label for
-	// shaper_requests_total ("200", "503", "error"; "" when no request was
-	// made) and nil on success. Errors are classified by the RetryPolicy:
-	// a *StatusError carries the status and any Retry-After, ErrMalformed marks
-	// a message that can never become a request, and anything else
-	// (network errors, timeouts) is retried.
-	Send(ctx context.Context, m *Message) (code string, err error)
-	// Close releases the sink's connections.
-	Close() error
+	// Send makes one attempt to deliver m and returns nil on success.
+	// Errors are classified by the RetryPolicy: a *StatusError carries the
+	// status and any Retry-After, ErrMalformed marks a message that can
+	// never become a request, and anything else (network errors, timeouts)
+	// is retried. An error that wraps ErrNotSent says no request was made;
+	// the pipeline then counts no attempt.
+	Send(ctx context.Context, m *Message) error
+	// Close writes out what the sink buffers and releases its connections,
+	// giving up what is left when ctx ends.
+	Close(ctx context.Context) error
 }
 
 // ErrMalformed marks a message that cannot become a request, such as one
 // larger than the sink accepts. It is dead-lettered with reason "malformed"
 // and never retried.
 var ErrMalformed = errors.New("malformed message")
+
+// ErrNotSent marks a Send that failed before any request left (a message
+// refused by the client library, a signature that could not be made). It
+// is not counted in shaper_requests_total. Sinks mark an error with NotSent.
+var ErrNotSent = errors.New("no request was made")
+
+// NotSent returns err marked as ErrNotSent, with err's own text; nil stays
+// nil.
+func NotSent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return notSentError{err}
+}
+
+type notSentError struct{ error }
+
+func (e notSentError) Unwrap() error      { return e.error }
+func (notSentError) Is(target error) bool { return target == ErrNotSent }
 
 // StatusError is a response from a sink that was not a success.
 type StatusError struct {

@@ -1,19 +1,57 @@
 package shaper
 
 import (
+	"errors"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Outcomes of a message, the outcome label of shaper_messages_completed_total.
+// Outcome is the final outcome of a message, the outcome label of
+// shaper_messages_completed_total.
+type Outcome string
+
+// Outcomes of a message.
 const (
-	OutcomeDelivered    = "delivered"
-	OutcomeDeadLettered = "dead_lettered"
-	OutcomeExpired      = "expired"
-	OutcomeDropped      = "dropped"
+	OutcomeDelivered    Outcome = "delivered"
+	OutcomeDeadLettered Outcome = "dead_lettered"
+	OutcomeExpired      Outcome = "expired"
+	OutcomeDropped      Outcome = "dropped"
 )
+
+// outcomes lists every Outcome, in the order of Pipeline.count.
+var outcomes = [4]Outcome{OutcomeDelivered, OutcomeDeadLettered, OutcomeExpired, OutcomeDropped}
+
+// NackReason says why a message was handed back to its source, the reason
+// label of shaper_messages_nacked_total.
+type NackReason string
+
+// Reasons for a nack.
+const (
+	NackShutdown         NackReason = "shutdown"           // a stop left it without a final outcome
+	NackRevoked          NackReason = "revoked"            // the source took it back (a rebalance)
+	NackNoDeadLetter     NackReason = "no_dead_letter"     // it failed and there is no dead-letter target
+	NackDeadLetterFailed NackReason = "dead_letter_failed" // it failed and so did its dead letter
+)
+
+// RequestCode is the code label of shaper_requests_total for what a Send
+// returned: "ok" for success, the status of a *StatusError, "error" for
+// any other error, and "" when no request was made (ErrNotSent), which is
+// not counted.
+func RequestCode(err error) string {
+	var status *StatusError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrNotSent):
+		return ""
+	case errors.As(err, &status):
+		return strconv.Itoa(status.Code)
+	}
+	return "error"
+}
 
 // Metrics are the Prometheus metrics of every pipeline in a process (SPEC §6),
 // each labelled with its pipeline. Register them once with NewMetrics and
@@ -48,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		completed: counter("messages_completed_total", "Messages whose outcome is final, by outcome: delivered, dead_lettered, expired, dropped.", "outcome"),
 		nacked: counter("messages_nacked_total", "Messages handed back to the source for redelivery, by reason "+
 			"(shutdown, or a dead letter with no target or a target that failed).", "reason"),
-		requests: counter("requests_total", "Sink attempts by status code, or error.", "code"),
+		requests: counter("requests_total", "Sink attempts by result: ok, the status code of an answer that is not a success, or error.", "code"),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "request_duration_seconds", Help: "Sink attempt latency.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
@@ -155,7 +193,7 @@ func (m *Metrics) Forget(pipeline string) {
 // the hot path does no label lookups.
 type pipelineMetrics struct {
 	received, retries          prometheus.Counter
-	completed                  map[string]prometheus.Counter
+	completed                  map[Outcome]prometheus.Counter
 	nacked                     *prometheus.CounterVec
 	requests                   *prometheus.CounterVec
 	requestDuration, queueWait prometheus.Observer
@@ -168,7 +206,7 @@ func (m *Metrics) forPipeline(name string) *pipelineMetrics {
 	pm := &pipelineMetrics{
 		received:        m.received.With(l),
 		retries:         m.retries.With(l),
-		completed:       map[string]prometheus.Counter{},
+		completed:       map[Outcome]prometheus.Counter{},
 		nacked:          m.nacked.MustCurryWith(l),
 		requests:        m.requests.MustCurryWith(l),
 		requestDuration: m.requestDuration.With(l),
@@ -178,8 +216,8 @@ func (m *Metrics) forPipeline(name string) *pipelineMetrics {
 		inFlight:        m.inFlight.With(l),
 		dropped:         m.dropped.With(l),
 	}
-	for _, o := range []string{OutcomeDelivered, OutcomeDeadLettered, OutcomeExpired, OutcomeDropped} {
-		pm.completed[o] = m.completed.With(prometheus.Labels{"pipeline": name, "outcome": o})
+	for _, o := range outcomes {
+		pm.completed[o] = m.completed.With(prometheus.Labels{"pipeline": name, "outcome": string(o)})
 	}
 	return pm
 }

@@ -84,8 +84,6 @@ type Pipeline struct {
 	count [4]atomic.Int64 // outcome counts, in outcomes order
 }
 
-var outcomes = [4]string{OutcomeDelivered, OutcomeDeadLettered, OutcomeExpired, OutcomeDropped}
-
 // New returns a pipeline for a validated, defaulted config.
 func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	log := parts.Logger
@@ -219,7 +217,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	left := p.bucket.drain()
 	now := p.clock.Now()
 	for _, t := range left {
-		p.nack(ctx, t, "shutdown", t.due.Sub(now))
+		p.nack(ctx, t, NackShutdown, t.due.Sub(now))
 	}
 	if len(left) > 0 {
 		p.log.Info("nacked unfinished messages for redelivery", "count", len(left))
@@ -234,7 +232,7 @@ func (p *Pipeline) close(ctx context.Context) error {
 	return Parts{Source: p.src, Sink: p.sink, DeadLetter: p.deadLetter, Limiter: p.lim}.Close(cctx)
 }
 
-// Close releases every part that is set: the source (within ctx), the
+// Close releases every part that is set, within ctx: the source, the
 // sink, the dead-letter target, and a limiter that holds a resource (a
 // shared limiter and its Redis client). A pipeline's Run closes its own
 // parts; Close is for parts built but never run.
@@ -244,10 +242,10 @@ func (ps Parts) Close(ctx context.Context) error {
 		errs = append(errs, ps.Source.Close(ctx))
 	}
 	if ps.Sink != nil {
-		errs = append(errs, ps.Sink.Close())
+		errs = append(errs, ps.Sink.Close(ctx))
 	}
 	if ps.DeadLetter != nil {
-		errs = append(errs, ps.DeadLetter.Close())
+		errs = append(errs, ps.DeadLetter.Close(ctx))
 	}
 	if c, ok := ps.Limiter.(io.Closer); ok {
 		errs = append(errs, c.Close())
@@ -392,7 +390,7 @@ func (p *Pipeline) take(ctx context.Context, now time.Time) (*task, time.Time) {
 		if t == nil || !revoked(t) {
 			return t, due
 		}
-		p.nack(ctx, t, "revoked", 0)
+		p.nack(ctx, t, NackRevoked, 0)
 	}
 }
 
@@ -441,7 +439,7 @@ func (p *Pipeline) attempt(ctx context.Context, t *task) {
 	set := p.settings.Load()
 	start, end, err := p.send(ctx, t, set.delivery.Timeout)
 	if errors.Is(err, errRevoked) {
-		p.nack(ctx, t, "revoked", 0)
+		p.nack(ctx, t, NackRevoked, 0)
 		return
 	}
 	if t.first.IsZero() {
@@ -482,10 +480,10 @@ func (p *Pipeline) send(ctx context.Context, t *task, timeout time.Duration) (st
 	start = p.clock.Now()
 	p.recent.addSent(start)
 	actx, cancel := context.WithTimeout(ctx, timeout)
-	code, err := p.sink.Send(actx, t.msg)
+	err = p.sink.Send(actx, t.msg)
 	cancel()
 	end = p.clock.Now()
-	if code != "" {
+	if code := RequestCode(err); code != "" {
 		p.m.requests.WithLabelValues(code).Inc()
 		p.m.requestDuration.Observe(end.Sub(start).Seconds())
 	}
@@ -510,13 +508,13 @@ func (p *Pipeline) expire(ctx context.Context, t *task) {
 // fail dead-letters a task for reason, then acks it with outcome. Without a
 // dead-letter target, or when the target fails, the task is nacked instead:
 // it comes back later and is never silently lost.
-func (p *Pipeline) fail(ctx context.Context, t *task, reason, outcome string) {
+func (p *Pipeline) fail(ctx context.Context, t *task, reason Reason, outcome Outcome) {
 	log := p.log.With("id", t.msg.ID, "source", t.msg.Origin, "reason", reason, "attempts", t.attempts, "err", t.err)
 	delivery := p.settings.Load().delivery
 	delay := delivery.Retry.MaxBackoff
 	if p.deadLetter == nil {
 		log.Warn("undeliverable message nacked for redelivery: no dead_letter target is configured")
-		p.nack(ctx, t, "no_dead_letter", delay)
+		p.nack(ctx, t, NackNoDeadLetter, delay)
 		return
 	}
 	dl := p.deadLetterMessage(t, reason)
@@ -531,7 +529,7 @@ func (p *Pipeline) fail(ctx context.Context, t *task, reason, outcome string) {
 	}
 	if err != nil {
 		log.Error("dead-letter publish failed; message nacked for redelivery", "dead_letter_err", err)
-		p.nack(ctx, t, "dead_letter_failed", delay)
+		p.nack(ctx, t, NackDeadLetterFailed, delay)
 		return
 	}
 	log.Warn("message dead-lettered")
@@ -541,8 +539,7 @@ func (p *Pipeline) fail(ctx context.Context, t *task, reason, outcome string) {
 func (p *Pipeline) sendDeadLetter(ctx context.Context, dl *Message, timeout time.Duration) error {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := p.deadLetter.Send(dctx, dl)
-	return err
+	return p.deadLetter.Send(dctx, dl)
 }
 
 // withoutPayload is a dead letter stripped to its Shaper-* headers, with
@@ -556,12 +553,12 @@ func withoutPayload(dl *Message) *Message {
 }
 
 // deadLetterMessage is the original message with the Shaper-* headers.
-func (p *Pipeline) deadLetterMessage(t *task, reason string) *Message {
+func (p *Pipeline) deadLetterMessage(t *task, reason Reason) *Message {
 	h := make(map[string][]string, len(t.msg.Header)+5)
 	for k, v := range t.msg.Header {
 		h[k] = v
 	}
-	h["Shaper-Reason"] = []string{reason}
+	h["Shaper-Reason"] = []string{string(reason)}
 	h["Shaper-Error"] = []string{oneLine(t.err.Error(), 1024)}
 	h["Shaper-Attempts"] = []string{strconv.Itoa(t.attempts)}
 	h["Shaper-Pipeline"] = []string{p.cfg.Name}
@@ -584,7 +581,7 @@ func oneLine(s string, n int) string {
 }
 
 // ack settles a task whose outcome is final.
-func (p *Pipeline) ack(ctx context.Context, t *task, outcome string) {
+func (p *Pipeline) ack(ctx context.Context, t *task, outcome Outcome) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	if err := t.msg.Receipt.Ack(sctx); err != nil {
@@ -602,13 +599,13 @@ func (p *Pipeline) ack(ctx context.Context, t *task, outcome string) {
 }
 
 // nack hands a task back to its source for redelivery after delay.
-func (p *Pipeline) nack(ctx context.Context, t *task, reason string, delay time.Duration) {
+func (p *Pipeline) nack(ctx context.Context, t *task, reason NackReason, delay time.Duration) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	if err := t.msg.Receipt.Nack(sctx, max(delay, 0)); err != nil {
 		p.log.Error("nack failed; the source redelivers after its own timeout", "id", t.msg.ID, "err", err)
 	}
-	p.m.nacked.WithLabelValues(reason).Inc()
+	p.m.nacked.WithLabelValues(string(reason)).Inc()
 	p.released()
 }
 

@@ -6,12 +6,16 @@ import (
 	"time"
 )
 
-// Reasons a message is dead-lettered, sent as the Shaper-Reason header.
+// Reason says why a message is dead-lettered, sent as the Shaper-Reason
+// header.
+type Reason string
+
+// Reasons a message is dead-lettered.
 const (
-	ReasonExpired   = "expired"   // it would have waited longer than max_queue_time
-	ReasonRejected  = "rejected"  // the sink answered with a permanent error (4xx)
-	ReasonExhausted = "exhausted" // retries ran out: max_attempts or max_elapsed
-	ReasonMalformed = "malformed" // it cannot become a request
+	ReasonExpired   Reason = "expired"   // it would have waited longer than max_queue_time
+	ReasonRejected  Reason = "rejected"  // the sink answered with a permanent error (4xx)
+	ReasonExhausted Reason = "exhausted" // retries ran out: max_attempts or max_elapsed
+	ReasonMalformed Reason = "malformed" // it cannot become a request
 )
 
 // retryableStatus lists the statuses worth another attempt; every other
@@ -38,7 +42,7 @@ type Decision struct {
 	Retry bool
 	At    time.Time
 	// Reason is the dead-letter reason when Retry is false.
-	Reason string
+	Reason Reason
 }
 
 // Decide judges the failure err of attempt number attempts (1 for the first)

@@ -15,7 +15,7 @@ func TestRetryPolicyClassifiesFailures(t *testing.T) {
 		give      error
 		attempts  int
 		wantRetry bool
-		wantWhy   string
+		wantWhy   Reason
 	}{
 		{"network error retried", errors.New("connection refused"), 1, true, ""},
 		{"timeout retried", fmt.Errorf("send: %w", errors.New("context deadline exceeded")), 1, true, ""},

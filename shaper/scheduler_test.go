@@ -103,7 +103,7 @@ func (f *fakes) Close(context.Context) error { return nil }
 type fakeSink struct{ *fakes }
 
 // Send is shaper.Sink's: it records the request and answers as respond says.
-func (f fakeSink) Send(ctx context.Context, m *shaper.Message) (string, error) {
+func (f fakeSink) Send(ctx context.Context, m *shaper.Message) error {
 	f.record("send", m.ID)
 	n := 0
 	for _, e := range f.of("send") {
@@ -120,16 +120,13 @@ func (f fakeSink) Send(ctx context.Context, m *shaper.Message) (string, error) {
 		select {
 		case <-time.After(latency):
 		case <-ctx.Done():
-			return "error", ctx.Err()
+			return ctx.Err()
 		}
 	}
-	if err != nil {
-		return "503", err
-	}
-	return "200", nil
+	return err
 }
 
-func (fakeSink) Close() error { return nil }
+func (fakeSink) Close(context.Context) error { return nil }
 
 type receipt struct {
 	f  *fakes

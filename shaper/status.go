@@ -23,13 +23,13 @@ type Status struct {
 	Limiter string `json:"limiter"`
 	// Depth is every message held (queued, retrying, in flight); Queued
 	// those waiting for a departure.
-	Depth    int              `json:"depth"`
-	Queued   int              `json:"queued"`
-	Capacity int              `json:"capacity"`
-	InFlight int              `json:"in_flight"`
-	Ready    bool             `json:"ready"`
-	NotReady string           `json:"not_ready,omitempty"`
-	Outcomes map[string]int64 `json:"outcomes"`
+	Depth    int               `json:"depth"`
+	Queued   int               `json:"queued"`
+	Capacity int               `json:"capacity"`
+	InFlight int               `json:"in_flight"`
+	Ready    bool              `json:"ready"`
+	NotReady string            `json:"not_ready,omitempty"`
+	Outcomes map[Outcome]int64 `json:"outcomes"`
 	// ExpiredPerSecond is the expirations per second over the last 10s.
 	ExpiredPerSecond float64 `json:"expired_per_second"`
 }
@@ -61,7 +61,7 @@ func (p *Pipeline) Status() Status {
 		InFlight: int(p.attempting.Load()),
 		Limiter:  "local",
 		Ready:    true,
-		Outcomes: map[string]int64{},
+		Outcomes: map[Outcome]int64{},
 
 		ExpiredPerSecond: float64(expired) / recentWindow,
 	}

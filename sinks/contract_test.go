@@ -111,7 +111,7 @@ func TestEverySinkKeepsTheSinkContract(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Run("each successful Send delivers the payload once, byte for byte", func(t *testing.T) {
 				sink, received, _ := tg.start(t)
-				defer sink.Close()
+				defer sink.Close(context.Background())
 				payloads := [][]byte{[]byte(`{"payment":1}`), {0xff, 0xfe, 0x00, 'x'}, []byte("third")}
 				for i, p := range payloads {
 					if _, err := send(sink, &shaper.Message{ID: "c/" + string(rune('a'+i)), Payload: p}, 5*time.Second); err != nil {
@@ -133,7 +133,7 @@ func TestEverySinkKeepsTheSinkContract(t *testing.T) {
 			})
 			t.Run("a message the target can never take is ErrMalformed and not delivered", func(t *testing.T) {
 				sink, received, _ := tg.start(t)
-				defer sink.Close()
+				defer sink.Close(context.Background())
 				_, err := send(sink, &shaper.Message{ID: "c/big", Payload: bytes.Repeat([]byte("x"), tg.tooLarge)}, 10*time.Second)
 				if !errors.Is(err, shaper.ErrMalformed) {
 					t.Errorf("Send(%d bytes) = %v; want an error wrapping ErrMalformed", tg.tooLarge, err)
@@ -144,7 +144,7 @@ func TestEverySinkKeepsTheSinkContract(t *testing.T) {
 			})
 			t.Run("with the server down Send fails, retryably, within its deadline", func(t *testing.T) {
 				sink, _, down := tg.start(t)
-				defer sink.Close()
+				defer sink.Close(context.Background())
 				down()
 				took, err := send(sink, &shaper.Message{ID: "c/down", Payload: []byte("x")}, time.Second)
 				if err == nil || errors.Is(err, shaper.ErrMalformed) {
@@ -156,11 +156,11 @@ func TestEverySinkKeepsTheSinkContract(t *testing.T) {
 			})
 			t.Run("a Send whose context has ended fails at once", func(t *testing.T) {
 				sink, _, _ := tg.start(t)
-				defer sink.Close()
+				defer sink.Close(context.Background())
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
 				start := time.Now()
-				if _, err := sink.Send(ctx, &shaper.Message{ID: "c/late", Payload: []byte("x")}); err == nil {
+				if err := sink.Send(ctx, &shaper.Message{ID: "c/late", Payload: []byte("x")}); err == nil {
 					t.Error("Send(cancelled ctx) = nil; want an error")
 				}
 				if took := time.Since(start); took > time.Second {
@@ -176,6 +176,6 @@ func send(sink shaper.Sink, m *shaper.Message, timeout time.Duration) (time.Dura
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
-	_, err := sink.Send(ctx, m)
+	err := sink.Send(ctx, m)
 	return time.Since(start), err
 }

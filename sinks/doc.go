@@ -4,21 +4,24 @@
 //
 // Each sink implements [shaper.Sink]. Send makes exactly one attempt and
 // never retries on its own: backoff, retries and the rate belong to the core.
-// What Send returns is what the core's retry policy classifies:
+// What Send returns is what the core's retry policy classifies, and what it
+// derives the code label of shaper_requests_total from
+// ([shaper.RequestCode]):
 //
-//   - success: the status code ("200", "204") or "ok", and a nil error;
+//   - success: nil (label "ok");
 //   - a [*shaper.StatusError]: the sink answered with a non-2xx status. It
-//     carries the code, the time asked for by a Retry-After header and a
-//     short, single-line excerpt of the body. The policy retries 408, 425,
-//     429, 500, 502, 503 and 504 and dead-letters every other status as
-//     "rejected";
+//     carries the code (the label), the time asked for by a Retry-After
+//     header and a short, single-line excerpt of the body. The policy retries
+//     408, 425, 429, 500, 502, 503 and 504 and dead-letters every other
+//     status as "rejected";
 //   - an error wrapping [shaper.ErrMalformed]: the message can never become a
 //     request (larger than the sink or the broker accepts, an id or key that
-//     is not a valid header value). The code is "" when no request was made,
-//     "error" when the broker refused it. The message is dead-lettered as
-//     "malformed" at once;
+//     is not a valid header value). It is also marked [shaper.NotSent] when
+//     no request was made (no label, not counted); when the broker refused
+//     it, the label is "error". The message is dead-lettered as "malformed"
+//     at once;
 //   - any other error: the network, a timeout, a broker that is down, a
-//     Kafka topic that does not exist (yet). The code is "error" and the
+//     Kafka topic that does not exist (yet). The label is "error" and the
 //     attempt is retried.
 //
 // All sinks are safe for concurrent use by the dispatcher's workers.

@@ -37,10 +37,10 @@ func ExampleNewHTTP_signing() {
 	if err != nil {
 		panic(err)
 	}
-	defer sink.Close()
-	code, err := sink.Send(context.Background(), &shaper.Message{ID: "psp.callbacks/3/1234", Payload: []byte(`{"payment":42}`)})
-	fmt.Println(code, err)
+	defer sink.Close(context.Background())
+	err = sink.Send(context.Background(), &shaper.Message{ID: "psp.callbacks/3/1234", Payload: []byte(`{"payment":42}`)})
+	fmt.Println(err)
 	// Output:
 	// verified psp.callbacks/3/1234: {"payment":42}
-	// 200 <nil>
+	// <nil>
 }

@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,7 +151,7 @@ func (h *HTTP) Reconfigure(cfg shaper.HTTPSinkConfig) error {
 }
 
 // Send makes one attempt with the settings in force; see httpSink.send.
-func (h *HTTP) Send(ctx context.Context, m *shaper.Message) (string, error) {
+func (h *HTTP) Send(ctx context.Context, m *shaper.Message) error {
 	return h.cur.Load().send(ctx, m)
 }
 
@@ -166,8 +165,8 @@ func (h *HTTP) Proxy() string {
 
 // Close closes the idle keep-alive connections, also those of settings a
 // Reconfigure replaced. Requests still in flight finish on their own
-// connections.
-func (h *HTTP) Close() error {
+// connections. It does not wait, so it needs no ctx.
+func (h *HTTP) Close(context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, t := range h.retired {
@@ -279,31 +278,29 @@ func (h *httpSink) newTransport(cfg shaper.HTTPSinkConfig, tlsConfig *tls.Config
 // headers and Idempotency-Key: m.ID (left out when m.ID is empty), and, when
 // configured, the key header, the message's own headers and a signature
 // made now (each attempt is signed anew, so a retry after a long backoff is
-// not stale). It returns the status code as the label; a non-2xx status
-// comes back as a *shaper.StatusError; a payload over MaxBodyBytes, or an
-// id or key that is not a valid header value, as shaper.ErrMalformed
-// without any request; and a network error or timeout as "error" and the
-// wrapped cause.
-func (h *httpSink) send(ctx context.Context, m *shaper.Message) (string, error) {
+// not stale). It returns nil for a 2xx status; a *shaper.StatusError for
+// any other; shaper.ErrMalformed, marked shaper.NotSent, for a payload over
+// MaxBodyBytes, or an id or key that is not a valid header value; and the
+// wrapped cause of a network error or timeout.
+func (h *httpSink) send(ctx context.Context, m *shaper.Message) error {
 	sendKey, err := h.check(m)
 	if err != nil {
-		return "", err
+		return shaper.NotSent(err)
 	}
 	// One Send writes at most one request, whatever net/http would do.
 	req, sig, err := h.newRequest(withSentOnce(ctx), m, sendKey)
 	if err != nil {
-		return "", err
+		return shaper.NotSent(err)
 	}
 
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return "error", fmt.Errorf("http: %s %s: %w", h.method, h.target, withoutURL(err))
+		return fmt.Errorf("http: %s %s: %w", h.method, h.target, withoutURL(err))
 	}
 	defer drainClose(resp.Body)
 
-	code := strconv.Itoa(resp.StatusCode)
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-		return code, nil
+		return nil
 	}
 	serr := &shaper.StatusError{Code: resp.StatusCode}
 	if v := resp.Header.Get("Retry-After"); v != "" {
@@ -312,7 +309,7 @@ func (h *httpSink) send(ctx context.Context, m *shaper.Message) (string, error) 
 		}
 	}
 	serr.Body = h.quoteBody(resp.Body, sig)
-	return code, serr
+	return serr
 }
 
 // check returns shaper.ErrMalformed for a message that can never become a

@@ -39,7 +39,7 @@ func newHTTP(t *testing.T, cfg shaper.HTTPSinkConfig) *HTTP {
 	if err != nil {
 		t.Fatalf("NewHTTP: %v", err)
 	}
-	t.Cleanup(func() { _ = h.Close() })
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
 	return h
 }
 
@@ -97,9 +97,9 @@ func TestHTTPSendDeliversMethodHeadersIdempotencyKeyAndBody(t *testing.T) {
 			h := newHTTP(t, cfg)
 
 			m := &shaper.Message{ID: "psp.callbacks/3/1234", Payload: tt.payload}
-			code, err := h.Send(testCtx(t), m)
-			if code != "200" || err != nil {
-				t.Fatalf("Send = %q, %v; want \"200\", nil", code, err)
+			code, err := sendCode(testCtx(t), h, m)
+			if code != "ok" || err != nil {
+				t.Fatalf("Send = %q, %v; want \"ok\", nil", code, err)
 			}
 			s := <-got
 			if s.method != tt.method {
@@ -138,8 +138,8 @@ func TestHTTPSendOmitsIdempotencyKeyForEmptyID(t *testing.T) {
 		got <- r.Header.Values("Idempotency-Key")
 	})
 	h := newHTTP(t, httpConfig(srv.URL))
-	if code, err := h.Send(testCtx(t), &shaper.Message{Payload: []byte("x")}); code != "200" || err != nil {
-		t.Fatalf("Send = %q, %v; want \"200\", nil", code, err)
+	if code, err := sendCode(testCtx(t), h, &shaper.Message{Payload: []byte("x")}); code != "ok" || err != nil {
+		t.Fatalf("Send = %q, %v; want \"ok\", nil", code, err)
 	}
 	if v := <-got; len(v) != 0 {
 		t.Errorf("Idempotency-Key = %q; want none", v)
@@ -153,8 +153,8 @@ func TestHTTPSendSucceedsOnEvery2xx(t *testing.T) {
 				w.WriteHeader(status)
 			})
 			h := newHTTP(t, httpConfig(srv.URL))
-			code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})
-			if want := strconv.Itoa(status); code != want || err != nil {
+			code, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Payload: []byte("x")})
+			if want := "ok"; code != want || err != nil {
 				t.Errorf("Send = %q, %v; want %q, nil", code, err, want)
 			}
 		})
@@ -187,7 +187,7 @@ func TestHTTPSendReturnsStatusErrorWithCodeAndBodyExcerpt(t *testing.T) {
 				io.WriteString(w, tt.body)
 			})
 			h := newHTTP(t, httpConfig(srv.URL))
-			code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})
+			code, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Payload: []byte("x")})
 			if want := strconv.Itoa(tt.status); code != want {
 				t.Errorf("code = %q; want %q", code, want)
 			}
@@ -236,7 +236,7 @@ func TestHTTPSendParsesRetryAfterIntoStatusError(t *testing.T) {
 			})
 			h := newHTTP(t, httpConfig(srv.URL))
 			before := time.Now()
-			_, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})
+			_, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Payload: []byte("x")})
 			after := time.Now()
 			var se *shaper.StatusError
 			if !errors.As(err, &se) {
@@ -256,7 +256,7 @@ func TestHTTPSendRejectsOversizedPayloadWithoutRequest(t *testing.T) {
 	cfg.MaxBodyBytes = 16
 	h := newHTTP(t, cfg)
 
-	code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: make([]byte, 17)})
+	code, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Payload: make([]byte, 17)})
 	if code != "" || !errors.Is(err, shaper.ErrMalformed) {
 		t.Fatalf("Send(17 bytes) = %q, %v; want \"\", ErrMalformed", code, err)
 	}
@@ -267,8 +267,8 @@ func TestHTTPSendRejectsOversizedPayloadWithoutRequest(t *testing.T) {
 		t.Errorf("server saw %d requests; want 0", n)
 	}
 	// The limit itself is allowed.
-	if code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: make([]byte, 16)}); code != "200" || err != nil {
-		t.Errorf("Send(16 bytes) = %q, %v; want \"200\", nil", code, err)
+	if code, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Payload: make([]byte, 16)}); code != "ok" || err != nil {
+		t.Errorf("Send(16 bytes) = %q, %v; want \"ok\", nil", code, err)
 	}
 }
 
@@ -289,7 +289,7 @@ func TestHTTPSendRejectsIDThatCouldInjectHeadersWithoutRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, err := h.Send(testCtx(t), &shaper.Message{ID: tt.id, Payload: []byte("x")})
+			code, err := sendCode(testCtx(t), h, &shaper.Message{ID: tt.id, Payload: []byte("x")})
 			if code != "" || !errors.Is(err, shaper.ErrMalformed) {
 				t.Errorf("Send(ID %q) = %q, %v; want \"\", ErrMalformed", tt.id, code, err)
 			}
@@ -320,7 +320,7 @@ func TestHTTPSendReturnsPromptlyWhenServerHangsPastDeadline(t *testing.T) {
 	var err error
 	go func() {
 		defer close(done)
-		code, err = h.Send(ctx, &shaper.Message{ID: "1", Payload: []byte("x")})
+		code, err = sendCode(ctx, h, &shaper.Message{ID: "1", Payload: []byte("x")})
 	}()
 	select {
 	case <-done:
@@ -343,7 +343,7 @@ func TestHTTPSendReportsConnectionRefusedAsRetryableError(t *testing.T) {
 	cfg := httpConfig("http://user:s3cret-password@" + addr + "/hooks/s3cret-path?api_key=s3cret-query")
 	cfg.Headers = map[string]string{"Authorization": "Bearer s3cret-header"}
 	h := newHTTP(t, cfg)
-	code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})
+	code, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Payload: []byte("x")})
 	if code != "error" || err == nil {
 		t.Fatalf("Send = %q, %v; want \"error\" and an error", code, err)
 	}
@@ -385,9 +385,9 @@ func TestHTTPKeepAliveOpensAtMostMaxInFlightConnections(t *testing.T) {
 	cfg.MaxInFlight = 8
 	h := newHTTP(t, cfg)
 	send := func(i int) error {
-		code, err := h.Send(testCtx(t), &shaper.Message{ID: strconv.Itoa(i), Payload: []byte("x")})
-		if code != "200" || err != nil {
-			return fmt.Errorf("Send(%d) = %q, %v; want \"200\", nil", i, code, err)
+		code, err := sendCode(testCtx(t), h, &shaper.Message{ID: strconv.Itoa(i), Payload: []byte("x")})
+		if code != "ok" || err != nil {
+			return fmt.Errorf("Send(%d) = %q, %v; want \"ok\", nil", i, code, err)
 		}
 		return nil
 	}
@@ -446,7 +446,7 @@ func TestNewHTTPRejectsInvalidConfigWithoutShowingHeaderValues(t *testing.T) {
 			cfg.Headers = tt.headers
 			h, err := NewHTTP(cfg)
 			if err == nil {
-				h.Close()
+				h.Close(context.Background())
 				t.Fatalf("NewHTTP(%s) = nil error; want one", tt.name)
 			}
 			if strings.Contains(err.Error(), "s3cret") {
@@ -540,8 +540,8 @@ func headerServer(t *testing.T) (*httptest.Server, chan seenRequest, *atomic.Int
 
 func sendHTTP(t *testing.T, h *HTTP, m *shaper.Message) {
 	t.Helper()
-	if code, err := h.Send(testCtx(t), m); code != "200" || err != nil {
-		t.Fatalf("Send = %q, %v; want \"200\", nil", code, err)
+	if code, err := sendCode(testCtx(t), h, m); code != "ok" || err != nil {
+		t.Fatalf("Send = %q, %v; want \"ok\", nil", code, err)
 	}
 }
 
@@ -748,7 +748,7 @@ func TestHTTPInvalidKeyIsMalformedWithoutRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, err := h.Send(testCtx(t), &shaper.Message{ID: "1", Key: tt.key, Payload: []byte("x")})
+			code, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Key: tt.key, Payload: []byte("x")})
 			if code != "" || !errors.Is(err, shaper.ErrMalformed) {
 				t.Errorf("Send(key %q) = %q, %v; want \"\", ErrMalformed", tt.key, code, err)
 			}
@@ -778,7 +778,7 @@ func TestNewHTTPRejectsKeyHeaderThatCannotCarryTheKey(t *testing.T) {
 			cfg.KeyHeader, cfg.Headers = tt.keyHeader, tt.headers
 			h, err := NewHTTP(cfg)
 			if err == nil {
-				_ = h.Close()
+				_ = h.Close(context.Background())
 				t.Fatalf("NewHTTP(key_header %q) = nil error; want one", tt.keyHeader)
 			}
 			if !strings.Contains(err.Error(), "key_header") {
@@ -800,9 +800,9 @@ func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	defer h.Close(context.Background())
 	ctx := context.Background()
-	if _, err := h.Send(ctx, &shaper.Message{ID: "a"}); err != nil {
+	if _, err := sendCode(ctx, h, &shaper.Message{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	next := httpConfig(srv.URL + "/v2")
@@ -810,7 +810,7 @@ func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
 	if err := h.Reconfigure(next); err != nil {
 		t.Fatalf("Reconfigure = %v", err)
 	}
-	if _, err := h.Send(ctx, &shaper.Message{ID: "b"}); err != nil {
+	if _, err := sendCode(ctx, h, &shaper.Message{ID: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []seen{{"/v1", "old"}, {"/v2", "new"}} {
@@ -822,7 +822,7 @@ func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
 	if err := h.Reconfigure(bad); err == nil {
 		t.Error("Reconfigure(ftp URL) = nil; want an error, and the old settings kept")
 	}
-	if _, err := h.Send(ctx, &shaper.Message{ID: "c"}); err != nil {
+	if _, err := sendCode(ctx, h, &shaper.Message{ID: "c"}); err != nil {
 		t.Errorf("Send after a refused Reconfigure = %v", err)
 	}
 	if s := <-got; s.path != "/v2" {

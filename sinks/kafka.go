@@ -124,11 +124,11 @@ func NewKafka(cfg shaper.KafkaPublisherConfig, name string) (*Kafka, error) {
 	}, nil
 }
 
-// Send writes m as one record and returns "ok" once every in-sync replica
-// has it. Otherwise it returns "error" and why; an error wrapping
-// shaper.ErrMalformed when the record is too large for the broker (code ""
-// when it was refused without a request).
-func (k *Kafka) Send(ctx context.Context, m *shaper.Message) (string, error) {
+// Send writes m as one record and returns nil once every in-sync replica
+// has it. Otherwise it returns why: an error wrapping shaper.ErrMalformed
+// when the record is too large for the broker (marked shaper.NotSent when
+// kafka-go refused it without a request).
+func (k *Kafka) Send(ctx context.Context, m *shaper.Message) error {
 	msg := kafka.Message{Key: m.Key, Value: m.Payload, Headers: recordHeaders(m.Header)}
 	err := writeErr(k.batched.WriteMessages(ctx, msg))
 	if errors.Is(err, kafka.MessageSizeTooLarge) {
@@ -139,16 +139,17 @@ func (k *Kafka) Send(ctx context.Context, m *shaper.Message) (string, error) {
 		err = writeErr(k.alone.WriteMessages(ctx, msg))
 	}
 	if err == nil {
-		return "ok", nil
+		return nil
 	}
-	code := "error"
+	notSent := errors.As(err, new(kafka.MessageTooLargeError)) // refused by kafka-go
 	if errors.Is(err, kafka.MessageSizeTooLarge) {
-		if errors.As(err, new(kafka.MessageTooLargeError)) {
-			code = "" // refused by kafka-go: no request was made
-		}
 		err = fmt.Errorf("%w: record with a %d-byte value is too large: %w", shaper.ErrMalformed, len(m.Payload), err)
 	}
-	return code, fmt.Errorf("kafka: publish to %s: %w", k.topic, err)
+	err = fmt.Errorf("kafka: publish to %s: %w", k.topic, err)
+	if notSent {
+		return shaper.NotSent(err)
+	}
+	return err
 }
 
 // writeErr returns the error of the one record written by a WriteMessages
@@ -181,10 +182,11 @@ func recordHeaders(h map[string][]string) []kafka.Header {
 	return out
 }
 
-// Close writes what is batched, waits for the writes in flight (each is
-// bounded by a 10s write timeout) and closes the connections. Sends after
-// Close fail.
-func (k *Kafka) Close() error {
+// Close writes what is batched, waits for the writes in flight and closes
+// the connections. Sends after Close fail. kafka-go's Writer cannot be cut
+// short, so ctx does not bound it: each write is bounded by a 10s write
+// timeout instead.
+func (k *Kafka) Close(context.Context) error {
 	err := errors.Join(k.batched.Close(), k.alone.Close())
 	// A Writer closes only the transports it made itself.
 	k.transport.CloseIdleConnections()

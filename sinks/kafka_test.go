@@ -48,7 +48,7 @@ func newKafka(t *testing.T, cfg shaper.KafkaPublisherConfig) *Kafka {
 		t.Fatalf("NewKafka: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := k.Close(); err != nil {
+		if err := k.Close(context.Background()); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -132,7 +132,7 @@ func topicExists(t *testing.T, cl *kgo.Client, topic string) bool {
 
 func sendOK(t *testing.T, k *Kafka, m *shaper.Message) {
 	t.Helper()
-	if code, err := k.Send(testCtx(t), m); code != "ok" || err != nil {
+	if code, err := sendCode(testCtx(t), k, m); code != "ok" || err != nil {
 		t.Fatalf("Send = %q, %v; want \"ok\", nil", code, err)
 	}
 }
@@ -216,7 +216,7 @@ func TestKafkaSendMakesOneAttemptThatWaitsForEveryInSyncReplica(t *testing.T) {
 	k := newKafka(t, kafkaConfig(c.ListenAddrs(), "topic"))
 
 	failing.Store(true)
-	code, err := k.Send(testCtx(t), &shaper.Message{Payload: []byte("refused")})
+	code, err := sendCode(testCtx(t), k, &shaper.Message{Payload: []byte("refused")})
 	if code != "error" || err == nil || errors.Is(err, shaper.ErrMalformed) {
 		t.Errorf("Send to a partition without leader = %q, %v; want \"error\" and a retryable error", code, err)
 	}
@@ -290,7 +290,7 @@ func TestKafkaConcurrentSendsAllArriveExactlyOnceBatched(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			m := &shaper.Message{Key: fmt.Appendf(nil, "k%d", i%7), Payload: fmt.Appendf(nil, "m%03d", i)}
-			if code, err := k.Send(testCtx(t), m); code != "ok" || err != nil {
+			if code, err := sendCode(testCtx(t), k, m); code != "ok" || err != nil {
 				errs <- fmt.Errorf("Send(m%03d) = %q, %v; want \"ok\", nil", i, code, err)
 			}
 		})
@@ -331,7 +331,7 @@ func TestKafkaSendToUnknownTopicIsRetryableErrorWithoutCreatingIt(t *testing.T) 
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	code, err := k.Send(ctx, &shaper.Message{Payload: []byte("x")})
+	code, err := sendCode(ctx, k, &shaper.Message{Payload: []byte("x")})
 	if code != "error" || err == nil || errors.Is(err, shaper.ErrMalformed) {
 		t.Fatalf("Send to a missing topic = %q, %v; want \"error\" and a retryable error", code, err)
 	}
@@ -356,7 +356,7 @@ func TestKafkaSendToUnknownTopicIsRetryableErrorWithoutCreatingIt(t *testing.T) 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err = k.Send(ctx, &shaper.Message{Payload: []byte("after create")})
+		code, err = sendCode(ctx, k, &shaper.Message{Payload: []byte("after create")})
 		cancel()
 		if code == "ok" && err == nil {
 			break
@@ -430,7 +430,7 @@ func TestKafkaSendWithBrokersUnreachableFailsWithinTheDeadline(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				code, err := k.Send(ctx, &shaper.Message{Payload: []byte("x")})
+				code, err := sendCode(ctx, k, &shaper.Message{Payload: []byte("x")})
 				done <- result{code, err}
 			}()
 			select {
@@ -452,7 +452,7 @@ func TestKafkaStartsWhileBrokerDownAndSendsOnceItIsUp(t *testing.T) {
 	k := newKafka(t, kafkaConfig([]string{broker.Addr}, "topic"))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if code, err := k.Send(ctx, &shaper.Message{Payload: []byte("while down")}); code != "error" || err == nil {
+	if code, err := sendCode(ctx, k, &shaper.Message{Payload: []byte("while down")}); code != "error" || err == nil {
 		t.Fatalf("Send with the broker down = %q, %v; want \"error\"", code, err)
 	}
 
@@ -461,7 +461,7 @@ func TestKafkaStartsWhileBrokerDownAndSendsOnceItIsUp(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err := k.Send(ctx, &shaper.Message{Payload: []byte("after start")})
+		code, err := sendCode(ctx, k, &shaper.Message{Payload: []byte("after start")})
 		cancel()
 		if code == "ok" && err == nil {
 			break
@@ -498,7 +498,7 @@ func TestKafkaSASLAcceptsRightCredentialsAndNeverShowsAWrongPassword(t *testing.
 			sendOK(t, newKafka(t, cfg), &shaper.Message{Payload: []byte(tt.mechanism)})
 
 			cfg.SASL = &shaper.SASLConfig{Mechanism: tt.mechanism, Username: tt.user, Password: wrong}
-			code, err := newKafka(t, cfg).Send(testCtx(t), &shaper.Message{Payload: []byte("refused")})
+			code, err := sendCode(testCtx(t), newKafka(t, cfg), &shaper.Message{Payload: []byte("refused")})
 			if code != "error" || err == nil {
 				t.Fatalf("Send with a wrong password = %q, %v; want \"error\"", code, err)
 			}
@@ -542,7 +542,7 @@ func TestKafkaTLSWritesWithTrustedCAAndClientCertificate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := kafkaConfig(c.ListenAddrs(), "topic")
 			cfg.TLS = &tt.give
-			code, err := newKafka(t, cfg).Send(testCtx(t), &shaper.Message{Payload: []byte("refused")})
+			code, err := sendCode(testCtx(t), newKafka(t, cfg), &shaper.Message{Payload: []byte("refused")})
 			if code != "error" || err == nil {
 				t.Fatalf("Send = %q, %v; want \"error\"", code, err)
 			}
@@ -563,7 +563,7 @@ func TestKafkaSendOfRecordTooLargeForTheBrokerIsMalformed(t *testing.T) {
 	c := startKafka(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
 	k := newKafka(t, kafkaConfig(c.ListenAddrs(), "topic"))
 
-	code, err := k.Send(testCtx(t), &shaper.Message{Key: []byte("k"), Payload: make([]byte, 4096)})
+	code, err := sendCode(testCtx(t), k, &shaper.Message{Key: []byte("k"), Payload: make([]byte, 4096)})
 	if code != "error" || !errors.Is(err, shaper.ErrMalformed) {
 		t.Fatalf("Send(4 KiB) to a broker taking 2 KiB = %q, %v; want \"error\", ErrMalformed", code, err)
 	}
@@ -574,7 +574,7 @@ func TestKafkaSendOfRecordTooLargeForTheBrokerIsMalformed(t *testing.T) {
 func TestKafkaSendOfRecordOver100MiBIsMalformedWithoutRequest(t *testing.T) {
 	c := startKafka(t)
 	k := newKafka(t, kafkaConfig(c.ListenAddrs(), "topic"))
-	code, err := k.Send(testCtx(t), &shaper.Message{Payload: make([]byte, kafkaMaxRecordBytes+1)})
+	code, err := sendCode(testCtx(t), k, &shaper.Message{Payload: make([]byte, kafkaMaxRecordBytes+1)})
 	if code != "" || !errors.Is(err, shaper.ErrMalformed) {
 		t.Fatalf("Send(100 MiB + 1) = %q, %v; want \"\", ErrMalformed", code, err)
 	}
@@ -598,7 +598,7 @@ func TestKafkaBatchTooLargeForTheBrokerIsNotTakenAsMalformedRecords(t *testing.T
 				<-start
 				// One key: one partition, so the records share batches.
 				m := &shaper.Message{Key: []byte("same"), Payload: bytes.Repeat([]byte{byte('a' + i)}, size)}
-				if code, err := k.Send(testCtx(t), m); code != "ok" || err != nil {
+				if code, err := sendCode(testCtx(t), k, m); code != "ok" || err != nil {
 					t.Errorf("round %d: Send(%d bytes) = %q, %v; want \"ok\", nil", round, size, code, err)
 				}
 			})
@@ -622,10 +622,10 @@ func TestKafkaSendAfterCloseFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	sendOK(t, k, &shaper.Message{Payload: []byte("before close")})
-	if err := k.Close(); err != nil {
+	if err := k.Close(context.Background()); err != nil {
 		t.Fatalf("Close = %v", err)
 	}
-	if code, err := k.Send(testCtx(t), &shaper.Message{Payload: []byte("after close")}); code != "error" || err == nil {
+	if code, err := sendCode(testCtx(t), k, &shaper.Message{Payload: []byte("after close")}); code != "error" || err == nil {
 		t.Errorf("Send after Close = %q, %v; want \"error\"", code, err)
 	}
 }
@@ -658,7 +658,7 @@ func TestNewKafkaRejectsBadConfigWithoutShowingThePassword(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			k, err := NewKafka(tt.give, "sinks-test")
 			if err == nil {
-				_ = k.Close()
+				_ = k.Close(context.Background())
 				t.Fatalf("NewKafka = nil error; want one saying %q", tt.want)
 			}
 			if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "hunter2") {

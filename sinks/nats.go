@@ -117,13 +117,13 @@ func NewNATS(cfg shaper.NATSPublisherConfig, name string) (*NATS, error) {
 	return n, nil
 }
 
-// Send publishes m.Payload with m.Header to the subject and returns "ok" once
+// Send publishes m.Payload with m.Header to the subject and returns nil once
 // the stream has stored it or, with no stream, once the server has received
-// it; otherwise "error" and why. A message the server can never take is
+// it; otherwise why. A message the server can never take is
 // shaper.ErrMalformed: over its max_payload or with a header name that is not
-// valid (refused by the client, code ""), or over the stream's max_msg_size
-// (refused by the stream, code "error").
-func (n *NATS) Send(ctx context.Context, m *shaper.Message) (string, error) {
+// valid (refused by the client, marked shaper.NotSent), or over the stream's
+// max_msg_size (refused by the stream).
+func (n *NATS) Send(ctx context.Context, m *shaper.Message) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, natsDefaultTimeout)
@@ -131,7 +131,7 @@ func (n *NATS) Send(ctx context.Context, m *shaper.Message) (string, error) {
 	}
 	route, err := n.lookup(ctx)
 	if err != nil {
-		return "error", err
+		return err
 	}
 	msg := &nats.Msg{Subject: n.subject, Data: m.Payload}
 	if len(m.Header) > 0 {
@@ -148,16 +148,17 @@ func (n *NATS) Send(ctx context.Context, m *shaper.Message) (string, error) {
 	}
 	if err != nil {
 		n.forget()
-		code := "error"
-		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg) {
-			code = "" // refused by the client: nothing was sent
-		}
+		notSent := errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg) // refused by the client
 		if malformed(err) {
 			err = fmt.Errorf("%w: %w", shaper.ErrMalformed, err)
 		}
-		return code, fmt.Errorf("nats: publish to %s: %w", n.subject, err)
+		err = fmt.Errorf("nats: publish to %s: %w", n.subject, err)
+		if notSent {
+			return shaper.NotSent(err)
+		}
+		return err
 	}
-	return "ok", nil
+	return nil
 }
 
 // lookup returns how to publish, asking the server which stream covers the
@@ -232,8 +233,8 @@ func malformed(err error) bool {
 
 // Close drains the connection, which flushes what was published, and
 // closes it. It returns once the connection is closed; the drain is given
-// up to 10s.
-func (n *NATS) Close() error {
+// up to 10s, and cut short when ctx ends.
+func (n *NATS) Close(ctx context.Context) error {
 	err := n.nc.Drain()
 	switch {
 	case errors.Is(err, nats.ErrConnectionReconnecting):
@@ -249,6 +250,9 @@ func (n *NATS) Close() error {
 	defer timer.Stop()
 	select {
 	case <-n.closed:
+	case <-ctx.Done():
+		n.nc.Close()
+		return fmt.Errorf("nats: close: drain cut short: %w", context.Cause(ctx))
 	case <-timer.C:
 		n.nc.Close()
 		return errors.New("nats: close: connection not closed after 20s")

@@ -39,7 +39,7 @@ func newNATS(t *testing.T, url, subject string) *NATS {
 		t.Fatalf("NewNATS: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := n.Close(); err != nil {
+		if err := n.Close(context.Background()); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
@@ -91,7 +91,7 @@ func expectOnce(t *testing.T, sub *nats.Subscription, want, next *shaper.Message
 
 func send(t *testing.T, n *NATS, m *shaper.Message) {
 	t.Helper()
-	if code, err := n.Send(testCtx(t), m); code != "ok" || err != nil {
+	if code, err := sendCode(testCtx(t), n, m); code != "ok" || err != nil {
 		t.Fatalf("Send(%q) = %q, %v; want \"ok\", nil", m.Payload, code, err)
 	}
 }
@@ -174,7 +174,7 @@ func TestNATSSendWithoutHeadersPublishesPayloadOnly(t *testing.T) {
 func TestNATSSendOverMaxPayloadIsMalformed(t *testing.T) {
 	s := natstest.Start(t) // default max_payload: 1 MiB
 	n := newNATS(t, s.ClientURL(), "big")
-	code, err := n.Send(testCtx(t), &shaper.Message{ID: "1", Payload: make([]byte, 2<<20)})
+	code, err := sendCode(testCtx(t), n, &shaper.Message{ID: "1", Payload: make([]byte, 2<<20)})
 	if code != "" || !errors.Is(err, shaper.ErrMalformed) {
 		t.Errorf("Send(2 MiB) = %q, %v; want \"\", ErrMalformed", code, err)
 	}
@@ -190,7 +190,7 @@ func TestNATSSendOverStreamMaxMsgSizeIsMalformed(t *testing.T) {
 		t.Fatalf("create stream: %v", err)
 	}
 	n := newNATS(t, s.ClientURL(), "small")
-	code, err := n.Send(testCtx(t), &shaper.Message{ID: "1", Payload: make([]byte, 128)})
+	code, err := sendCode(testCtx(t), n, &shaper.Message{ID: "1", Payload: make([]byte, 128)})
 	if code != "error" || !errors.Is(err, shaper.ErrMalformed) {
 		t.Errorf("Send(128 bytes) = %q, %v; want \"error\", ErrMalformed", code, err)
 	}
@@ -204,14 +204,14 @@ func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
 		t.Fatalf("NewNATS with the server down = %v; want nil", err)
 	}
 	defer func() {
-		if err := n.Close(); err != nil {
+		if err := n.Close(context.Background()); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	}()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if code, err := n.Send(ctx, deadLetter("while down")); code != "error" || err == nil {
+	if code, err := sendCode(ctx, n, deadLetter("while down")); code != "error" || err == nil {
 		t.Fatalf("Send with the server down = %q, %v; want \"error\" and an error", code, err)
 	} else {
 		t.Logf("Send with the server down: %v", err)
@@ -223,7 +223,7 @@ func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err := n.Send(ctx, want)
+		code, err := sendCode(ctx, n, want)
 		cancel()
 		if err == nil && code == "ok" {
 			break
@@ -249,7 +249,7 @@ func TestNATSCloseReturnsWhileServerDown(t *testing.T) {
 		t.Fatalf("NewNATS: %v", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- n.Close() }()
+	go func() { done <- n.Close(context.Background()) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -286,7 +286,7 @@ func TestNATSSendFailedWhileDisconnectedIsNotPublishedLater(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	code, err := n.Send(ctx, deadLetter("while down"))
+	code, err := sendCode(ctx, n, deadLetter("while down"))
 	cancel()
 	if code != "error" || err == nil {
 		t.Fatalf("Send while down = %q, %v; want \"error\" and an error", code, err)
@@ -296,7 +296,7 @@ func TestNATSSendFailedWhileDisconnectedIsNotPublishedLater(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err := n.Send(ctx, deadLetter("after"))
+		code, err := sendCode(ctx, n, deadLetter("after"))
 		cancel()
 		if err == nil && code == "ok" {
 			break
@@ -332,7 +332,7 @@ func TestNewNATSRejectsSubjectsThatCannotBePublishedTo(t *testing.T) {
 	for _, subject := range []string{"", "dlq.*", "dlq.>", "dlq..psp", ".dlq", "dlq.", "dlq psp"} {
 		n, err := NewNATS(shaper.NATSPublisherConfig{URL: "nats://127.0.0.1:1", Subject: subject}, "sinks-test")
 		if err == nil {
-			n.Close()
+			n.Close(context.Background())
 			t.Errorf("NewNATS(subject %q) = nil error; want one", subject)
 		}
 	}
@@ -357,7 +357,7 @@ func TestNATSLooksUpTheStreamAgainAfterAFailure(t *testing.T) {
 		t.Fatalf("delete stream: %v", err)
 	}
 	// The cached route still says JetStream: nobody acks, the Send fails.
-	if code, err := n.Send(testCtx(t), deadLetter("no ack")); code != "error" || err == nil {
+	if code, err := sendCode(testCtx(t), n, deadLetter("no ack")); code != "error" || err == nil {
 		t.Fatalf("Send after the stream was deleted = %q, %v; want \"error\" and an error", code, err)
 	}
 	// The failure dropped the cached route: the next Send finds no stream.

@@ -492,7 +492,7 @@ func TestPlainHTTPSinkToAnotherHostLogsAWarningAtStartup(t *testing.T) {
 			if err != nil {
 				t.Fatalf("buildSink(%s) = %v", tt.url, err)
 			}
-			_ = s.Close()
+			_ = s.Close(context.Background())
 			warned := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), "plain http://")
 			if warned != tt.warn {
 				t.Errorf("buildSink(%s) logged %q; want a warning: %v", tt.url, logs.String(), tt.warn)

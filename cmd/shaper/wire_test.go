@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestBuildSinkLogsItsProxyWithoutCredentials(t *testing.T) {
 			if err != nil {
 				t.Fatalf("buildSink = %v", err)
 			}
-			_ = s.Close()
+			_ = s.Close(context.Background())
 			if !strings.Contains(logs.String(), "level=INFO") || !strings.Contains(logs.String(), `msg="sink.http proxy" `+tt.want) {
 				t.Errorf("buildSink logged %q; want an INFO line with %s", logs.String(), tt.want)
 			}
