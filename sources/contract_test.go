@@ -34,6 +34,8 @@ type sourceImpl struct {
 	// nackDelay is set when Nack(delay) holds the message back for delay
 	// (JetStream NakWithDelay; Kafka's own delay queue).
 	nackDelay bool
+	// errClosed is what Ready returns after Close.
+	errClosed error
 	// start starts a broker for one test.
 	start func(t *testing.T) contractBroker
 }
@@ -52,9 +54,9 @@ type contractBroker struct {
 }
 
 var sourceImpls = []sourceImpl{
-	{name: "jetstream", redelivers: true, nackDelay: true, start: startJetStreamBroker},
-	{name: "core-nats", redelivers: false, nackDelay: false, start: startCoreNATSBroker},
-	{name: "kafka", redelivers: true, nackDelay: true, start: startKafkaBroker},
+	{name: "jetstream", redelivers: true, nackDelay: true, errClosed: errClosed, start: startJetStreamBroker},
+	{name: "core-nats", redelivers: false, nackDelay: false, errClosed: errClosed, start: startCoreNATSBroker},
+	{name: "kafka", redelivers: true, nackDelay: true, errClosed: errKafkaClosed, start: startKafkaBroker},
 }
 
 func startJetStreamBroker(t *testing.T) contractBroker {
@@ -119,6 +121,7 @@ var sourceBehaviours = []struct {
 	{"NackRedeliversNoSoonerThanDelay", testNackRedeliversNoSoonerThanDelay},
 	{"ReadyReportsTheBrokerDown", testReadyReportsTheBrokerDown},
 	{"CloseAfterEverythingIsSettled", testCloseAfterEverythingIsSettled},
+	{"CloseBeforeAnyFetch", testCloseBeforeAnyFetch},
 }
 
 func TestSourceContract(t *testing.T) {
@@ -170,8 +173,11 @@ func testFetchBlocksUntilAMessageOrCtxEnds(t *testing.T, _ sourceImpl, b contrac
 	const wait = 300 * time.Millisecond
 	start := time.Now()
 	msgs, err := fetch(src, 10, wait)
-	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 || took < wait {
-		t.Errorf("Fetch with nothing published = %d messages, %v after %v; want none, context.DeadlineExceeded after %v",
+	// Soon after ctx ends: a Fetch waiting on the broker (a JetStream pull
+	// request waits natsIdleWait at the server) does not wait for it to
+	// give up.
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 || took < wait || took > wait+natsIdleWait/2 {
+		t.Errorf("Fetch with nothing published = %d messages, %v after %v; want none, context.DeadlineExceeded after %v and soon after",
 			len(msgs), err, took, wait)
 	}
 
@@ -238,28 +244,33 @@ func testAckedNeverComesBackAfterARestart(t *testing.T, impl sourceImpl, b contr
 	expectNothing(t, second, 2*time.Second)
 }
 
+// A message is nacked at once (Nack(0)), then with a delay. Where the broker
+// keeps messages it comes back each time, with the same ID; within fetchN's
+// 20s after Nack(0), which for JetStream (AckWait 30s) only the Nak can do.
 func testNackRedeliversNoSoonerThanDelay(t *testing.T, impl sourceImpl, b contractBroker) {
 	src := b.open(t)
 	b.publish(t, 0, 1)
 	m := fetchN(t, src, 1, 10)[0]
-	const delay = time.Second
-	start := time.Now()
-	if err := m.Receipt.Nack(context.Background(), delay); err != nil {
-		t.Fatalf("Nack(%v): %v", delay, err)
+	for _, delay := range []time.Duration{0, time.Second} {
+		start := time.Now()
+		if err := m.Receipt.Nack(context.Background(), delay); err != nil {
+			t.Fatalf("Nack(%v): %v", delay, err)
+		}
+		if !impl.redelivers {
+			t.Logf("%s is at-most-once: a Nack cannot bring the message back, as documented", impl.name)
+			expectNothing(t, src, 2*time.Second)
+			return
+		}
+		again := fetchN(t, src, 1, 10)[0]
+		if waited := time.Since(start); impl.nackDelay && waited < delay {
+			t.Errorf("Nack(%v) redelivered after %v; want no sooner than %v", delay, waited, delay)
+		}
+		if again.ID != m.ID || string(again.Payload) != "msg-0" {
+			t.Errorf("after Nack(%v) redelivered %s %q; want %s %q", delay, again.ID, again.Payload, m.ID, "msg-0")
+		}
+		m = again
 	}
-	if !impl.redelivers || !impl.nackDelay {
-		t.Logf("%s is at-most-once: a Nack cannot bring the message back, as documented", impl.name)
-		expectNothing(t, src, 2*delay)
-		return
-	}
-	again := fetchN(t, src, 1, 10)[0]
-	if waited := time.Since(start); waited < delay {
-		t.Errorf("Nack(%v) redelivered after %v; want no sooner than %v", delay, waited, delay)
-	}
-	if again.ID != m.ID || string(again.Payload) != "msg-0" {
-		t.Errorf("redelivered %s %q; want %s %q", again.ID, again.Payload, m.ID, "msg-0")
-	}
-	ack(t, again)
+	ack(t, m)
 }
 
 func testReadyReportsTheBrokerDown(t *testing.T, _ sourceImpl, b contractBroker) {
@@ -272,7 +283,7 @@ func testReadyReportsTheBrokerDown(t *testing.T, _ sourceImpl, b contractBroker)
 	t.Logf("Ready() with the broker down: %v", src.Ready())
 }
 
-func testCloseAfterEverythingIsSettled(t *testing.T, _ sourceImpl, b contractBroker) {
+func testCloseAfterEverythingIsSettled(t *testing.T, impl sourceImpl, b contractBroker) {
 	src := b.open(t)
 	b.publish(t, 0, 3)
 	msgs := fetchN(t, src, 3, 10)
@@ -280,6 +291,17 @@ func testCloseAfterEverythingIsSettled(t *testing.T, _ sourceImpl, b contractBro
 	if err := msgs[2].Receipt.Nack(context.Background(), 0); err != nil {
 		t.Fatalf("Nack: %v", err)
 	}
+	checkClose(t, impl, src)
+}
+
+func testCloseBeforeAnyFetch(t *testing.T, impl sourceImpl, b contractBroker) {
+	checkClose(t, impl, b.open(t))
+}
+
+// checkClose closes src twice, and checks that both calls return nil and
+// that the source then says it is closed.
+func checkClose(t *testing.T, impl sourceImpl, src shaper.Source) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := range 2 {
@@ -287,8 +309,8 @@ func testCloseAfterEverythingIsSettled(t *testing.T, _ sourceImpl, b contractBro
 			t.Errorf("Close #%d = %v; want nil", i+1, err)
 		}
 	}
-	if err := src.Ready(); err == nil {
-		t.Errorf("Ready() after Close = nil; want an error")
+	if err := src.Ready(); !errors.Is(err, impl.errClosed) {
+		t.Errorf("Ready() after Close = %v; want %v", err, impl.errClosed)
 	}
 	if msgs, err := fetch(src, 10, 5*time.Second); err == nil || errors.Is(err, context.DeadlineExceeded) || len(msgs) != 0 {
 		t.Errorf("Fetch after Close = %d messages, %v; want none and an error at once", len(msgs), err)

@@ -199,49 +199,6 @@ func TestJetStreamAckedAreNotRedeliveredAfterRestartAndUnackedAre(t *testing.T) 
 	}
 }
 
-func TestJetStreamNackRedeliversAfterDelay(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
-	publish(t, js, 0, 1, nil)
-	src := newSource(t, jsConfig(s.ClientURL(), 30*time.Second), 100)
-
-	m := fetchN(t, src, 1, 10)[0]
-	const delay = 1500 * time.Millisecond
-	start := time.Now()
-	if err := m.Receipt.Nack(context.Background(), delay); err != nil {
-		t.Fatalf("Nack(%v): %v", delay, err)
-	}
-	expectNothing(t, src, delay/2)
-	again := fetchN(t, src, 1, 10)[0]
-	if waited := time.Since(start); waited < delay*2/3 {
-		t.Errorf("redelivered after %v; want about %v", waited, delay)
-	}
-	if again.ID != m.ID {
-		t.Errorf("redelivered ID = %q; want %q (stable across redeliveries)", again.ID, m.ID)
-	}
-	ack(t, again)
-}
-
-func TestJetStreamNackWithoutDelayRedeliversSoon(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
-	publish(t, js, 0, 1, nil)
-	// Redelivery within fetchN's 20s can only come from the Nak.
-	src := newSource(t, jsConfig(s.ClientURL(), time.Minute), 100)
-
-	m := fetchN(t, src, 1, 10)[0]
-	if err := m.Receipt.Nack(context.Background(), 0); err != nil {
-		t.Fatalf("Nack(0): %v", err)
-	}
-	again := fetchN(t, src, 1, 10)[0]
-	if again.ID != m.ID {
-		t.Errorf("redelivered ID = %q; want %q", again.ID, m.ID)
-	}
-	ack(t, again)
-}
-
 func TestJetStreamHeldMessageIsNotRedeliveredWhileItWaits(t *testing.T) {
 	s := natstest.Start(t)
 	_, js := client(t, s)
@@ -554,67 +511,6 @@ func TestCoreFetchReturnsCtxErrWhenCtxEnds(t *testing.T) {
 	msgs, err := fetch(src, 10, 200*time.Millisecond)
 	if !errors.Is(err, context.DeadlineExceeded) || msgs != nil {
 		t.Errorf("Fetch = %v, %v; want nil, context.DeadlineExceeded", msgs, err)
-	}
-}
-
-func TestFetchOnCancelledCtxReturnsPromptly(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
-	sources := map[string]shaper.Source{
-		"jetstream": newSource(t, jsConfig(s.ClientURL(), 30*time.Second), 10),
-		"core":      coreSourceAt(t, s, 10),
-	}
-	for name, src := range sources {
-		t.Run(name+"/already cancelled", func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			if _, err := src.Fetch(ctx, 10); !errors.Is(err, context.Canceled) {
-				t.Errorf("Fetch = %v; want context.Canceled", err)
-			}
-		})
-		t.Run(name+"/cancelled while waiting", func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			time.AfterFunc(100*time.Millisecond, cancel)
-			start := time.Now()
-			_, err := src.Fetch(ctx, 10)
-			// Well under the pull request's own wait (natsIdleWait): Fetch
-			// does not wait for the server to give up.
-			if took := time.Since(start); !errors.Is(err, context.Canceled) || took > 100*time.Millisecond+natsIdleWait*3/4 {
-				t.Errorf("Fetch = %v after %v; want context.Canceled soon after 100ms", err, took)
-			}
-		})
-	}
-}
-
-func TestCloseEndsTheSourceAndIsIdempotent(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
-	tests := []struct {
-		name string
-		open func() (shaper.Source, error)
-	}{
-		{"jetstream", func() (shaper.Source, error) {
-			return NewJetStream(jsConfig(s.ClientURL(), 30*time.Second), 10, "shaper-test", nil)
-		}},
-		{"core", func() (shaper.Source, error) {
-			return NewCoreNATS(shaper.NATSSourceConfig{URL: s.ClientURL(), Subject: testSubject}, 10, "shaper-test", nil)
-		}},
-	}
-	for _, tt := range tests {
-		src, err := tt.open()
-		if err != nil {
-			t.Fatalf("%s: new: %v", tt.name, err)
-		}
-		closeSource(t, src)
-		closeSource(t, src)
-		if err := src.Ready(); !errors.Is(err, errClosed) {
-			t.Errorf("%s: Ready() after Close = %v; want %v", tt.name, err, errClosed)
-		}
-		if _, err := fetch(src, 10, 5*time.Second); err == nil {
-			t.Errorf("%s: Fetch after Close = nil error; want one", tt.name)
-		}
 	}
 }
 
