@@ -127,7 +127,7 @@ type Kafka struct {
 	health   *kafkaHealth
 	session  *kafkaSession
 	fetcher  *partitionFetcher
-	fetching chan struct{} // size 1: the token of the one Fetch running
+	fetching fetchTurn // concurrent Fetch calls take turns
 	stop     context.CancelFunc
 	watching sync.WaitGroup // health.watch
 
@@ -187,7 +187,7 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 		health:   health,
 		session:  newKafkaSession(cfg, groupCfg, transport, fetcher, health, log),
 		fetcher:  fetcher,
-		fetching: make(chan struct{}, 1),
+		fetching: newFetchTurn(),
 	}
 	fetcher.session = s.session
 	ctx, stop := context.WithCancel(context.Background())
@@ -263,18 +263,10 @@ func kafkaReaderConfig(cfg shaper.KafkaSourceConfig, dialer *kafka.Dialer, healt
 // While the brokers are unreachable, or the group is rebalancing, Fetch waits
 // (Ready says why). It returns an error only after Close.
 func (s *Kafka) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
-	if max < 1 {
-		return nil, fmt.Errorf("kafka: fetch %d messages: must be >= 1", max)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.fetching.start(ctx, "kafka", max); err != nil {
 		return nil, err
 	}
-	select {
-	case s.fetching <- struct{}{}:
-		defer func() { <-s.fetching }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	defer s.fetching.done()
 
 	var out []*shaper.Message
 	for len(out) == 0 {

@@ -235,18 +235,7 @@ func (t *commitTracker) commitOf(p *partitionMarks) (partitionMark, bool) {
 // advanced appends to buf the marks of the partitions whose commit changed
 // since the last call (see finish), and returns it.
 func (t *commitTracker) advanced(buf []partitionMark) []partitionMark {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, p := range t.parts {
-		if !p.changed {
-			continue
-		}
-		p.changed = false
-		if m, ok := t.commitOf(p); ok {
-			buf = append(buf, m)
-		}
-	}
-	return buf
+	return t.collect(buf, false)
 }
 
 // retry marks the partitions of marks, returned by advanced or final, as
@@ -268,9 +257,20 @@ func (t *commitTracker) retry(marks []partitionMark) {
 // mark differ from those last committed, changed or not since the last call:
 // what the end of a generation commits, in case an earlier commit was lost.
 func (t *commitTracker) final(buf []partitionMark) []partitionMark {
+	return t.collect(buf, true)
+}
+
+// collect appends to buf the marks that differ from what was last committed
+// (commitOf): of every partition with all, otherwise only of those whose
+// commit changed since the last call. It clears the changed flag of each
+// partition it looks at, and returns buf.
+func (t *commitTracker) collect(buf []partitionMark, all bool) []partitionMark {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range t.parts {
+		if !all && !p.changed {
+			continue
+		}
 		p.changed = false
 		if m, ok := t.commitOf(p); ok {
 			buf = append(buf, m)

@@ -94,10 +94,7 @@ func NewCoreNATS(cfg shaper.NATSSourceConfig, capacity int, name string, log *sl
 // buffered, up to max. It returns ctx.Err() when ctx ends first. While the
 // connection is down it waits (Ready says why).
 func (c *CoreNATS) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
-	if max < 1 {
-		return nil, fmt.Errorf("nats: fetch %d messages: must be >= 1", max)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkFetch(ctx, "nats", max); err != nil {
 		return nil, err
 	}
 	var m *nats.Msg

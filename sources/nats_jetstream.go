@@ -58,7 +58,7 @@ type JetStream struct {
 	progressEvery time.Duration
 	log           *slog.Logger
 
-	fetching chan struct{} // size 1: the token of the one Fetch running
+	fetching fetchTurn     // concurrent Fetch calls take turns
 	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
 
@@ -133,7 +133,7 @@ func newJetStream(conn *natsConn, cfg shaper.NATSSourceConfig, capacity int) *Je
 		},
 		progressEvery: max(ackWait/3, time.Millisecond),
 		log:           conn.log,
-		fetching:      make(chan struct{}, 1),
+		fetching:      newFetchTurn(),
 		done:          make(chan struct{}),
 		held:          make(map[*jsReceipt]struct{}),
 	}
@@ -223,18 +223,10 @@ func (s *JetStream) Ready() error {
 // is down Fetch waits for it (Ready says why); other errors (a missing
 // stream) are returned at once.
 func (s *JetStream) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
-	if max < 1 {
-		return nil, fmt.Errorf("nats: fetch %d messages: must be >= 1", max)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.fetching.start(ctx, "nats", max); err != nil {
 		return nil, err
 	}
-	select {
-	case s.fetching <- struct{}{}:
-		defer func() { <-s.fetching }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	defer s.fetching.done()
 	for {
 		if s.isClosed() || s.conn.nc.IsClosed() {
 			return nil, errClosed
@@ -476,17 +468,10 @@ func (s *JetStream) close(ctx context.Context) error {
 			_ = r.Nack(ctx, 0) // if lost, the server redelivers after AckWait
 		}
 	}
-	waited := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(waited)
-	}()
-	select {
-	case <-waited:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("nats: close: %w", ctx.Err())
+	if err := waitCtx(ctx, s.wg.Wait); err != nil {
+		return fmt.Errorf("nats: close: %w", err)
 	}
+	return nil
 }
 
 // jsReceipt settles one JetStream message. Its mutex orders settling after
