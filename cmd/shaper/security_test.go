@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
@@ -30,6 +28,8 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/internal/kafkatest"
+	"github.com/shaper-dev/shaper/internal/natstest"
 	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
@@ -45,26 +45,6 @@ func newSecret(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return name + "-" + hex.EncodeToString(b)
-}
-
-// startNATSWithPassword runs an embedded nats-server with JetStream that
-// only accepts user "shaper" with password.
-func startNATSWithPassword(t *testing.T, password string) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		Username: "shaper", Password: password, NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats-server not ready after 10s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
 }
 
 // echoSink is the HTTP receiver of the leak test. It verifies every
@@ -219,7 +199,8 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 	env = append(env, "SHORT_SECRET="+secrets["SHORT_SECRET"])
 
 	// Real servers, each behind its password.
-	ns := startNATSWithPassword(t, secrets["NATS_PASSWORD"])
+	ns := natstest.StartWithPassword(t, "shaper", secrets["NATS_PASSWORD"])
+	natsAddr := strings.TrimPrefix(ns.ClientURL(), "nats://")
 	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("shaper", secrets["NATS_PASSWORD"]))
 	if err != nil {
 		t.Fatal(err)
@@ -236,27 +217,16 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 		t.Fatal(err)
 	}
 	rds := redistest.Start(t, "--requirepass", secrets["REDIS_PASSWORD"])
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "callbacks", "dlq"),
+	kc := kafkatest.Start(t, kfake.SeedTopics(1, "callbacks", "dlq"),
 		kfake.EnableSASL(), kfake.Superuser(shaper.SASLScramSHA256, "shaper", secrets["KAFKA_PASSWORD"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	broker := kc.ListenAddrs()[0]
+	broker := kc.Addr
 	sink := &echoSink{secret: secrets["SIGNING_SECRET"], bearer: secrets["PSP_TOKEN"], apiKey: secrets["API_KEY"], seen: map[string]int{}}
 	srv := httptest.NewServer(sink)
 	defer srv.Close()
 
-	config := childtest.WriteConfig(t, fmt.Sprintf(leakConfig, strings.TrimPrefix(ns.ClientURL(), "nats://"), rds.Addr, srv.URL, broker))
+	config := childtest.WriteConfig(t, fmt.Sprintf(leakConfig, natsAddr, rds.Addr, srv.URL, broker))
 	d := startShaper(t, env, "--log-level", "debug", "run", "--config", config)
-	var admin string
-	testwait.For(t, 30*time.Second, "the admin address in the log", func() bool {
-		m := regexp.MustCompile(`admin=(127\.0\.0\.1:\d+)`).FindStringSubmatch(d.Stderr.String())
-		if m != nil {
-			admin = "http://" + m[1]
-		}
-		return m != nil
-	})
+	admin := "http://" + d.Admin()
 
 	// Deliveries, rejections, retries, exhaustion and timeouts, from both
 	// brokers.
@@ -370,7 +340,7 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 		}
 		deadLetters = append(deadLetters, fmt.Sprintf("nats %s: %v %s", m.Subject, m.Header, m.Data))
 	}
-	deadLetters = append(deadLetters, consumeWithSASL(t, broker, secrets["KAFKA_PASSWORD"], "dlq", 1)...)
+	deadLetters = append(deadLetters, consumeWithSASL(t, kc, secrets["KAFKA_PASSWORD"], "dlq", 1)...)
 
 	outputs := map[string]string{
 		"run stderr": d.Stderr.String(), "run stdout": d.Stdout.String(),
@@ -444,13 +414,10 @@ func produceWithSASL(t *testing.T, ctx context.Context, broker, password string,
 
 // consumeWithSASL reads n records of topic from the start, and returns
 // their headers and values as text.
-func consumeWithSASL(t *testing.T, broker, password, topic string, n int) []string {
+func consumeWithSASL(t *testing.T, kc *kafkatest.Cluster, password, topic string, n int) []string {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	cl := kc.Client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.SASL(scram.Auth{User: "shaper", Pass: password}.AsSha256Mechanism()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

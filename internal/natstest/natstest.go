@@ -25,14 +25,23 @@ func Start(t testing.TB) *server.Server {
 // same streams.
 func StartAt(t testing.TB, port int, storeDir string) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host:      "127.0.0.1",
-		Port:      port,
-		JetStream: true,
-		StoreDir:  storeDir,
-		NoLog:     true,
-		NoSigs:    true,
-	})
+	return start(t, &server.Options{Port: port, StoreDir: storeDir})
+}
+
+// StartWithPassword is Start for a server that accepts only user with
+// password: a client connects with nats.UserInfo(user, password), or with
+// a URL nats://user:password@host:port (which Stream and Publish take too).
+func StartWithPassword(t testing.TB, user, password string) *server.Server {
+	t.Helper()
+	return start(t, &server.Options{Port: -1, StoreDir: t.TempDir(), Username: user, Password: password})
+}
+
+// start runs the server of o on 127.0.0.1 with JetStream, quiet and deaf to
+// signals, and shuts it down when the test ends.
+func start(t testing.TB, o *server.Options) *server.Server {
+	t.Helper()
+	o.Host, o.JetStream, o.NoLog, o.NoSigs = "127.0.0.1", true, true, true
+	s, err := server.NewServer(o)
 	if err != nil {
 		t.Fatalf("natstest: new server: %v", err)
 	}
