@@ -70,11 +70,11 @@ func brokerOutage(t *testing.T, p *childtest.Process, admin string, want string,
 func shapeThroughOutage(t *testing.T, f fixture, limit int, want string, stop, start func()) (*childtest.Process, *sinktest.Sink) {
 	t.Helper()
 	sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 10 * time.Millisecond} })
-	config := childtest.WriteConfig(t, pipeline{
-		source: f.source,
-		rate:   fmt.Sprintf("{limit: %d}", limit),
-		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.URL),
-	}.yaml())
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Source: f.source,
+		Rate:   fmt.Sprintf("{limit: %d}", limit),
+		Sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.URL),
+	}.YAML())
 	p := startShaper(t, "shaper", config)
 	admin := p.Admin()
 	testwait.For(t, time.Minute, "50 deliveries", func() bool { return sink.DeliveredCount() >= 50 })
@@ -117,12 +117,12 @@ func TestRedisDownUpAndPausedKeepsTheRateBoundedAndLosesNothing(t *testing.T) {
 	f := jetstreamFixture(t, n)
 	rs := redistest.Start(t)
 	sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 5 * time.Millisecond} })
-	config := childtest.WriteConfig(t, pipeline{
-		source: f.source,
-		rate: fmt.Sprintf(`{limit: %d, shared: {redis: {addr: "%s"}, key: "shaper:faults", fallback_limit: %d, timeout: 50ms}}`,
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Source: f.source,
+		Rate: fmt.Sprintf(`{limit: %d, shared: {redis: {addr: "%s"}, key: "shaper:faults", fallback_limit: %d, timeout: 50ms}}`,
 			limit, rs.Addr, fallback),
-		sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.URL),
-	}.yaml())
+		Sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s}}`, sink.URL),
+	}.YAML())
 	p := startShaper(t, "shaper", config)
 	admin := p.Admin()
 	fallbackIs := func(want float64) func() bool {

@@ -116,28 +116,23 @@ func reportCrashes(t *testing.T, runs []crashRun, sink *sinktest.Sink, n, docume
 }
 
 func TestCrashSIGKILLTenTimesLosesNothing(t *testing.T) {
-	t.Parallel()
 	const n, kills, limit, inFlight = 500, 10, 100, 8
-	for _, kind := range []string{"jetstream", "kafka"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			f := newFixture(t, kind, n)
-			sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 5 * time.Millisecond} })
-			config := childtest.WriteConfig(t, pipeline{
-				source: f.source,
-				rate:   fmt.Sprintf("{limit: %d}", limit),
-				sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: 2s}}`, sink.URL, inFlight),
-			}.yaml())
-			runs := crashLoop(t, config, sink, n, kills, f.finished)
-			f.settled(30 * time.Second)
-			// The README's bound: what was in flight, plus, for Kafka, what
-			// finished since the last commit (limit × commit_interval).
-			// JetStream acks are confirmed one by one.
-			documented := inFlight
-			if kind == "kafka" {
-				documented += int(limit * fixtureCommitInterval.Seconds())
-			}
-			reportCrashes(t, runs, sink, n, documented)
-		})
-	}
+	eachBroker(t, n, func(t *testing.T, f fixture) {
+		sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 5 * time.Millisecond} })
+		config := childtest.WriteConfig(t, childtest.Pipeline{
+			Source: f.source,
+			Rate:   fmt.Sprintf("{limit: %d}", limit),
+			Sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: 2s}}`, sink.URL, inFlight),
+		}.YAML())
+		runs := crashLoop(t, config, sink, n, kills, f.finished)
+		f.settled(30 * time.Second)
+		// The README's bound: what was in flight, plus, for Kafka, what
+		// finished since the last commit (limit × commit_interval).
+		// JetStream acks are confirmed one by one.
+		documented := inFlight
+		if f.kind == "kafka" {
+			documented += int(limit * fixtureCommitInterval.Seconds())
+		}
+		reportCrashes(t, runs, sink, n, documented)
+	})
 }

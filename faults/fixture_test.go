@@ -38,6 +38,30 @@ func (f fixture) restart(t testing.TB, sink *sinktest.Sink, config string, n int
 	return sink.Delivered()
 }
 
+// fixtureCommitInterval is the Kafka commit_interval of newFixture.
+const fixtureCommitInterval = 200 * time.Millisecond
+
+// newFixture returns a "jetstream" or "kafka" fixture holding n messages.
+func newFixture(t testing.TB, kind string, n int) fixture {
+	t.Helper()
+	if kind == "kafka" {
+		return kafkaFixture(t, n, fixtureCommitInterval)
+	}
+	return jetstreamFixture(t, n)
+}
+
+// eachBroker runs test as a parallel subtest per broker, "jetstream" and
+// "kafka", each with its own newFixture of n messages.
+func eachBroker(t *testing.T, n int, test func(t *testing.T, f fixture)) {
+	t.Parallel()
+	for _, kind := range []string{"jetstream", "kafka"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			test(t, newFixture(t, kind, n))
+		})
+	}
+}
+
 // jetstreamFixture is a JetStream stream IN holding n messages `{"n":i}`,
 // with a stream DLQ on dlq.> for dead letters.
 func jetstreamFixture(t testing.TB, n int) fixture {

@@ -40,12 +40,12 @@ func (s memorySample) String() string {
 func workThroughBacklog(t testing.TB, source string, upTo int) memorySample {
 	t.Helper()
 	sink := sinktest.StartLean(t)
-	config := childtest.WriteConfig(t, pipeline{
-		source: source,
-		bucket: fmt.Sprintf("{capacity: %d, max_queue_time: 1m}", backlogBucket),
-		rate:   "{limit: 1000000}",
-		sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 32, timeout: 5s}}`, sink.URL),
-	}.yaml())
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Source: source,
+		Bucket: fmt.Sprintf("{capacity: %d, max_queue_time: 1m}", backlogBucket),
+		Rate:   "{limit: 1000000}",
+		Sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 32, timeout: 5s}}`, sink.URL),
+	}.YAML())
 	start := time.Now()
 	p := startShaper(t, "backlog", config)
 	admin := p.Admin()

@@ -27,20 +27,16 @@ const natsMaxPayload = 1 << 20
 // the final metrics.
 func poisonRun(t *testing.T, f fixture, sink *sinktest.Sink, sinkExtra string, want int) childtest.Metrics {
 	t.Helper()
-	config := childtest.WriteConfig(t, pipeline{
-		source: f.source,
-		rate:   "{limit: 200}",
-		sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, retry: {max_attempts: 3, initial_backoff: 50ms, max_backoff: 1s}%s}}`,
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Source: f.source,
+		Rate:   "{limit: 200}",
+		Sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, retry: {max_attempts: 3, initial_backoff: 50ms, max_backoff: 1s}%s}}`,
 			sink.URL, sinkExtra),
-		deadLetter: f.deadLetter,
-	}.yaml())
+		DeadLetter: f.deadLetter,
+	}.YAML())
 	p := startShaper(t, "shaper", config)
-	admin := p.Admin()
-	var m childtest.Metrics
-	testwait.For(t, time.Minute, fmt.Sprintf("%d messages complete", want), func() bool {
-		var err error
-		m, err = childtest.Scrape(admin)
-		return err == nil && m.Sum("shaper_messages_completed_total") >= float64(want)
+	m := p.WaitMetrics(time.Minute, fmt.Sprintf("%d messages complete", want), func(m childtest.Metrics) bool {
+		return m.Sum("shaper_messages_completed_total") >= float64(want)
 	})
 	p.Stop()
 	return m
@@ -200,21 +196,18 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 			}
 			return sinktest.Action{}
 		})
-		config := childtest.WriteConfig(t, pipeline{
-			source: f.source,
-			rate:   "{limit: 200}",
-			sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 1s, retry: {max_attempts: 3, initial_backoff: 50ms, max_backoff: 1s}}}`,
+		config := childtest.WriteConfig(t, childtest.Pipeline{
+			Source: f.source,
+			Rate:   "{limit: 200}",
+			Sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 1s, retry: {max_attempts: 3, initial_backoff: 50ms, max_backoff: 1s}}}`,
 				sink.URL),
-			deadLetter: natsDeadLetter(dlqBroker.url),
-		}.yaml())
+			DeadLetter: natsDeadLetter(dlqBroker.url),
+		}.YAML())
 		p := startShaper(t, "shaper", config)
 		admin := p.Admin()
 		testwait.For(t, time.Minute, "the other messages delivered", func() bool { return sink.DeliveredCount() >= n-n/5 })
-		var m childtest.Metrics
-		testwait.For(t, 30*time.Second, "dead letters to fail and be nacked", func() bool {
-			var err error
-			m, err = childtest.Scrape(admin)
-			return err == nil && m.Sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`) >= n/5
+		p.WaitMetrics(30*time.Second, "dead letters to fail and be nacked", func(m childtest.Metrics) bool {
+			return m.Sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`) >= n/5
 		})
 		time.Sleep(2 * time.Second) // a few more rounds of redelivery while the target is down
 		ids, err := f.finished()
@@ -227,7 +220,7 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 			}
 		}
 		_, ackPending, _ := f.nats.consumer("IN", "shaper-faults")
-		m, _ = childtest.Scrape(admin)
+		m, _ := childtest.Scrape(admin)
 		rounds := m.Sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`)
 		t.Logf("dead-letter target down: %v nacks, %d messages unacked", rounds, ackPending)
 
@@ -277,17 +270,15 @@ func TestPoisonHeadersNeverInjectAnHTTPHeader(t *testing.T) {
 	}
 	f.kafka.produceTo(recs)
 	sink := sinktest.Start(t, sinktest.OK)
-	config := childtest.WriteConfig(t, pipeline{
-		source:     f.source,
-		rate:       "{limit: 200}",
-		sink:       fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, forward_headers: true, key_header: X-Key}}`, sink.URL),
-		deadLetter: f.deadLetter,
-	}.yaml())
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Source:     f.source,
+		Rate:       "{limit: 200}",
+		Sink:       fmt.Sprintf(`{http: {url: "%s", max_in_flight: 4, timeout: 2s, forward_headers: true, key_header: X-Key}}`, sink.URL),
+		DeadLetter: f.deadLetter,
+	}.YAML())
 	p := startShaper(t, "shaper", config)
-	admin := p.Admin()
-	testwait.For(t, time.Minute, "every record complete", func() bool {
-		m, err := childtest.Scrape(admin)
-		return err == nil && m.Sum("shaper_messages_completed_total") >= n
+	p.WaitMetrics(time.Minute, "every record complete", func(m childtest.Metrics) bool {
+		return m.Sum("shaper_messages_completed_total") >= n
 	})
 	p.Stop()
 	f.settled(30 * time.Second)
@@ -345,21 +336,17 @@ func TestPoisonADeadLetterTooLargeForItsTargetIsSentWithoutItsPayload(t *testing
 	rejectAll := func(*http.Request, int) sinktest.Action { return sinktest.Action{Status: http.StatusBadRequest} }
 	run := func(t *testing.T, f fixture, size int) {
 		sink := sinktest.Start(t, rejectAll)
-		p := startShaper(t, "shaper", childtest.WriteConfig(t, pipeline{
-			source:     f.source,
-			rate:       "{limit: 100}",
-			sink:       fmt.Sprintf(`{http: {url: "%s", retry: {max_backoff: 1s}}}`, sink.URL),
-			deadLetter: f.deadLetter,
-		}.yaml()))
-		admin := p.Admin()
-		var m childtest.Metrics
-		testwait.For(t, 30*time.Second, "the message to complete", func() bool {
-			var err error
-			m, err = childtest.Scrape(admin)
-			return err == nil && m.Sum("shaper_messages_completed_total") >= 1
+		p := startShaper(t, "shaper", childtest.WriteConfig(t, childtest.Pipeline{
+			Source:     f.source,
+			Rate:       "{limit: 100}",
+			Sink:       fmt.Sprintf(`{http: {url: "%s", retry: {max_backoff: 1s}}}`, sink.URL),
+			DeadLetter: f.deadLetter,
+		}.YAML()))
+		p.WaitMetrics(30*time.Second, "the message to complete", func(m childtest.Metrics) bool {
+			return m.Sum("shaper_messages_completed_total") >= 1
 		})
 		time.Sleep(1500 * time.Millisecond) // past max_backoff: a nacked message would be back
-		m, _ = childtest.Scrape(admin)
+		m, _ := childtest.Scrape(p.Admin())
 		p.Stop()
 		f.settled(30 * time.Second)
 		dls := f.dlq(1)

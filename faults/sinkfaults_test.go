@@ -11,7 +11,6 @@ import (
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/freeport"
 	"github.com/shaper-dev/shaper/internal/sinktest"
-	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // Shaping under retries. The sink sees arrivals, not departures: the
@@ -104,8 +103,12 @@ type sinkFault struct {
 	rule func(s *faultState) sinktest.Rule
 	// before runs before the shaper starts, after runs once it has started.
 	refuseFor time.Duration // the sink does not listen at first, for this long
-	check     func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics)
+	check     faultCheck
 }
+
+// faultCheck checks what a fault did, from the requests the sink saw and
+// the child's last metrics.
+type faultCheck func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics)
 
 // faultState is what a fault's rule remembers, for its check.
 type faultState struct {
@@ -123,10 +126,6 @@ const (
 func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t *testing.T) {
 	t.Parallel()
 	const n, limit, inFlight = 150, 100, 4
-	every := func(k int, key string) bool { // one message in k, by id
-		i, _ := strconv.Atoi(key[len("IN/"):])
-		return i%k == 0
-	}
 	faults := []sinkFault{
 		{
 			name: "bursts of 500 502 503",
@@ -148,28 +147,15 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			},
 		},
 		{
-			name: "hangs until the per-attempt timeout",
-			rule: func(s *faultState) sinktest.Rule {
-				return func(r *http.Request, attempt int) sinktest.Action {
-					if attempt == 1 && every(3, r.Header.Get("Idempotency-Key")) {
-						return sinktest.Action{Hang: true}
-					}
-					return sinktest.Action{}
-				}
-			},
-			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
-				checkGaveUpWithinTimeout(t, reqs, func(r sinktest.Request) bool { return r.Attempt == 1 && every(3, r.Key) })
-			},
+			name:  "hangs until the per-attempt timeout",
+			rule:  firstAttemptsOfOneIn(3, 1, sinktest.Action{Hang: true}),
+			check: checkGaveUpOnOneIn(3),
 		},
 		{
 			name:      "connection refused",
 			refuseFor: 1500 * time.Millisecond,
 			rule:      func(s *faultState) sinktest.Rule { return sinktest.OK },
-			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
-				if m.Sum("shaper_requests_total", `code="error"`) == 0 {
-					t.Errorf("shaper_requests_total{code=\"error\"} = 0; want the refused attempts counted")
-				}
-			},
+			check:     checkErrorsCounted("the refused attempts"),
 		},
 		{
 			name: "429 with Retry-After in seconds",
@@ -177,12 +163,12 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 				return func(r *http.Request, attempt int) sinktest.Action {
 					key := r.Header.Get("Idempotency-Key")
 					switch {
-					case attempt == 1 && every(5, key):
+					case attempt == 1 && oneIn(5, key):
 						s.mu.Lock()
 						s.retryAfter[key] = time.Now().Add(time.Second)
 						s.mu.Unlock()
 						return sinktest.Action{Status: http.StatusTooManyRequests, RetryAfter: "1"}
-					case attempt == 1 && every(7, key):
+					case attempt == 1 && oneIn(7, key):
 						// An hour: max_backoff caps it.
 						s.mu.Lock()
 						s.capped[key] = time.Now()
@@ -199,7 +185,7 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			rule: func(s *faultState) sinktest.Rule {
 				return func(r *http.Request, attempt int) sinktest.Action {
 					key := r.Header.Get("Idempotency-Key")
-					if attempt == 1 && every(5, key) {
+					if attempt == 1 && oneIn(5, key) {
 						at := time.Now().Add(2 * time.Second).Truncate(time.Second) // dates have whole seconds
 						s.mu.Lock()
 						s.retryAfter[key] = at
@@ -212,34 +198,14 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			check: checkRetryAfter,
 		},
 		{
-			name: "connection reset mid-response",
-			rule: func(s *faultState) sinktest.Rule {
-				return func(r *http.Request, attempt int) sinktest.Action {
-					if attempt <= 2 && every(4, r.Header.Get("Idempotency-Key")) {
-						return sinktest.Action{Reset: true}
-					}
-					return sinktest.Action{}
-				}
-			},
-			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
-				if m.Sum("shaper_requests_total", `code="error"`) == 0 {
-					t.Errorf("shaper_requests_total{code=\"error\"} = 0; want the reset attempts counted as errors")
-				}
-			},
+			name:  "connection reset mid-response",
+			rule:  firstAttemptsOfOneIn(4, 2, sinktest.Action{Reset: true}),
+			check: checkErrorsCounted("the reset attempts"),
 		},
 		{
-			name: "slow sink drips its response",
-			rule: func(s *faultState) sinktest.Rule {
-				return func(r *http.Request, attempt int) sinktest.Action {
-					if attempt == 1 && every(5, r.Header.Get("Idempotency-Key")) {
-						return sinktest.Action{Drip: 50 * time.Millisecond} // about 4.5 s for the whole response
-					}
-					return sinktest.Action{}
-				}
-			},
-			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
-				checkGaveUpWithinTimeout(t, reqs, func(r sinktest.Request) bool { return r.Attempt == 1 && every(5, r.Key) })
-			},
+			name:  "slow sink drips its response",
+			rule:  firstAttemptsOfOneIn(5, 1, sinktest.Action{Drip: 50 * time.Millisecond}), // about 4.5 s for the whole response
+			check: checkGaveUpOnOneIn(5),
 		},
 	}
 
@@ -249,13 +215,13 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			f := jetstreamFixture(t, n)
 			state := &faultState{start: time.Now(), retryAfter: map[string]time.Time{}, capped: map[string]time.Time{}}
 			addr := fmt.Sprintf("127.0.0.1:%d", freeport.Get(t))
-			config := childtest.WriteConfig(t, pipeline{
-				source: f.source,
-				rate:   fmt.Sprintf("{limit: %d}", limit),
-				sink: fmt.Sprintf(`{http: {url: "http://%s/notify", max_in_flight: %d, timeout: %s, retry: {max_attempts: 6, initial_backoff: 50ms, max_backoff: %s, max_elapsed: 1m}}}`,
+			config := childtest.WriteConfig(t, childtest.Pipeline{
+				Source: f.source,
+				Rate:   fmt.Sprintf("{limit: %d}", limit),
+				Sink: fmt.Sprintf(`{http: {url: "http://%s/notify", max_in_flight: %d, timeout: %s, retry: {max_attempts: 6, initial_backoff: 50ms, max_backoff: %s, max_elapsed: 1m}}}`,
 					addr, inFlight, sfTimeout, sfMaxBackoff),
-				deadLetter: f.deadLetter,
-			}.yaml())
+				DeadLetter: f.deadLetter,
+			}.YAML())
 			// A sink that takes 30 ms to answer keeps about 3 requests in
 			// flight at 100/s, so max_in_flight (4) is tested, not idle.
 			faulty := fault.rule(state)
@@ -271,16 +237,13 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 				sink = sinktest.StartAt(t, addr, rule)
 			}
 			p := startShaper(t, "shaper", config)
-			admin := p.Admin()
+			p.Admin() // started: the sink's refusal runs from here
 			if fault.refuseFor > 0 {
 				time.Sleep(fault.refuseFor)
 				sink = sinktest.StartAt(t, addr, rule)
 			}
-			var m childtest.Metrics
-			testwait.For(t, 2*time.Minute, "every message delivered or dead-lettered", func() bool {
-				var err error
-				m, err = childtest.Scrape(admin)
-				return err == nil && m.Sum("shaper_messages_completed_total") >= n
+			m := p.WaitMetrics(2*time.Minute, "every message delivered or dead-lettered", func(m childtest.Metrics) bool {
+				return m.Sum("shaper_messages_completed_total") >= n
 			})
 			p.Stop()
 			f.settled(30 * time.Second)
@@ -297,6 +260,45 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			t.Logf("%s: %d messages, %d requests: %d delivered, %d dead-lettered, %d lost, %d duplicates; peak in flight %d/%d; most in 100 ms %d, in 1 s %d (limit %d/s)",
 				fault.name, n, len(reqs), len(o.delivered), len(o.deadLettered), len(o.lost), o.duplicates, sink.PeakInFlight(sfTimeout), inFlight, most100, most1s, limit)
 		})
+	}
+}
+
+// oneIn reports whether the message of id key ("IN/7") is one in k.
+func oneIn(k int, key string) bool {
+	i, _ := strconv.Atoi(key[len("IN/"):])
+	return i%k == 0
+}
+
+// firstAttemptsOfOneIn is a fault that answers a to the first attempts
+// attempts of one message in k, and the others as a healthy sink would.
+func firstAttemptsOfOneIn(k, attempts int, a sinktest.Action) func(*faultState) sinktest.Rule {
+	return func(*faultState) sinktest.Rule {
+		return func(r *http.Request, attempt int) sinktest.Action {
+			if attempt <= attempts && oneIn(k, r.Header.Get("Idempotency-Key")) {
+				return a
+			}
+			return sinktest.Action{}
+		}
+	}
+}
+
+// checkGaveUpOnOneIn checks that the client gave up on the first attempt of
+// one message in k at the per-attempt timeout (checkGaveUpWithinTimeout).
+func checkGaveUpOnOneIn(k int) faultCheck {
+	return func(t *testing.T, _ *faultState, reqs []sinktest.Request, _ childtest.Metrics) {
+		t.Helper()
+		checkGaveUpWithinTimeout(t, reqs, func(r sinktest.Request) bool { return r.Attempt == 1 && oneIn(k, r.Key) })
+	}
+}
+
+// checkErrorsCounted checks that failed attempts, which names, were counted
+// in shaper_requests_total{code="error"}.
+func checkErrorsCounted(which string) faultCheck {
+	return func(t *testing.T, _ *faultState, _ []sinktest.Request, m childtest.Metrics) {
+		t.Helper()
+		if m.Sum("shaper_requests_total", `code="error"`) == 0 {
+			t.Errorf("shaper_requests_total{code=\"error\"} = 0; want %s counted as errors", which)
+		}
 	}
 }
 

@@ -31,12 +31,7 @@ func TestSoak(t *testing.T) {
 	if *soakFor <= 0 {
 		t.Skip("opt-in: go test -run TestSoak -timeout 20m ./faults/ -args -soak=10m")
 	}
-	for _, kind := range []string{"jetstream", "kafka"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			soak(t, kind, *soakFor)
-		})
-	}
+	eachBroker(t, 0, func(t *testing.T, f fixture) { soak(t, f, *soakFor) })
 }
 
 // soakSink misbehaves at random: bursts of 503 the chaos loop turns on,
@@ -60,19 +55,18 @@ func (s *soakSink) rule(r *http.Request, attempt int) sinktest.Action {
 	return sinktest.Action{Delay: time.Duration(rand.IntN(20)) * time.Millisecond}
 }
 
-func soak(t *testing.T, kind string, d time.Duration) {
+func soak(t *testing.T, f fixture, d time.Duration) {
 	const limit, produceRate = 200, 150
-	f := newFixture(t, kind, 0)
 	ss := &soakSink{}
 	sink := sinktest.Start(t, ss.rule)
-	config := childtest.WriteConfig(t, pipeline{
-		drain:  2 * time.Second,
-		source: f.source,
-		rate:   fmt.Sprintf("{limit: %d}", limit),
-		sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 8, timeout: 500ms, retry: {max_attempts: 5, initial_backoff: 100ms, max_backoff: 2s, max_elapsed: 1m}}}`,
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Drain:  2 * time.Second,
+		Source: f.source,
+		Rate:   fmt.Sprintf("{limit: %d}", limit),
+		Sink: fmt.Sprintf(`{http: {url: "%s", max_in_flight: 8, timeout: 500ms, retry: {max_attempts: 5, initial_backoff: 100ms, max_backoff: 2s, max_elapsed: 1m}}}`,
 			sink.URL),
-		deadLetter: f.deadLetter,
-	}.yaml())
+		DeadLetter: f.deadLetter,
+	}.YAML())
 
 	ctx, stopProducing := context.WithCancel(context.Background())
 	var producing sync.WaitGroup
@@ -142,7 +136,7 @@ func soak(t *testing.T, kind string, d time.Duration) {
 	p.Stop()
 	dls := f.dlq(0)
 	o := account(t, ids, sink, dls)
-	t.Logf("soak %v on %s: faults %v; %d shaper lives", d, kind, counts, life)
+	t.Logf("soak %v on %s: faults %v; %d shaper lives", d, f.kind, counts, life)
 	t.Logf("messages %d, delivered %d, dead-lettered %d, lost %d, duplicates %d, requests %d",
 		len(ids), len(o.delivered), len(o.deadLettered), len(o.lost), o.duplicates, sink.RequestCount())
 	// Each duplicate is put down to the last fault before it.

@@ -33,26 +33,13 @@ func kafkaRun(t *testing.T, n, limit, inFlight int, commit time.Duration) (*sink
 }
 
 func kafkaConfig(broker, sinkURL string, limit, inFlight int, commit, drain time.Duration) string {
-	return fmt.Sprintf(`
-admin: {listen: "127.0.0.1:0"}
-shutdown: {drain_timeout: %s}
-pipelines:
-  - name: psp
-    source:
-      kafka:
-        brokers: ["%s"]
-        topic: callbacks
-        group: shaper-psp
-        commit_interval: %s
-        session_timeout: 6s
-        heartbeat_interval: 100ms
-        rebalance_timeout: 2s
-        max_wait: 200ms
-    bucket: {capacity: 1000, max_queue_time: 1m}
-    rate: {limit: %d}
-    sink:
-      http: {url: "%s", max_in_flight: %d}
-`, drain, broker, commit, limit, sinkURL, inFlight)
+	return childtest.Pipeline{
+		Drain: drain,
+		Source: fmt.Sprintf(`{kafka: {brokers: ["%s"], topic: callbacks, group: shaper-psp, commit_interval: %s, session_timeout: 6s, heartbeat_interval: 100ms, rebalance_timeout: 2s, max_wait: 200ms}}`,
+			broker, commit),
+		Rate: fmt.Sprintf("{limit: %d}", limit),
+		Sink: httpSink(sinkURL, inFlight),
+	}.YAML()
 }
 
 func TestKafkaSIGKILLLosesNothingAndDuplicatesStayWithinTheUncommittedWindow(t *testing.T) {

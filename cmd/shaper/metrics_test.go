@@ -19,7 +19,6 @@ import (
 	"github.com/shaper-dev/shaper/internal/kafkatest"
 	"github.com/shaper-dev/shaper/internal/natstest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
-	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -149,9 +148,8 @@ pipelines:
 	c := startChild(t, config)
 	admin := c.Admin()
 	for _, p := range []string{"deploy-test-0", "deploy-test-1"} {
-		testwait.For(t, 45*time.Second, fmt.Sprintf("%d deliveries from %s", n, p), func() bool {
-			m, err := childtest.Scrape(admin)
-			return err == nil && m.Sum("shaper_messages_completed_total", `pipeline="`+p+`"`, `outcome="delivered"`) >= n
+		c.WaitMetrics(45*time.Second, fmt.Sprintf("%d deliveries from %s", n, p), func(m childtest.Metrics) bool {
+			return m.Sum("shaper_messages_completed_total", `pipeline="`+p+`"`, `outcome="delivered"`) >= n
 		})
 	}
 

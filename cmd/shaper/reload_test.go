@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/childtest"
-	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
@@ -20,15 +19,26 @@ func rewrite(t *testing.T, path, body string) {
 	}
 }
 
+// reload rewrites the config file of c to body, sends c SIGHUP and waits
+// for c to log logged.
+func reload(t *testing.T, c *childtest.Process, config, body, logged string) {
+	t.Helper()
+	rewrite(t, config, body)
+	c.Signal(syscall.SIGHUP)
+	testwait.For(t, 10*time.Second, "the reload ("+logged+") in the log", func() bool {
+		return strings.Contains(c.Stderr.String(), logged)
+	})
+}
+
 func TestSIGHUPReloadUnderLoadAppliesTheNewRateAndLosesNothing(t *testing.T) {
 	const n = 300
-	natsURL, sink, config := natsRun(t, n, 20, time.Second)
+	sink, config, text := natsRun(t, n, 20, time.Second)
 
 	c := startChild(t, config)
 	testwait.For(t, 30*time.Second, "deliveries at 20/s", func() bool { u, _ := sink.Counts(); return u >= 30 })
 	before := rateOver(sink, time.Second)
 
-	rewrite(t, config, runConfig(natsURL, sink.URL, 100, time.Second))
+	rewrite(t, config, strings.Replace(text, "rate: {limit: 20}", "rate: {limit: 100}", 1))
 	c.Signal(syscall.SIGHUP)
 	time.Sleep(300 * time.Millisecond)
 	after := rateOver(sink, time.Second)
@@ -49,18 +59,11 @@ func TestSIGHUPReloadUnderLoadAppliesTheNewRateAndLosesNothing(t *testing.T) {
 }
 
 func TestAnInvalidReloadIsRefusedAndTheRunningConfigStays(t *testing.T) {
-	natsURL := startJetStream(t, 200)
-	sink := sinktest.Start(t, sinktest.OK)
-	good := runConfig(natsURL, sink.URL, 20, time.Second)
-	config := childtest.WriteConfig(t, good)
+	sink, config, good := natsRun(t, 200, 20, time.Second)
 
 	c := startChild(t, config)
 	testwait.For(t, 30*time.Second, "deliveries", func() bool { u, _ := sink.Counts(); return u >= 20 })
-	rewrite(t, config, strings.Replace(good, "rate: {limit: 20}", "rate: {limit: -5, burst: 0}", 1))
-	_ = c.Cmd.Process.Signal(syscall.SIGHUP)
-	testwait.For(t, 10*time.Second, "the refusal in the log", func() bool {
-		return strings.Contains(c.Stderr.String(), "reload refused")
-	})
+	reload(t, c, config, strings.Replace(good, "rate: {limit: 20}", "rate: {limit: -5, burst: 0}", 1), "reload refused")
 	for _, want := range []string{"pipelines[0].rate.limit: must be a number > 0", "pipelines[0].rate.burst: must be >= 1"} {
 		if !strings.Contains(c.Stderr.String(), want) {
 			t.Errorf("the refusal does not list %q; stderr:\n%s", want, c.Stderr)
@@ -73,14 +76,11 @@ func TestAnInvalidReloadIsRefusedAndTheRunningConfigStays(t *testing.T) {
 }
 
 func TestReloadAddsAndRemovesPipelinesAndWatchFollowsTheFile(t *testing.T) {
-	natsURL := startJetStream(t, 100)
-	sink := sinktest.Start(t, sinktest.OK)
-	one := runConfig(natsURL, sink.URL, 200, time.Second)
+	sink, config, one := natsRun(t, 100, 200, time.Second)
 	// A second pipeline on the same stream with its own durable consumer:
 	// it delivers every message again, under its own name.
 	two := one + strings.NewReplacer("name: psp", "name: psp-copy", "durable: shaper-psp", "durable: shaper-copy").
 		Replace(one[strings.Index(one, "  - name: psp"):])
-	config := childtest.WriteConfig(t, one)
 
 	c := startShaper(t, nil, "run", "--config", config, "--watch")
 	testwait.For(t, 30*time.Second, "the first pipeline's deliveries", func() bool { u, _ := sink.Counts(); return u == 100 })
@@ -103,16 +103,11 @@ func TestReloadAddsAndRemovesPipelinesAndWatchFollowsTheFile(t *testing.T) {
 }
 
 func TestReloadChangesHTTPSinkHeadersInPlace(t *testing.T) {
-	natsURL := startJetStream(t, 300)
-	sink := sinktest.Start(t, sinktest.OK)
-	old := runConfig(natsURL, sink.URL, 50, time.Second)
-	config := childtest.WriteConfig(t, old)
+	sink, config, old := natsRun(t, 300, 50, time.Second)
 	c := startChild(t, config)
 	testwait.For(t, 30*time.Second, "deliveries", func() bool { u, _ := sink.Counts(); return u >= 20 })
 
-	rewrite(t, config, strings.Replace(old, "max_in_flight: 4}", "max_in_flight: 4, headers: {X-Psp: acme}, timeout: 5s}", 1))
-	_ = c.Cmd.Process.Signal(syscall.SIGHUP)
-	testwait.For(t, 10*time.Second, "the reload", func() bool { return strings.Contains(c.Stderr.String(), "pipeline changed in place") })
+	reload(t, c, config, strings.Replace(old, "max_in_flight: 4}", "max_in_flight: 4, headers: {X-Psp: acme}, timeout: 5s}", 1), "pipeline changed in place")
 	testwait.For(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == 300 })
 	_ = c.Cmd.Process.Signal(syscall.SIGTERM)
 	c.Wait(15 * time.Second)

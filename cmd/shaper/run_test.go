@@ -37,32 +37,40 @@ func startShaper(t testing.TB, env []string, args ...string) *childtest.Process 
 
 // natsRun is startJetStream's stream of n messages, a sink that answers
 // 200, and the config file of runConfig between them; it returns the
-// server's URL too, for a test that rewrites the config.
-func natsRun(t *testing.T, n, limit int, drain time.Duration) (natsURL string, sink *sinktest.Sink, config string) {
+// config's text too, for a test that rewrites it.
+func natsRun(t *testing.T, n, limit int, drain time.Duration) (sink *sinktest.Sink, config, text string) {
 	t.Helper()
-	natsURL = startJetStream(t, n)
+	natsURL := startJetStream(t, n)
 	sink = sinktest.Start(t, sinktest.OK)
-	return natsURL, sink, childtest.WriteConfig(t, runConfig(natsURL, sink.URL, limit, drain))
+	text = runConfig(natsURL, sink.URL, limit, drain)
+	return sink, childtest.WriteConfig(t, text), text
 }
 
+// runConfig is pipeline psp from startJetStream's stream to the sink at
+// sinkURL at limit/s.
 func runConfig(natsURL, sinkURL string, limit int, drain time.Duration) string {
-	return fmt.Sprintf(`
-admin: {listen: "127.0.0.1:0"}
-shutdown: {drain_timeout: %s}
-pipelines:
-  - name: psp
-    source:
-      nats: {url: "%s", subject: callbacks.psp, stream: CALLBACKS, durable: shaper-psp}
-    bucket: {capacity: 1000, max_queue_time: 1m}
-    rate: {limit: %d}
-    sink:
-      http: {url: "%s", max_in_flight: 4}
-`, drain, natsURL, limit, sinkURL)
+	return childtest.Pipeline{
+		Drain:  drain,
+		Source: natsSource(natsURL),
+		Rate:   fmt.Sprintf("{limit: %d}", limit),
+		Sink:   httpSink(sinkURL, 4),
+	}.YAML()
+}
+
+// natsSource is the source block for startJetStream's stream, as durable
+// shaper-psp.
+func natsSource(natsURL string) string {
+	return fmt.Sprintf(`{nats: {url: "%s", subject: callbacks.psp, stream: CALLBACKS, durable: shaper-psp}}`, natsURL)
+}
+
+// httpSink is the sink block for the HTTP sink at url.
+func httpSink(url string, inFlight int) string {
+	return fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d}}`, url, inFlight)
 }
 
 func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T) {
 	const n = 150
-	_, sink, config := natsRun(t, n, 50, time.Second)
+	sink, config, _ := natsRun(t, n, 50, time.Second)
 
 	first := startChild(t, config)
 	testwait.For(t, 30*time.Second, "30 deliveries", func() bool { u, _ := sink.Counts(); return u >= 30 })
@@ -96,7 +104,7 @@ func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T)
 
 func TestASecondSignalForcesExitAndLosesNothing(t *testing.T) {
 	const n = 100
-	_, sink, config := natsRun(t, n, 10, time.Minute)
+	sink, config, _ := natsRun(t, n, 10, time.Minute)
 
 	first := startChild(t, config)
 	testwait.For(t, 30*time.Second, "5 deliveries", func() bool { u, _ := sink.Counts(); return u >= 5 })

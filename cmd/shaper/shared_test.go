@@ -14,23 +14,13 @@ import (
 )
 
 func sharedConfig(natsURL, sinkURL, redisAddr string, limit, fallback float64) string {
-	return fmt.Sprintf(`
-admin: {listen: "127.0.0.1:0"}
-shutdown: {drain_timeout: 1s}
-pipelines:
-  - name: psp
-    source:
-      nats: {url: "%s", subject: callbacks.psp, stream: CALLBACKS, durable: shaper-psp}
-    bucket: {capacity: 50, max_queue_time: 1m}
-    rate:
-      limit: %v
-      shared:
-        redis: {addr: "%s"}
-        key: shaper:test:psp
-        fallback_limit: %v
-    sink:
-      http: {url: "%s", max_in_flight: 4}
-`, natsURL, limit, redisAddr, fallback, sinkURL)
+	return childtest.Pipeline{
+		Drain:  time.Second,
+		Source: natsSource(natsURL),
+		Bucket: "{capacity: 50, max_queue_time: 1m}",
+		Rate:   fmt.Sprintf(`{limit: %v, shared: {redis: {addr: "%s"}, key: "shaper:test:psp", fallback_limit: %v}}`, limit, redisAddr, fallback),
+		Sink:   httpSink(sinkURL, 4),
+	}.YAML()
 }
 
 // rateOver measures the sink's aggregate rate over window, starting now.

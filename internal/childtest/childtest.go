@@ -1,7 +1,7 @@
 // Package childtest runs a shaper binary as a child process for tests: it
-// starts it, keeps its output, finds its admin address in its log, signals
-// it, waits for it, and scrapes its /metrics. A test drives the real daemon
-// the way an operator would, signals and all.
+// writes its config, starts it, keeps its output, finds its admin address in
+// its log, signals it, waits for it, and scrapes its /metrics. A test drives
+// the real daemon the way an operator would, signals and all.
 package childtest
 
 import (
@@ -106,6 +106,21 @@ func (p *Process) Admin() string {
 	return addr
 }
 
+// WaitMetrics scrapes the process's /metrics until cond holds of a scrape,
+// and returns that scrape. It fails the test after timeout, naming what it
+// waited for.
+func (p *Process) WaitMetrics(timeout time.Duration, what string, cond func(Metrics) bool) Metrics {
+	p.t.Helper()
+	addr := p.Admin()
+	var m Metrics
+	testwait.For(p.t, timeout, what, func() bool {
+		var err error
+		m, err = Scrape(addr)
+		return err == nil && cond(m)
+	})
+	return m
+}
+
 // Exited reports whether the process has exited.
 func (p *Process) Exited() bool {
 	select {
@@ -174,6 +189,40 @@ func WriteConfig(t testing.TB, body string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// Pipeline is a config with one pipeline: the parts a test varies, each the
+// value of its key as a YAML flow mapping, such as `{limit: 50}` for Rate.
+// The admin server listens on a free loopback port (Process.Admin finds it).
+type Pipeline struct {
+	Name       string        // the pipeline's name; "": psp
+	Drain      time.Duration // shutdown.drain_timeout; 0: 5s
+	Source     string        // the value of source:, such as `{nats: {...}}`
+	Bucket     string        // the value of bucket:; "": {capacity: 1000, max_queue_time: 1m}
+	Rate       string        // the value of rate:
+	Sink       string        // the value of sink:
+	DeadLetter string        // the value of dead_letter:; "": none
+}
+
+// YAML returns the config text, one key a line, so that a test may rewrite
+// a line of it with strings.Replace.
+func (p Pipeline) YAML() string {
+	if p.Name == "" {
+		p.Name = "psp"
+	}
+	if p.Drain == 0 {
+		p.Drain = 5 * time.Second
+	}
+	if p.Bucket == "" {
+		p.Bucket = "{capacity: 1000, max_queue_time: 1m}"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "admin: {listen: \"127.0.0.1:0\"}\nshutdown: {drain_timeout: %s}\npipelines:\n  - name: %s\n", p.Drain, p.Name)
+	fmt.Fprintf(&b, "    source: %s\n    bucket: %s\n    rate: %s\n    sink: %s\n", p.Source, p.Bucket, p.Rate, p.Sink)
+	if p.DeadLetter != "" {
+		fmt.Fprintf(&b, "    dead_letter: %s\n", p.DeadLetter)
+	}
+	return b.String()
 }
 
 var client = &http.Client{Timeout: 5 * time.Second}
