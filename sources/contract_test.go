@@ -91,11 +91,10 @@ func startCoreNATSBroker(t *testing.T) contractBroker {
 }
 
 func startKafkaBroker(t *testing.T) contractBroker {
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	c, cl, cfg := startKafkaGroup(t)
 	return contractBroker{
 		open: func(t *testing.T) shaper.Source {
-			src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "contract"), 100)
+			src, _ := newKafkaSource(t, cfg, 100)
 			return src
 		},
 		publish: func(t *testing.T, first, n int) {

@@ -48,6 +48,14 @@ func startKfake(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
+// startKafkaGroup starts kfake (startKfake) and the test's own client on it,
+// and returns them with the config of a source in group "g" there.
+func startKafkaGroup(t *testing.T) (*kfake.Cluster, *kgo.Client, shaper.KafkaSourceConfig) {
+	t.Helper()
+	c := startKfake(t)
+	return c, kafkaClient(t, c), kafkaConfig(c.ListenAddrs(), "g")
+}
+
 // kafkaConfig is a source config for the test topic with the group timings
 // that make kfake group tests take a second or two (TOOLCHAIN.md).
 func kafkaConfig(brokers []string, group string) shaper.KafkaSourceConfig {
@@ -150,6 +158,16 @@ func produceRecords(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
 }
 
 var allPartitions = []int32{0, 1, 2, 3}
+
+// everyPartition returns offset as the committed offset of every partition of
+// the test topic (-1: none), as committed returns them.
+func everyPartition(offset int64) map[int]int64 {
+	out := make(map[int]int64, kafkaTestPartitions)
+	for p := range kafkaTestPartitions {
+		out[p] = offset
+	}
+	return out
+}
 
 // committed returns the group's committed offset per partition of the test
 // topic (-1: none), read with the test's own client.
@@ -272,15 +290,14 @@ func waitNotReady(t *testing.T, src *Kafka, want string) error {
 
 func TestKafkaDeliversRecordsWithIDsKeysHeadersAndEmptyPayloadForNilValue(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produceRecords(t, cl,
 		&kgo.Record{Partition: 2, Key: []byte("k1"), Value: []byte("v1"), Headers: []kgo.RecordHeader{
 			{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")}, {Key: "a", Value: []byte("3")},
 		}},
 		&kgo.Record{Partition: 2, Value: nil},
 	)
-	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	src, _ := newKafkaSource(t, cfg, 100)
 
 	got := fetchN(t, src, 2, 10)
 	m := got[0]
@@ -346,10 +363,9 @@ func marks(src *Kafka) map[int]int64 {
 
 func TestKafkaUnackedMessageHoldsItsPartitionsCommitWhileOthersAdvance(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 10, allPartitions...)
-	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	src, _ := newKafkaSource(t, cfg, 100)
 
 	got := fetchN(t, src, 40, 7)
 	var held *shaper.Message
@@ -366,33 +382,32 @@ func TestKafkaUnackedMessageHoldsItsPartitionsCommitWhileOthersAdvance(t *testin
 	waitCommitted(t, cl, "g", map[int]int64{0: 3, 1: 10, 2: 10, 3: 10})
 
 	ack(t, held)
-	waitCommitted(t, cl, "g", map[int]int64{0: 10, 1: 10, 2: 10, 3: 10})
+	waitCommitted(t, cl, "g", everyPartition(10))
 }
 
 func TestKafkaGracefulCloseCommitsEverythingSoTheGroupGetsNoDuplicate(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 25, allPartitions...)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
-	cfg.CommitInterval = time.Hour // only the drain commits
-	a, _ := newKafkaSource(t, cfg, 1000)
+	drainOnly := cfg
+	drainOnly.CommitInterval = time.Hour // only the drain commits
+	a, _ := newKafkaSource(t, drainOnly, 1000)
 
 	got := fetchN(t, a, 100, 30)
 	perm := permutation(len(got), 7)
 	for _, i := range perm {
 		ack(t, got[i])
 	}
-	if c := committed(t, cl, "g"); !maps.Equal(c, map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}) {
+	if c := committed(t, cl, "g"); !maps.Equal(c, everyPartition(-1)) {
 		t.Fatalf("committed before Close = %v; want none (CommitInterval is an hour)", c)
 	}
 	closeSource(t, a)
-	want := map[int]int64{0: 25, 1: 25, 2: 25, 3: 25}
+	want := everyPartition(25)
 	if c := committed(t, cl, "g"); !maps.Equal(c, want) || !maps.Equal(c, marks(a)) {
 		t.Fatalf("committed after Close = %v; want %v, the source's contiguous marks %v", c, want, marks(a))
 	}
 
-	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
+	b, _ := newKafkaSource(t, cfg, 1000)
 	produce(t, cl, 25, 1, 2) // one new message, to know b is consuming
 	next := fetchN(t, b, 1, 100)
 	if next[0].ID != "topic/2/25" {
@@ -403,10 +418,9 @@ func TestKafkaGracefulCloseCommitsEverythingSoTheGroupGetsNoDuplicate(t *testing
 
 func TestKafkaCloseCommitsContiguousMarksAndOnlyNackedMessagesComeBackAfterRestart(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 10, allPartitions...)
-	a, lb := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	a, lb := newKafkaSource(t, cfg, 100)
 
 	for _, m := range fetchN(t, a, 40, 100) {
 		switch m.ID {
@@ -439,7 +453,7 @@ func TestKafkaCloseCommitsContiguousMarksAndOnlyNackedMessagesComeBackAfterResta
 		t.Errorf("logged %d times that nacked messages were left; want 1", n)
 	}
 
-	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	b, _ := newKafkaSource(t, cfg, 100)
 	gotIDs := ids(fetchN(t, b, 2, 100))
 	slices.Sort(gotIDs)
 	if want := []string{"topic/1/4", "topic/3/0"}; !slices.Equal(gotIDs, want) {
@@ -468,12 +482,11 @@ func rejectCommits(c *kfake.Cluster, reject *atomic.Bool) {
 func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t *testing.T) {
 	t.Parallel()
 	const perPartition = 50
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	c, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, perPartition, allPartitions...)
 	var reject atomic.Bool
 	rejectCommits(c, &reject)
-	a, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
+	a, _ := newKafkaSource(t, cfg, 1000)
 
 	byID := make(map[string]*shaper.Message)
 	for _, m := range fetchN(t, a, 4*perPartition, 50) {
@@ -520,7 +533,7 @@ func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t
 	// The next member gets what is left: what was not acked, and what was
 	// acked after the last commit (the commit's metadata has topic/0/8..19
 	// as finished, above its offset 7).
-	b, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
+	b, _ := newKafkaSource(t, cfg, 1000)
 	window := len(second) // acked after the last commit
 	unacked := 4*perPartition - len(acked)
 	got := fetchN(t, b, unacked+window, 100)
@@ -554,11 +567,10 @@ func TestKafkaCrashLosesNothingAndDuplicatesOnlyWhatWasAckedAfterTheLastCommit(t
 func TestKafkaTwoMembersSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	const perPartition = 25
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	srcs := make([]*Kafka, 2)
 	for i := range srcs {
-		srcs[i], _ = newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+		srcs[i], _ = newKafkaSource(t, cfg, 100)
 	}
 	waitGroupStable(t, cl, "g", 2)
 	produce(t, cl, 0, perPartition, allPartitions...)
@@ -616,15 +628,14 @@ func TestKafkaTwoMembersSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T
 	if len(partitions[0]) == 0 || len(partitions[1]) == 0 {
 		t.Errorf("members consumed partitions %v and %v; want both some", partitions[0], partitions[1])
 	}
-	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
+	waitCommitted(t, cl, "g", everyPartition(perPartition))
 }
 
 func TestKafkaNackRedeliversTheSameMessageAfterDelayAndHoldsTheCommit(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 3, 0)
-	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	src, _ := newKafkaSource(t, cfg, 100)
 
 	got := fetchN(t, src, 3, 10)
 	if got[1].ID != "topic/0/1" {
@@ -672,11 +683,10 @@ func TestKafkaNackRedeliversTheSameMessageAfterDelayAndHoldsTheCommit(t *testing
 
 func TestKafkaLagCountsMessagesBehindTheLastFetched(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 50, 1)
 	produce(t, cl, 0, 3, 2)
-	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	src, _ := newKafkaSource(t, cfg, 100)
 
 	last := make(map[int]int64) // partition -> last offset fetched
 	for last[1] < 9 {
@@ -702,10 +712,9 @@ func TestKafkaLagCountsMessagesBehindTheLastFetched(t *testing.T) {
 func TestKafkaFetchLosesNoMessageWhenContextsEnd(t *testing.T) {
 	t.Parallel()
 	const n = 400
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, n/4, allPartitions...)
-	src, _ := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 1000)
+	src, _ := newKafkaSource(t, cfg, 1000)
 
 	seen := make(map[string]int)
 	timeouts := []time.Duration{0, time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, time.Millisecond}
@@ -858,10 +867,8 @@ func kgoSASL(t *testing.T, mech, user, pass string) sasl.Mechanism {
 // rejoins and may lose its partitions.
 func TestKafkaRebalanceCommitsWhatIsFinished(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 10, allPartitions...)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	cfg.CommitInterval = time.Hour // only the end of a generation commits
 	a, _ := newKafkaSource(t, cfg, 100)
 	waitGroupStable(t, cl, "g", 1)
@@ -877,7 +884,7 @@ func TestKafkaRebalanceCommitsWhatIsFinished(t *testing.T) {
 	// Staging is asynchronous: give it a moment before checking that
 	// nothing was committed yet.
 	time.Sleep(200 * time.Millisecond)
-	if got := committed(t, cl, "g"); !maps.Equal(got, map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}) {
+	if got := committed(t, cl, "g"); !maps.Equal(got, everyPartition(-1)) {
 		t.Fatalf("committed before the rebalance = %v; want none (CommitInterval is an hour)", got)
 	}
 
@@ -889,9 +896,7 @@ func TestKafkaRebalanceCommitsWhatIsFinished(t *testing.T) {
 
 func TestKafkaStartsConsumingWhenTheMissingTopicAppears(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	_, cl, cfg := startKafkaGroup(t)
 	cfg.Topic = "late"
 	src, _ := newKafkaSource(t, cfg, 100)
 	waitNotReady(t, src, `kafka: topic "late" not found`)
@@ -967,10 +972,8 @@ func waitPartitionsSplit(t *testing.T, msgs []*shaper.Message) (map[int]bool, []
 func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *testing.T) {
 	t.Parallel()
 	const perPartition = 25
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, perPartition, allPartitions...)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, _ := newKafkaSource(t, cfg, 1000)
 	got := fetchN(t, a, 4*perPartition, 1000) // the whole backlog; nothing acked
 	for p, r := range revokedPartitions(t, got) {
@@ -1017,7 +1020,7 @@ func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *tes
 		}
 	}
 	expectNothing(t, a, 300*time.Millisecond)
-	none := map[int]int64{0: -1, 1: -1, 2: -1, 3: -1}
+	none := everyPartition(-1)
 	if got := committed(t, cl, "g"); !maps.Equal(got, none) {
 		t.Fatalf("committed after a settled its revoked receipts = %v; want %v", got, none)
 	}
@@ -1033,7 +1036,7 @@ func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *tes
 	}
 	waitCommitted(t, cl, "g", want)
 	ack(t, bGot...)
-	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
+	waitCommitted(t, cl, "g", everyPartition(perPartition))
 }
 
 // memberStats counts what a driven member did.
@@ -1109,10 +1112,8 @@ func drive(ctx context.Context, t *testing.T, src *Kafka, capacity int, pace tim
 func TestKafkaTwoMembersDeliverABacklogOnceAcrossARebalanceMidStream(t *testing.T) {
 	t.Parallel()
 	const n, capacity, pace = 400, 1000, 5 * time.Millisecond
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, n/kafkaTestPartitions, allPartitions...)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
 
 	var mu sync.Mutex
 	deliveries := make(map[string]int)
@@ -1176,7 +1177,7 @@ func TestKafkaTwoMembersDeliverABacklogOnceAcrossARebalanceMidStream(t *testing.
 	if sb.delivered.Load() == 0 || sa.revoked.Load() == 0 {
 		t.Errorf("b delivered %d, a nacked %d as revoked; want a rebalance mid-stream (both > 0)", sb.delivered.Load(), sa.revoked.Load())
 	}
-	want := map[int]int64{0: n / 4, 1: n / 4, 2: n / 4, 3: n / 4}
+	want := everyPartition(n / 4)
 	if got := committed(t, cl, "g"); !maps.Equal(got, want) {
 		t.Errorf("committed after both closed = %v; want %v", got, want)
 	}
@@ -1189,10 +1190,8 @@ func TestKafkaTwoMembersDeliverABacklogOnceAcrossARebalanceMidStream(t *testing.
 func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *testing.T) {
 	t.Parallel()
 	const perPartition, held = 25, 3
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, perPartition, allPartitions...)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, _ := newKafkaSource(t, cfg, 1000)
 	got := fetchN(t, a, 4*perPartition, 1000)
 	var holding []*shaper.Message // one per partition, as if waiting to be retried
@@ -1203,7 +1202,7 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 		}
 		ack(t, m)
 	}
-	waitCommitted(t, cl, "g", map[int]int64{0: held, 1: held, 2: held, 3: held})
+	waitCommitted(t, cl, "g", everyPartition(held))
 	for p := range kafkaTestPartitions {
 		waitCommittedMetadata(t, cl, "g", p, fmt.Sprintf("s1:%d:1+%d", held, perPartition-held-1))
 	}
@@ -1230,7 +1229,7 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 
 	ack(t, holding...) // the kept ones commit; the revoked ones commit nothing
 	ack(t, bGot...)
-	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
+	waitCommitted(t, cl, "g", everyPartition(perPartition))
 }
 
 // The promise of the commit metadata: after a member closes with messages
@@ -1238,10 +1237,8 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 // ones its partition finished after them.
 func TestKafkaRestartDeliversOnlyTheMessagesWithoutAnOutcome(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 100, 0)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, _ := newKafkaSource(t, cfg, 1000)
 	for _, m := range fetchN(t, a, 100, 100) {
 		switch m.ID {
@@ -1286,9 +1283,7 @@ func TestKafkaRestartDeliversOnlyTheMessagesWithoutAnOutcome(t *testing.T) {
 func TestKafkaMemberLeavingWithUnfinishedMessagesHandsOverOnlyThose(t *testing.T) {
 	t.Parallel()
 	const perPartition = 25
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
+	_, cl, cfg := startKafkaGroup(t)
 	a, _ := newKafkaSource(t, cfg, 1000)
 	b, _ := newKafkaSource(t, cfg, 1000)
 	waitGroupStable(t, cl, "g", 2)
@@ -1344,7 +1339,7 @@ func TestKafkaMemberLeavingWithUnfinishedMessagesHandsOverOnlyThose(t *testing.T
 	t.Logf("a left partitions %v with %d messages unfinished and %d finished after them; b redelivered %d",
 		slices.Sorted(maps.Keys(aParts)), len(held), len(aParts)*perPartition-len(held)-len(aParts)*3, len(got))
 	ack(t, got...)
-	waitCommitted(t, cl, "g", map[int]int64{0: perPartition, 1: perPartition, 2: perPartition, 3: perPartition})
+	waitCommitted(t, cl, "g", everyPartition(perPartition))
 }
 
 // Metadata another tool left beside the committed offset, or left beside an
@@ -1352,8 +1347,7 @@ func TestKafkaMemberLeavingWithUnfinishedMessagesHandsOverOnlyThose(t *testing.T
 // committed offset, all of it.
 func TestKafkaIgnoresCommitMetadataItDidNotWrite(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	c, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 10, 0, 1, 2)
 	give := map[int]string{
 		0: "written by another tool",
@@ -1379,7 +1373,7 @@ func TestKafkaIgnoresCommitMetadataItDidNotWrite(t *testing.T) {
 		}
 	}
 
-	src, lb := newKafkaSource(t, kafkaConfig(c.ListenAddrs(), "g"), 100)
+	src, lb := newKafkaSource(t, cfg, 100)
 	got := ids(fetchN(t, src, 15, 100))
 	slices.Sort(got)
 	var want []string
@@ -1478,10 +1472,8 @@ func TestKafkaCommitsLessMetadataWhenTheBrokerRefusesItAsTooLarge(t *testing.T) 
 // an ended generation is refused, whatever its offsets and metadata.
 func TestKafkaCommitOfAnEndedGenerationIsRefused(t *testing.T) {
 	t.Parallel()
-	c := startKfake(t)
-	cl := kafkaClient(t, c)
+	_, cl, cfg := startKafkaGroup(t)
 	produce(t, cl, 0, 10, 0)
-	cfg := kafkaConfig(c.ListenAddrs(), "g")
 	a, _ := newKafkaSource(t, cfg, 100)
 	ack(t, fetchN(t, a, 10, 100)...)
 	waitCommitted(t, cl, "g", map[int]int64{0: 10, 1: -1, 2: -1, 3: -1})
