@@ -60,9 +60,7 @@ var sourceImpls = []sourceImpl{
 }
 
 func startJetStreamBroker(t *testing.T) contractBroker {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
+	s, js := startJetStream(t)
 	return contractBroker{
 		open:    func(t *testing.T) shaper.Source { return newSource(t, jsConfig(s.ClientURL(), 30*time.Second), 100) },
 		publish: func(t *testing.T, first, n int) { publish(t, js, first, n, nil) },

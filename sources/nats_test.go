@@ -51,6 +51,16 @@ func client(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
+// startJetStream starts an embedded server with the test stream, and the
+// test's own JetStream client on it.
+func startJetStream(t *testing.T) (*server.Server, jetstream.JetStream) {
+	t.Helper()
+	s := natstest.Start(t)
+	_, js := client(t, s)
+	createStream(t, js)
+	return s, js
+}
+
 func createStream(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -108,9 +118,7 @@ func consumerInfo(t *testing.T, js jetstream.JetStream) *jetstream.ConsumerInfo 
 }
 
 func TestJetStreamFetchReturnsAtMostMaxInOrderWithIDsAndOrigins(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
+	s, js := startJetStream(t)
 	customID := func(i int) string {
 		if i%10 == 3 {
 			return "psp-event-" + strconv.Itoa(i)
@@ -172,9 +180,7 @@ func TestJetStreamAckedAreNotRedeliveredAfterRestartAndUnackedAre(t *testing.T) 
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := natstest.Start(t)
-			_, js := client(t, s)
-			createStream(t, js)
+			s, js := startJetStream(t)
 			publish(t, js, 0, 10, nil)
 			cfg := jsConfig(s.ClientURL(), tt.ackWait)
 
@@ -200,9 +206,7 @@ func TestJetStreamAckedAreNotRedeliveredAfterRestartAndUnackedAre(t *testing.T) 
 }
 
 func TestJetStreamHeldMessageIsNotRedeliveredWhileItWaits(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
+	s, js := startJetStream(t)
 	publish(t, js, 0, 1, nil)
 	const ackWait = time.Second
 	src := newSource(t, jsConfig(s.ClientURL(), ackWait), 100)
@@ -221,9 +225,7 @@ func TestJetStreamHeldMessageIsNotRedeliveredWhileItWaits(t *testing.T) {
 }
 
 func TestJetStreamNeverHandsOutMoreThanCapacity(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
+	s, js := startJetStream(t)
 	// A consumer left by an older config is updated to the source's.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -290,9 +292,7 @@ func TestJetStreamMissingStreamIsReportedAndRecovers(t *testing.T) {
 }
 
 func TestJetStreamFetchCancelledMidWaitLosesNothing(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
+	s, js := startJetStream(t)
 	// Only a Nak brings a message back within fetchN's 20s.
 	src := newSource(t, jsConfig(s.ClientURL(), time.Minute), 100)
 	if err := src.Ready(); err != nil {
@@ -364,9 +364,7 @@ func TestNewJetStreamSucceedsWhileServerIsDownAndConnectsLater(t *testing.T) {
 }
 
 func TestSettlingTwiceIsHarmless(t *testing.T) {
-	s := natstest.Start(t)
-	_, js := client(t, s)
-	createStream(t, js)
+	s, js := startJetStream(t)
 	publish(t, js, 0, 2, nil)
 	src := newSource(t, jsConfig(s.ClientURL(), 30*time.Second), 100)
 	msgs := fetchN(t, src, 2, 10)
