@@ -67,6 +67,36 @@ func startChild(bin, dir, name, pipelines string) (*child, error) {
 	return c, nil
 }
 
+// startChildren starts one child per config, named name-0, name-1 and so
+// on, and waits up to ready for each to be ready. The caller ends them
+// (killAll); on an error none is left running.
+func startChildren(ctx context.Context, bin, dir, name string, configs []string, ready time.Duration) ([]*child, error) {
+	var children []*child
+	for i, config := range configs {
+		ch, err := startChild(bin, dir, fmt.Sprintf("%s-%d", name, i), config)
+		if err != nil {
+			killAll(children)
+			return nil, err
+		}
+		children = append(children, ch)
+	}
+	for _, ch := range children {
+		if err := ch.waitReady(ctx, ready); err != nil {
+			killAll(children)
+			return nil, err
+		}
+	}
+	return children, nil
+}
+
+// killAll ends every child at once; a child that has exited already is
+// left as it is.
+func killAll(children []*child) {
+	for _, ch := range children {
+		ch.kill()
+	}
+}
+
 func (c *child) pid() int { return c.cmd.Process.Pid }
 
 // cpu returns the CPU time the child has used, from /proc/<pid>/stat.

@@ -291,14 +291,9 @@ func idleCPU(ctx context.Context, o *options, env *environment) ([]IdleCPU, erro
 		{"NATS JetStream", fmt.Sprintf(`
       nats: {url: %q, subject: IDLE.in, stream: IDLE}`, env.js.URL())},
 	}
-	var children []*child
-	defer func() {
-		for _, ch := range children {
-			ch.kill()
-		}
-	}()
-	for i, k := range kinds {
-		ch, err := startChild(env.bin, o.tmp, fmt.Sprintf("idle-%d", i), fmt.Sprintf(`
+	var configs []string
+	for _, k := range kinds {
+		configs = append(configs, fmt.Sprintf(`
   - name: idle
     source:%s
     bucket: {capacity: 1000, max_queue_time: 5s}
@@ -306,16 +301,12 @@ func idleCPU(ctx context.Context, o *options, env *environment) ([]IdleCPU, erro
     sink:
       http: {url: %q}
 `, k.source, sink.URL))
-		if err != nil {
-			return nil, err
-		}
-		children = append(children, ch)
 	}
-	for _, ch := range children {
-		if err := ch.waitReady(ctx, 2*time.Minute); err != nil {
-			return nil, err
-		}
+	children, err := startChildren(ctx, env.bin, o.tmp, "idle", configs, 2*time.Minute)
+	if err != nil {
+		return nil, err
 	}
+	defer killAll(children)
 	time.Sleep(3 * time.Second) // past the start: connections made, group joined, first fetches parked
 	progress("overhead: idle CPU of %d children over %v", len(children), window)
 	t0 := time.Now()
@@ -335,6 +326,5 @@ func idleCPU(ctx context.Context, o *options, env *environment) ([]IdleCPU, erro
 	for _, ch := range children {
 		ch.stop(10 * time.Second)
 	}
-	children = nil
 	return out, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/window"
@@ -165,14 +166,7 @@ func sharedRun(ctx context.Context, o *options, env *environment, redis *redisSe
 		return r, err
 	}
 	defer sink.close()
-	var children []*child
-	defer func() {
-		for _, ch := range children {
-			ch.kill()
-		}
-	}()
-	for i := range replicas {
-		ch, err := startChild(env.bin, o.tmp, fmt.Sprintf("shared-%v-%d", limit, i), fmt.Sprintf(`
+	config := fmt.Sprintf(`
   - name: shared
     source:
       nats: {url: %q, subject: %s.in, stream: %s, durable: shaper-shared}
@@ -186,17 +180,12 @@ func sharedRun(ctx context.Context, o *options, env *environment, redis *redisSe
         timeout: 200ms
     sink:
       http: {url: %q, max_in_flight: 8}
-`, env.js.URL(), stream, stream, limit, redis.Addr, limit, limit/replicas, sink.URL))
-		if err != nil {
-			return r, err
-		}
-		children = append(children, ch)
+`, env.js.URL(), stream, stream, limit, redis.Addr, limit, limit/replicas, sink.URL)
+	children, err := startChildren(ctx, env.bin, o.tmp, fmt.Sprintf("shared-%v", limit), slices.Repeat([]string{config}, replicas), time.Minute)
+	if err != nil {
+		return r, err
 	}
-	for _, ch := range children {
-		if err := ch.waitReady(ctx, time.Minute); err != nil {
-			return r, err
-		}
-	}
+	defer killAll(children)
 	if !sink.waitCount(ctx, int64(limit), time.Minute) {
 		return r, fmt.Errorf("no steady delivery within a minute; log:\n%s", children[0].tail())
 	}
