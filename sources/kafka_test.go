@@ -1,10 +1,10 @@
 package sources
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -72,42 +73,33 @@ func kafkaConfig(brokers []string, group string) shaper.KafkaSourceConfig {
 	}
 }
 
-// logBuffer collects a source's log lines for the test to inspect; with
-// SHAPER_TEST_LOG set it also writes them to the test log.
-type logBuffer struct {
-	t  testing.TB
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if os.Getenv("SHAPER_TEST_LOG") != "" {
-		l.t.Log(strings.TrimSpace(string(p)))
-	}
-	return l.b.Write(p)
-}
-
-// count returns how many log lines contain s.
-func (l *logBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
-
-func testLogger(t testing.TB) (*slog.Logger, *logBuffer) {
-	lb := &logBuffer{t: t}
+// testLogger returns a logger whose lines the test can count in a
+// logtest.Buffer. With SHAPER_TEST_LOG set it also writes them to the test
+// log, at debug level with SHAPER_TEST_LOG=debug.
+func testLogger(t testing.TB) (*slog.Logger, *logtest.Buffer) {
+	lb := new(logtest.Buffer)
+	var w io.Writer = lb
 	level := slog.LevelInfo
-	if os.Getenv("SHAPER_TEST_LOG") == "debug" {
-		level = slog.LevelDebug
+	if v := os.Getenv("SHAPER_TEST_LOG"); v != "" {
+		w = io.MultiWriter(lb, testLog{t})
+		if v == "debug" {
+			level = slog.LevelDebug
+		}
 	}
-	return slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: level})), lb
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), lb
+}
+
+// testLog writes each log line to the test log.
+type testLog struct{ t testing.TB }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // newKafkaSource starts a source and closes it when the test ends (a no-op
 // if the test closed it already).
-func newKafkaSource(t *testing.T, cfg shaper.KafkaSourceConfig, capacity int) (*Kafka, *logBuffer) {
+func newKafkaSource(t *testing.T, cfg shaper.KafkaSourceConfig, capacity int) (*Kafka, *logtest.Buffer) {
 	t.Helper()
 	log, lb := testLogger(t)
 	src, err := NewKafka(cfg, capacity, "shaper-test", log)
@@ -449,7 +441,7 @@ func TestKafkaCloseCommitsContiguousMarksAndOnlyNackedMessagesComeBackAfterResta
 			t.Errorf("committed metadata of partition %d = %q; want %q", p, md[p], wantMeta[p])
 		}
 	}
-	if n := lb.count("nacked messages waiting for redelivery"); n != 1 {
+	if n := lb.Count("nacked messages waiting for redelivery"); n != 1 {
 		t.Errorf("logged %d times that nacked messages were left; want 1", n)
 	}
 
@@ -773,7 +765,7 @@ func TestKafkaSurvivesTheBrokerGoingAwayAndComingBack(t *testing.T) {
 	waitReady(t, src)
 	waitCommitted(t, cl2, "g", map[int]int64{0: 10, 1: -1, 2: -1, 3: -1})
 
-	notReady, ready := lb.count(`level=WARN msg="kafka: source not ready"`), lb.count(`level=INFO msg="kafka: source ready"`)
+	notReady, ready := lb.Count(`level=WARN msg="kafka: source not ready"`), lb.Count(`level=INFO msg="kafka: source ready"`)
 	t.Logf("logged %d times not ready, %d times ready", notReady, ready)
 	if notReady < 1 || ready != notReady+1 {
 		t.Errorf(`logged "not ready" %d times and "ready" %d times; want alternating transitions, at least one outage`, notReady, ready)
@@ -826,7 +818,7 @@ func TestKafkaReadyNamesTheProblemAndNewKafkaDoesNotFail(t *testing.T) {
 			if err := src.Ready(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Ready() later = %v; want an error containing %q", err, tt.want)
 			}
-			if n := lb.count(`level=WARN msg="kafka: source not ready"`); n != 1 {
+			if n := lb.Count(`level=WARN msg="kafka: source not ready"`); n != 1 {
 				t.Errorf(`logged "source not ready" %d times; want once`, n)
 			}
 		})
@@ -1272,7 +1264,7 @@ func TestKafkaRestartDeliversOnlyTheMessagesWithoutAnOutcome(t *testing.T) {
 	ack(t, next...)
 	waitCommitted(t, cl, "g", map[int]int64{0: 103, 1: -1, 2: -1, 3: -1})
 	waitCommittedMetadata(t, cl, "g", 0, "")
-	if n := lb.count("skipping the messages finished above the committed offset"); n != 1 {
+	if n := lb.Count("skipping the messages finished above the committed offset"); n != 1 {
 		t.Errorf("logged %d times that finished messages were skipped; want 1", n)
 	}
 }
@@ -1386,7 +1378,7 @@ func TestKafkaIgnoresCommitMetadataItDidNotWrite(t *testing.T) {
 		t.Fatalf("fetched %v; want %v", got, want)
 	}
 	expectNothing(t, src, 300*time.Millisecond)
-	if n := lb.count("commit metadata ignored"); n != 3 {
+	if n := lb.Count("commit metadata ignored"); n != 3 {
 		t.Errorf("logged %d times that commit metadata was ignored; want 3", n)
 	}
 }
@@ -1443,8 +1435,8 @@ func TestKafkaCommitsLessMetadataWhenTheBrokerRefusesItAsTooLarge(t *testing.T) 
 	if offsets[0] != 0 || len(runs) == 0 || len(md[0]) > limit {
 		t.Fatalf("committed %d with metadata %q; want 0 with at most %d bytes recording some finished offsets", offsets[0], md[0], limit)
 	}
-	if refused.Load() == 0 || lb.count("refused the commit metadata as too large") == 0 {
-		t.Errorf("%d commits refused, %d warnings logged; want both > 0", refused.Load(), lb.count("refused the commit metadata as too large"))
+	if refused.Load() == 0 || lb.Count("refused the commit metadata as too large") == 0 {
+		t.Errorf("%d commits refused, %d warnings logged; want both > 0", refused.Load(), lb.Count("refused the commit metadata as too large"))
 	}
 
 	skipped := make(map[string]bool)
