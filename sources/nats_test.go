@@ -503,15 +503,6 @@ func TestCoreDropsAndCountsWhatArrivesWhileItsBufferIsFull(t *testing.T) {
 	}
 }
 
-func TestCoreFetchReturnsCtxErrWhenCtxEnds(t *testing.T) {
-	s := natstest.Start(t)
-	src := coreSourceAt(t, s, 10)
-	msgs, err := fetch(src, 10, 200*time.Millisecond)
-	if !errors.Is(err, context.DeadlineExceeded) || msgs != nil {
-		t.Errorf("Fetch = %v, %v; want nil, context.DeadlineExceeded", msgs, err)
-	}
-}
-
 func TestRedactURLsDropsCredentials(t *testing.T) {
 	tests := []struct{ give, want string }{
 		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
