@@ -389,8 +389,7 @@ func (k *kafkaBroker) deadLetters(want int, timeout time.Duration) []deadLetter 
 // kafkaSource is the source block of a pipeline on topic "in" with timings
 // that make a group settle in about a second.
 func kafkaSource(addr, group string, commit time.Duration) string {
-	return fmt.Sprintf(`{kafka: {brokers: ["%s"], topic: in, group: %s, commit_interval: %s, session_timeout: 6s, heartbeat_interval: 100ms, rebalance_timeout: 2s, max_wait: 200ms}}`,
-		addr, group, commit)
+	return kafkatest.SourceYAML(addr, "in", group, "commit_interval: "+commit.String())
 }
 
 func kafkaDeadLetter(addr string) string {

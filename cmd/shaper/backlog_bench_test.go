@@ -8,6 +8,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/kafkatest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 )
 
@@ -29,20 +30,12 @@ admin: {listen: "%s"}
 shutdown: {drain_timeout: 5s}
 pipelines:
   - name: backlog
-    source:
-      kafka:
-        brokers: ["%s"]
-        topic: callbacks
-        group: shaper-backlog
-        session_timeout: 6s
-        heartbeat_interval: 100ms
-        rebalance_timeout: 2s
-        max_wait: 200ms
+    source: %s
     bucket: {capacity: 1000, max_queue_time: 1m}
     rate: {limit: 1000000}
     sink:
       http: {url: "%s", max_in_flight: 64}
-`, admin, broker, sink.URL))
+`, admin, kafkatest.SourceYAML(broker, "callbacks", "shaper-backlog"), sink.URL))
 				start := time.Now()
 				c := startChild(b, config)
 				var maxHeap, maxRSS float64

@@ -34,11 +34,10 @@ func kafkaRun(t *testing.T, n, limit, inFlight int, commit time.Duration) (*sink
 
 func kafkaConfig(broker, sinkURL string, limit, inFlight int, commit, drain time.Duration) string {
 	return childtest.Pipeline{
-		Drain: drain,
-		Source: fmt.Sprintf(`{kafka: {brokers: ["%s"], topic: callbacks, group: shaper-psp, commit_interval: %s, session_timeout: 6s, heartbeat_interval: 100ms, rebalance_timeout: 2s, max_wait: 200ms}}`,
-			broker, commit),
-		Rate: fmt.Sprintf("{limit: %d}", limit),
-		Sink: httpSink(sinkURL, inFlight),
+		Drain:  drain,
+		Source: kafkatest.SourceYAML(broker, "callbacks", "shaper-psp", "commit_interval: "+commit.String()),
+		Rate:   fmt.Sprintf("{limit: %d}", limit),
+		Sink:   httpSink(sinkURL, inFlight),
 	}.YAML()
 }
 

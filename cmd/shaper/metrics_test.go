@@ -138,13 +138,12 @@ pipelines:
     sink:
       http: {url: "%s"}
   - name: deploy-test-1
-    source:
-      kafka: {brokers: ["%s"], topic: deploy, group: shaper-deploy, session_timeout: 6s, heartbeat_interval: 100ms, rebalance_timeout: 2s, max_wait: 200ms}
+    source: %s
     bucket: {capacity: 100, max_queue_time: 10s}
     rate: {mode: leaky, limit: 200}
     sink:
       http: {url: "%s"}
-`, ns.ClientURL(), sink.URL, kc.Addr, sink.URL))
+`, ns.ClientURL(), sink.URL, kafkatest.SourceYAML(kc.Addr, "deploy", "shaper-deploy"), sink.URL))
 	c := startChild(t, config)
 	admin := c.Admin()
 	for _, p := range []string{"deploy-test-0", "deploy-test-1"} {

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shaper-dev/shaper/internal/childtest"
-	"github.com/shaper-dev/shaper/internal/redistest"
-	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
@@ -87,11 +84,8 @@ func TestRedisLogLinesBecomeRecordsAtTheirLevel(t *testing.T) {
 // component=redis), and the outage is one fallback warning and one info
 // on the return.
 func TestRedisOutageLogsOnceAsStructuredRecordsOfTheDaemon(t *testing.T) {
-	natsURL := startJetStream(t, 100)
-	sink := sinktest.Start(t, sinktest.OK)
-	redis := redistest.Start(t)
+	_, redis, config := sharedRun(t, 100, 20, 5)
 	redis.Stop()
-	config := childtest.WriteConfig(t, sharedConfig(natsURL, sink.URL, redis.Addr, 20, 5))
 	c := startShaper(t, nil, "run", "--config", config, "--log-format", "json", "--log-level", "debug")
 
 	testwait.For(t, 30*time.Second, "a fallback and go-redis's dial failure in the log", func() bool {

@@ -13,6 +13,16 @@ import (
 	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
+// sharedRun is startJetStream's stream of n messages, a sink that answers
+// 200, a redis-server, and the config file of sharedConfig between them.
+func sharedRun(t *testing.T, n int, limit, fallback float64) (*sinktest.Sink, *redistest.Server, string) {
+	t.Helper()
+	natsURL := startJetStream(t, n)
+	sink := sinktest.Start(t, sinktest.OK)
+	redis := redistest.Start(t)
+	return sink, redis, childtest.WriteConfig(t, sharedConfig(natsURL, sink.URL, redis.Addr, limit, fallback))
+}
+
 func sharedConfig(natsURL, sinkURL, redisAddr string, limit, fallback float64) string {
 	return childtest.Pipeline{
 		Drain:  time.Second,
@@ -32,10 +42,7 @@ func rateOver(sink *sinktest.Sink, window time.Duration) float64 {
 
 func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T) {
 	const limit, fallback = 60.0, 8.0
-	natsURL := startJetStream(t, 3000)
-	sink := sinktest.Start(t, sinktest.OK)
-	redis := redistest.Start(t)
-	config := childtest.WriteConfig(t, sharedConfig(natsURL, sink.URL, redis.Addr, limit, fallback))
+	sink, redis, config := sharedRun(t, 3000, limit, fallback)
 
 	var children []*childtest.Process
 	for range 3 {

@@ -6,6 +6,7 @@ package kafkatest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -28,8 +29,8 @@ type Cluster struct {
 }
 
 // Start runs a one-broker kfake cluster on a free loopback port with its
-// data under t.TempDir(), plus opts (kfake.SeedTopics and the like). It is
-// closed when the test ends.
+// data under t.TempDir(), plus opts (kfake.SeedTopics, kfake.EnableSASL with
+// kfake.Superuser, and the like). It is closed when the test ends.
 func Start(t testing.TB, opts ...kfake.Opt) *Cluster {
 	t.Helper()
 	port := freeport.Get(t)
@@ -101,4 +102,18 @@ func Records(n int) []*kgo.Record {
 		recs[i] = &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(`{"n":` + strconv.Itoa(i) + `}`)}
 	}
 	return recs
+}
+
+// SourceYAML is the value of a shaper config's source: for topic on the
+// cluster at addr, consumed by group, as a YAML flow mapping. Its group
+// timings make a group on kfake form in about a second instead of the
+// production defaults' tens; extra are more entries, such as
+// "commit_interval: 1s".
+func SourceYAML(addr, topic, group string, extra ...string) string {
+	s := fmt.Sprintf(`{kafka: {brokers: ["%s"], topic: %s, group: %s, session_timeout: 6s, heartbeat_interval: 100ms, rebalance_timeout: 2s, max_wait: 200ms`,
+		addr, topic, group)
+	for _, e := range extra {
+		s += ", " + e
+	}
+	return s + "}}"
 }
