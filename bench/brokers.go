@@ -16,10 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/sources"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // payload is the body of message i: a small JSON callback, the size of a
@@ -101,8 +102,8 @@ func (j *jetStream) publish(ctx context.Context, name string, first, n int, at [
 }
 
 // sourceConfig is the in-process pipeline source config for the stream.
-func (j *jetStream) sourceConfig(name, durable string) shaper.SourceConfig {
-	return shaper.SourceConfig{NATS: &shaper.NATSSourceConfig{URL: j.URL(), Subject: name + ".in", Stream: name, Durable: durable}}
+func (j *jetStream) sourceConfig(name, durable string) config.Source {
+	return config.Source{NATS: &sources.NATSConfig{URL: j.URL(), Subject: name + ".in", Stream: name, Durable: durable}}
 }
 
 func (j *jetStream) close() {
@@ -194,9 +195,9 @@ func (k *kafkaCluster) sourceYAML(topic, group string, fast bool) string {
 
 // sourceConfig is the in-process pipeline source config for topic and
 // group, with the fast group timings of sourceYAML.
-func (k *kafkaCluster) sourceConfig(topic, group string) shaper.SourceConfig {
-	return shaper.SourceConfig{Kafka: &shaper.KafkaSourceConfig{
-		KafkaConnConfig:   shaper.KafkaConnConfig{Brokers: k.c.ListenAddrs()},
+func (k *kafkaCluster) sourceConfig(topic, group string) config.Source {
+	return config.Source{Kafka: &sources.KafkaConfig{
+		Config:            kafkaconn.Config{Brokers: k.c.ListenAddrs()},
 		Topic:             topic,
 		Group:             group,
 		SessionTimeout:    6 * time.Second,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -28,7 +29,7 @@ type running struct {
 // pipelineSpec is what a precision or picture case varies.
 type pipelineSpec struct {
 	name    string
-	source  shaper.SourceConfig
+	source  config.Source
 	sinkURL string
 	rate    shaper.RateConfig
 	// limiter replaces the one the rate config would build (a baseline);
@@ -39,14 +40,14 @@ type pipelineSpec struct {
 }
 
 func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
-	cfg := shaper.Config{Pipelines: []shaper.PipelineConfig{{
+	cfg := config.File{Pipelines: []config.Pipeline{{
 		Name:   spec.name,
 		Source: spec.source,
 		// A minute of queueing: nothing in these runs may expire, and the
 		// capacity, not limit × max_queue_time, bounds the bucket.
 		Bucket: shaper.BucketConfig{Capacity: spec.capacity, MaxQueueTime: time.Minute},
-		Rate:   spec.rate,
-		Sink: shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{
+		Rate:   config.Rate{RateConfig: spec.rate},
+		Sink: config.Sink{HTTP: &sinks.HTTPConfig{
 			URL:            spec.sinkURL,
 			DeliveryConfig: shaper.DeliveryConfig{MaxInFlight: spec.maxInFlight},
 		}},
@@ -80,7 +81,7 @@ func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
 		_ = sink.Close(context.Background())
 		return nil, err
 	}
-	p := shaper.New(pc, shaper.Parts{
+	p := shaper.New(pc.Core(), shaper.Parts{
 		Source: src, Sink: sink, Limiter: probe,
 		Metrics:      shaper.NewMetrics(prometheus.NewRegistry()),
 		DrainTimeout: time.Second,

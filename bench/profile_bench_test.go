@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -39,7 +40,7 @@ func BenchmarkPipelineCPU(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/limit=%s/max_in_flight=%d", c.source, limit, c.inFlight), func(b *testing.B) {
 			ctx := context.Background()
 			name := fmt.Sprintf("cpu%d", i)
-			var src shaper.SourceConfig
+			var src config.Source
 			switch c.source {
 			case "kafka":
 				k, err := startKafka(name)

@@ -2,8 +2,6 @@
 
 package faults_test
 
-import ()
-
 // raceEnabled is true when the test binary runs with the race detector; the
 // shaper child is then built with it too.
 const raceEnabled = false

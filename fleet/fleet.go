@@ -5,11 +5,12 @@
 // never share a source).
 //
 // The fleet knows no concrete part: a Builder (cmd/shaper's wiring) makes
-// each pipeline's source, sink, dead-letter target and limiter. What can
-// change in place is decided here, in one function (inPlace): the pipeline
-// itself takes its rate, bucket and delivery settings (shaper.Pipeline's
-// Reconfigure), an HTTP sink takes its own settings, and every other part
-// must find its config unchanged.
+// each pipeline's source, sink, dead-letter target and limiter. Each part
+// says itself what it can change in place, by having a Reconfigure method
+// for its own config type (sinks.HTTP does; a part without one must find
+// its config unchanged), and the pipeline takes its rate, bucket and
+// delivery settings (shaper.Pipeline's Reconfigure, which refuses a new
+// rate mode). inPlace puts them together.
 package fleet
 
 import (
@@ -20,17 +21,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
 // Builder builds the parts of one pipeline: its source, sink, dead-letter
 // target and limiter. The fleet sets the metrics, the logger and the drain
 // timeout. On error it must leave nothing open.
-type Builder func(shaper.PipelineConfig) (shaper.Parts, error)
+type Builder func(config.Pipeline) (shaper.Parts, error)
 
 // Reload is a new config for Run to apply, and what caused it (for the log).
 type Reload struct {
-	Config *shaper.Config
+	Config *config.File
 	Why    string
 }
 
@@ -42,7 +44,7 @@ type Fleet struct {
 	log     *slog.Logger
 
 	mu      sync.Mutex
-	cfg     *shaper.Config     // the config in force
+	cfg     *config.File       // the config in force
 	members map[string]*member // the newest pipeline of each name
 	order   []string           // pipeline names in config order, for listing
 	running sync.WaitGroup     // every started pipeline's Run
@@ -51,14 +53,14 @@ type Fleet struct {
 // member is one pipeline of the fleet, with what a reload compares.
 type member struct {
 	p     *shaper.Pipeline
-	cfg   shaper.PipelineConfig
+	cfg   config.Pipeline
 	parts shaper.Parts
 	done  chan struct{} // closed when Run has returned
 }
 
 // New builds every pipeline of cfg with build, without starting them. On
 // error, whatever was built is closed.
-func New(cfg *shaper.Config, build Builder, metrics *shaper.Metrics, log *slog.Logger) (*Fleet, error) {
+func New(cfg *config.File, build Builder, metrics *shaper.Metrics, log *slog.Logger) (*Fleet, error) {
 	f := &Fleet{build: build, metrics: metrics, log: log, cfg: cfg, members: map[string]*member{}}
 	for _, pc := range cfg.Pipelines {
 		m, err := f.newMember(pc)
@@ -72,13 +74,13 @@ func New(cfg *shaper.Config, build Builder, metrics *shaper.Metrics, log *slog.L
 	return f, nil
 }
 
-func (f *Fleet) newMember(pc shaper.PipelineConfig) (*member, error) {
+func (f *Fleet) newMember(pc config.Pipeline) (*member, error) {
 	parts, err := f.build(pc)
 	if err != nil {
 		return nil, err
 	}
 	parts.Metrics, parts.Logger, parts.DrainTimeout = f.metrics, f.log, f.cfg.Shutdown.DrainTimeout
-	return &member{p: shaper.New(pc, parts), cfg: pc, parts: parts, done: make(chan struct{})}, nil
+	return &member{p: shaper.New(pc.Core(), parts), cfg: pc, parts: parts, done: make(chan struct{})}, nil
 }
 
 // Pipelines returns the newest pipeline of each name, in config order.
@@ -194,7 +196,7 @@ func (f *Fleet) apply(force context.Context, r Reload) {
 
 // applyOne adds, changes in place or replaces the pipeline of pc. It
 // requires that f.mu is held.
-func (f *Fleet) applyOne(force context.Context, pc shaper.PipelineConfig, log *slog.Logger) {
+func (f *Fleet) applyOne(force context.Context, pc config.Pipeline, log *slog.Logger) {
 	m, ok := f.members[pc.Name]
 	switch {
 	case ok && reflect.DeepEqual(m.cfg, pc):
@@ -222,57 +224,83 @@ func (f *Fleet) applyOne(force context.Context, pc shaper.PipelineConfig, log *s
 	}
 }
 
-// httpReconfigurer is a sink that takes new HTTP settings in place
-// (sinks.HTTP).
-type httpReconfigurer interface {
-	Reconfigure(shaper.HTTPSinkConfig) error
+// reconfigurable is a part that takes a new config of its own, of type C,
+// in place: sinks.HTTP takes a sinks.HTTPConfig. A part says what it can
+// change by having the method; a part without one is rebuilt for any
+// change of its config.
+type reconfigurable[C any] interface {
+	Reconfigure(C) error
 }
 
-// inPlace applies pc to the running member when every part can take its
-// share of the change, and otherwise returns shaper.ErrNeedsRestart. The
-// source, the dead-letter target, a shared limiter and a broker sink take
-// no change; an HTTP sink takes any of its own settings; the pipeline takes
-// its rate, bucket and delivery settings.
-func inPlace(m *member, pc shaper.PipelineConfig) error {
-	a, b := m.cfg, pc
-	if !reflect.DeepEqual(a.Source, b.Source) || !reflect.DeepEqual(a.DeadLetter, b.DeadLetter) ||
-		!reflect.DeepEqual(a.Rate.Shared, b.Rate.Shared) || a.Rate.Mode != b.Rate.Mode {
-		return shaper.ErrNeedsRestart
+// step is one part's share of a change of config: nothing to do (apply
+// nil), its Reconfigure, or a rebuild.
+type step struct {
+	apply   func() error
+	rebuild bool
+}
+
+// change returns how part takes its config going from old to new: nothing
+// when the config is unchanged, its Reconfigure when it has one, and a
+// rebuild when it has none.
+func change[C any](part any, old, new C) step {
+	if reflect.DeepEqual(old, new) {
+		return step{}
 	}
-	switch {
-	case a.Sink.HTTP != nil && b.Sink.HTTP != nil:
-		if !reflect.DeepEqual(withoutDelivery(*a.Sink.HTTP), withoutDelivery(*b.Sink.HTTP)) {
-			r, ok := m.parts.Sink.(httpReconfigurer)
-			if !ok {
-				return shaper.ErrNeedsRestart
-			}
-			if err := r.Reconfigure(*b.Sink.HTTP); err != nil {
+	r, can := part.(reconfigurable[C])
+	if !can {
+		return step{rebuild: true}
+	}
+	return step{apply: func() error { return r.Reconfigure(new) }}
+}
+
+// inPlace applies pc to the running member when every part whose config
+// changed takes the change itself, and otherwise returns
+// shaper.ErrNeedsRestart, having changed nothing. The pipeline takes its
+// rate, bucket and delivery settings (shaper.Pipeline.Reconfigure, which
+// refuses a new name or rate mode); each part is asked with change. A
+// broker sink's config counts without the delivery settings, which are
+// the pipeline's; an HTTP sink's counts whole, since its connections
+// follow max_in_flight and timeout.
+func inPlace(m *member, pc config.Pipeline) error {
+	a, b := m.cfg, pc
+	sink := change(m.parts.Sink, sinkTarget(a.Sink), sinkTarget(b.Sink))
+	if a.Sink.HTTP != nil && b.Sink.HTTP != nil {
+		sink = change(m.parts.Sink, *a.Sink.HTTP, *b.Sink.HTTP)
+	}
+	steps := []step{
+		change(m.parts.Source, a.Source, b.Source),
+		change(m.parts.Limiter, a.Rate.Shared, b.Rate.Shared),
+		change(m.parts.DeadLetter, a.DeadLetter, b.DeadLetter),
+		sink,
+	}
+	for _, s := range steps {
+		if s.rebuild {
+			return shaper.ErrNeedsRestart
+		}
+	}
+	if err := m.p.Reconfigure(pc.Core()); err != nil {
+		return err
+	}
+	for _, s := range steps {
+		if s.apply != nil {
+			if err := s.apply(); err != nil {
 				return err
 			}
 		}
-	case !reflect.DeepEqual(sinkTarget(a.Sink), sinkTarget(b.Sink)):
-		return shaper.ErrNeedsRestart
 	}
-	return m.p.Reconfigure(pc)
+	return nil
 }
 
-func withoutDelivery(h shaper.HTTPSinkConfig) shaper.HTTPSinkConfig {
-	h.DeliveryConfig = shaper.DeliveryConfig{}
-	return h
-}
-
-// sinkTarget is a sink config without the delivery settings the pipeline
-// applies itself.
-func sinkTarget(s shaper.SinkConfig) any {
+// sinkTarget is a broker sink's config without the delivery settings the
+// pipeline applies itself: where messages go.
+func sinkTarget(s config.Sink) any {
 	switch {
 	case s.Kafka != nil:
 		return s.Kafka.KafkaPublisherConfig
 	case s.NATS != nil:
 		return s.NATS.NATSPublisherConfig
-	case s.HTTP != nil:
-		return withoutDelivery(*s.HTTP)
 	}
-	return nil
+	return s.HTTP
 }
 
 // closeParts releases the parts of a pipeline that never ran.

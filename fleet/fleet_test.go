@@ -11,8 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
+	"github.com/shaper-dev/shaper/sources"
 )
 
 func TestMain(m *testing.M) {
@@ -35,17 +38,17 @@ type idleSink struct{}
 func (idleSink) Send(context.Context, *shaper.Message) error { return nil }
 func (idleSink) Close(context.Context) error                 { return nil }
 
-// config is a valid config of the named pipelines, each at limit, from a
+// testConfig is a valid config of the named pipelines, each at limit, from a
 // subject of its own.
-func config(t *testing.T, limit float64, names ...string) *shaper.Config {
+func testConfig(t *testing.T, limit float64, names ...string) *config.File {
 	t.Helper()
-	cfg := &shaper.Config{Shutdown: shaper.ShutdownConfig{DrainTimeout: time.Second}}
+	cfg := &config.File{Shutdown: config.ShutdownConfig{DrainTimeout: time.Second}}
 	for _, n := range names {
-		cfg.Pipelines = append(cfg.Pipelines, shaper.PipelineConfig{
+		cfg.Pipelines = append(cfg.Pipelines, config.Pipeline{
 			Name:   n,
-			Source: shaper.SourceConfig{NATS: &shaper.NATSSourceConfig{URL: "nats://127.0.0.1:4222", Subject: "s." + n}},
-			Rate:   shaper.RateConfig{Limit: limit},
-			Sink:   shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{URL: "https://sink.example/" + n}},
+			Source: config.Source{NATS: &sources.NATSConfig{URL: "nats://127.0.0.1:4222", Subject: "s." + n}},
+			Rate:   config.Rate{RateConfig: shaper.RateConfig{Limit: limit}},
+			Sink:   config.Sink{HTTP: &sinks.HTTPConfig{URL: "https://sink.example/" + n}},
 		})
 	}
 	cfg.SetDefaults()
@@ -57,7 +60,7 @@ func config(t *testing.T, limit float64, names ...string) *shaper.Config {
 
 // build makes idle parts with a real limiter, and refuses a pipeline named
 // "broken".
-func build(pc shaper.PipelineConfig) (shaper.Parts, error) {
+func build(pc config.Pipeline) (shaper.Parts, error) {
 	if pc.Name == "broken" {
 		return shaper.Parts{}, errors.New("cannot build")
 	}
@@ -67,7 +70,7 @@ func build(pc shaper.PipelineConfig) (shaper.Parts, error) {
 
 // running runs a fleet of cfg until the test ends, and returns it with the
 // channel that reloads it.
-func running(t *testing.T, cfg *shaper.Config) (*Fleet, chan<- Reload) {
+func running(t *testing.T, cfg *config.File) (*Fleet, chan<- Reload) {
 	t.Helper()
 	f, err := New(cfg, build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -108,10 +111,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestAReloadChangesTheRateInPlaceAndReplacesAPipelineWhoseSourceChanged(t *testing.T) {
-	f, reloads := running(t, config(t, 10, "a", "b"))
+	f, reloads := running(t, testConfig(t, 10, "a", "b"))
 	before := f.Pipelines()
 
-	next := config(t, 20, "a", "b")
+	next := testConfig(t, 20, "a", "b")
 	next.Pipelines[1].Source.NATS.Subject = "s.elsewhere"
 	reloads <- Reload{Config: next, Why: "test"}
 
@@ -129,23 +132,23 @@ func TestAReloadChangesTheRateInPlaceAndReplacesAPipelineWhoseSourceChanged(t *t
 }
 
 func TestAReloadAddsAndRemovesPipelinesAndKeepsThoseThatCannotBeBuilt(t *testing.T) {
-	f, reloads := running(t, config(t, 10, "a", "b"))
-	reloads <- Reload{Config: config(t, 10, "a", "c", "broken"), Why: "test"}
+	f, reloads := running(t, testConfig(t, 10, "a", "b"))
+	reloads <- Reload{Config: testConfig(t, 10, "a", "c", "broken"), Why: "test"}
 	waitFor(t, "b gone, c added", func() bool {
 		got := names(f)
 		return len(got) == 2 && got[0] == "a" && got[1] == "c"
 	})
 	// The same config again changes nothing.
 	a := f.Pipelines()[0]
-	reloads <- Reload{Config: config(t, 10, "a", "c"), Why: "test"}
-	reloads <- Reload{Config: config(t, 10, "a", "c"), Why: "test"} // the first has been applied once this one is taken
+	reloads <- Reload{Config: testConfig(t, 10, "a", "c"), Why: "test"}
+	reloads <- Reload{Config: testConfig(t, 10, "a", "c"), Why: "test"} // the first has been applied once this one is taken
 	if f.Pipelines()[0] != a {
 		t.Error("an unchanged pipeline was replaced")
 	}
 }
 
 func TestNewBuildsNothingWhenOnePipelineCannotBeBuilt(t *testing.T) {
-	_, err := New(config(t, 10, "a", "broken"), build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	_, err := New(testConfig(t, 10, "a", "broken"), build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
 	if err == nil || err.Error() != "pipeline broken: cannot build" {
 		t.Errorf("New = %v; want pipeline broken: cannot build", err)
 	}

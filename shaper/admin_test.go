@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
@@ -39,7 +40,7 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 	rec := sinktest.Start(t, sinktest.OK)
 	const n = 200
 	e.publish(n)
-	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 }))
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) { c.Rate.Limit = 10 }))
 	admin := p.serveAdmin(t, "s3cret", nil)
 
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -197,7 +198,7 @@ func TestAPipelineThatExpiresMoreThanItSendsIsStalledAndNotReady(t *testing.T) {
 		return sinktest.Action{}
 	})
 	e.publish(2000)
-	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
 		c.Rate.Limit = 20
 		c.Bucket.MaxQueueTime = 500 * time.Millisecond // capacity 10: 9 wait while one hangs
 		c.Sink.HTTP.MaxInFlight = 1

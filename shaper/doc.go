@@ -6,8 +6,10 @@
 // (Message, Receipt, Source, Sink, Limiter) that packages sources, sinks and
 // limiter implement, and everything between them:
 //
-//   - config.go, load.go, validate.go: the config file, ${VAR} expansion,
-//     defaults and validation with key paths;
+//   - config.go, validate.go: the core's own config (PipelineConfig: the
+//     bucket, the rate and the delivery settings), its defaults and its
+//     rules, each problem with its key path. The whole file, and every
+//     part's keys, are package config's and the parts' own;
 //   - bucket.go: the bounded FIFO and retry heap, and back-pressure;
 //   - pipeline.go: fetcher, scheduler, dispatcher, expiry, dead letters,
 //     acks and the graceful drain — the whole life of a message, top to bottom;
@@ -21,9 +23,9 @@
 //   - metrics.go, status.go, recent.go, admin.go: Prometheus metrics,
 //     pipeline status and state (stalled when more expires than is sent),
 //     run-time rate changes (and Reconfigure, for a reload) and the admin
-//     HTTP API, whose changes need the token;
-//   - secrets.go: which config values are credentials.
+//     HTTP API, whose changes need the token.
 //
-// A program wires a pipeline by building its parts from a PipelineConfig and
-// calling New, then Run; cmd/shaper does exactly that.
+// A program wires a pipeline by building its parts and calling New with a
+// PipelineConfig, then Run; cmd/shaper does exactly that, from a
+// config.Pipeline (whose Core is the PipelineConfig).
 package shaper

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -44,11 +45,11 @@ func Example() {
 	defer sinkSrv.Close()
 
 	// The config, defaulted and validated as Load would.
-	cfg := shaper.Config{Pipelines: []shaper.PipelineConfig{{
+	cfg := config.File{Pipelines: []config.Pipeline{{
 		Name:   "psp",
-		Source: shaper.SourceConfig{NATS: &shaper.NATSSourceConfig{URL: ns.ClientURL(), Subject: "callbacks.psp", Stream: "CALLBACKS"}},
-		Rate:   shaper.RateConfig{Limit: 20},
-		Sink:   shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{URL: sinkSrv.URL}},
+		Source: config.Source{NATS: &sources.NATSConfig{URL: ns.ClientURL(), Subject: "callbacks.psp", Stream: "CALLBACKS"}},
+		Rate:   config.Rate{RateConfig: shaper.RateConfig{Limit: 20}},
+		Sink:   config.Sink{HTTP: &sinks.HTTPConfig{URL: sinkSrv.URL}},
 	}}}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -61,7 +62,7 @@ func Example() {
 	lim, _ := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: pc.Rate.Limit, Burst: 1}, time.Now())
 	src, _ := sources.NewJetStream(*pc.Source.NATS, pc.Bucket.Capacity, "example", nil)
 	sink, _ := sinks.NewHTTP(*pc.Sink.HTTP)
-	p := shaper.New(pc, shaper.Parts{
+	p := shaper.New(pc.Core(), shaper.Parts{
 		Source: src, Sink: sink, Limiter: lim,
 		Metrics: shaper.NewMetrics(prometheus.NewRegistry()), DrainTimeout: 5 * time.Second,
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/natstest"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
@@ -95,15 +96,15 @@ func (e *env) consumer(name string) *jetstream.ConsumerInfo {
 
 // config returns a pipeline config from the stream to sinkURL with a
 // dead-letter subject, after mutate, defaulted and validated.
-func (e *env) config(sinkURL string, mutate func(*shaper.PipelineConfig)) shaper.PipelineConfig {
+func (e *env) config(sinkURL string, mutate func(*config.Pipeline)) config.Pipeline {
 	e.t.Helper()
-	cfg := shaper.Config{Pipelines: []shaper.PipelineConfig{{
+	cfg := config.File{Pipelines: []config.Pipeline{{
 		Name:       "test",
-		Source:     shaper.SourceConfig{NATS: &shaper.NATSSourceConfig{URL: e.url, Subject: subject, Stream: stream, AckWait: 5 * time.Second}},
+		Source:     config.Source{NATS: &sources.NATSConfig{URL: e.url, Subject: subject, Stream: stream, AckWait: 5 * time.Second}},
 		Bucket:     shaper.BucketConfig{Capacity: 1000, MaxQueueTime: time.Minute},
-		Rate:       shaper.RateConfig{Limit: 100},
-		Sink:       shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{URL: sinkURL}},
-		DeadLetter: &shaper.DeadLetterConfig{NATS: &shaper.NATSPublisherConfig{URL: e.url, Subject: deadSubject}},
+		Rate:       config.Rate{RateConfig: shaper.RateConfig{Limit: 100}},
+		Sink:       config.Sink{HTTP: &sinks.HTTPConfig{URL: sinkURL}},
+		DeadLetter: &config.DeadLetter{NATS: &sinks.NATSPublisherConfig{URL: e.url, Subject: deadSubject}},
 	}}}
 	if mutate != nil {
 		mutate(&cfg.Pipelines[0])
@@ -124,7 +125,7 @@ type running struct {
 }
 
 // start wires real parts for cfg and runs the pipeline until the test ends.
-func (e *env) start(cfg shaper.PipelineConfig) *running {
+func (e *env) start(cfg config.Pipeline) *running {
 	e.t.Helper()
 	lim, err := limiter.New(limiter.Config{Mode: limiter.Mode(cfg.Rate.Mode), Limit: cfg.Rate.Limit, Burst: *cfg.Rate.Burst, Warmup: cfg.Rate.Warmup}, time.Now())
 	if err != nil {
@@ -145,7 +146,7 @@ func (e *env) start(cfg shaper.PipelineConfig) *running {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	p := shaper.New(cfg, shaper.Parts{
+	p := shaper.New(cfg.Core(), shaper.Parts{
 		Source: src, Sink: sink, DeadLetter: dl, Limiter: lim,
 		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
 	})

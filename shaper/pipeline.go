@@ -90,7 +90,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := cfg.Sink.Delivery()
+	d := cfg.Delivery
 	clock := parts.Clock
 	if clock == nil {
 		clock = systemClock{}
@@ -189,7 +189,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 
 	p.log.Info("pipeline running", "mode", p.cfg.Rate.Mode, "limit", p.cfg.Rate.Limit, "burst", *p.cfg.Rate.Burst,
 		"capacity", p.bucket.Capacity(), "max_queue_time", p.cfg.Bucket.MaxQueueTime,
-		"max_in_flight", p.cfg.Sink.Delivery().MaxInFlight, "dead_letter", p.deadLetter != nil)
+		"max_in_flight", p.cfg.Delivery.MaxInFlight, "dead_letter", p.deadLetter != nil)
 	var wg sync.WaitGroup // the fetcher, the drain timer, attempts and settlements
 	wg.Go(func() { p.fetch(fetchCtx) })
 	wg.Go(func() {
@@ -644,7 +644,7 @@ func (p *Pipeline) Reconfigure(cfg PipelineConfig) error {
 	if err := checkRate(cfg.Rate.Mode, cfg.Rate.Limit, *cfg.Rate.Burst, cfg.Bucket.MaxQueueTime); err != nil {
 		return err
 	}
-	d := cfg.Sink.Delivery()
+	d := cfg.Delivery
 	p.settings.Store(&settings{bucket: cfg.Bucket, delivery: d, policy: NewRetryPolicy(d.Retry)})
 	p.inFlight.resize(d.MaxInFlight)
 	p.mu.Lock()

@@ -13,9 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
 )
 
 func TestLeakyModeNeverExceedsATenthOfTheLimitPerHundredMilliseconds(t *testing.T) {
@@ -23,7 +25,7 @@ func TestLeakyModeNeverExceedsATenthOfTheLimitPerHundredMilliseconds(t *testing.
 	rec := sinktest.Start(t, sinktest.OK)
 	const n, limit = 120, 50
 	e.publish(n) // a burst, all waiting before the pipeline starts
-	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = limit }))
+	e.start(e.config(rec.URL, func(c *config.Pipeline) { c.Rate.Limit = limit }))
 	testwait.For(t, 30*time.Second, "every message delivered", func() bool { return rec.RequestCount() == n })
 
 	reqs := rec.Requests()
@@ -43,7 +45,7 @@ func TestTokenModeSendsTheBurstAtOnceThenHoldsTheAverage(t *testing.T) {
 	rec := sinktest.Start(t, sinktest.OK)
 	const n, limit, burst = 60, 20, 10
 	e.publish(n)
-	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+	e.start(e.config(rec.URL, func(c *config.Pipeline) {
 		c.Rate.Mode, c.Rate.Limit = shaper.ModeToken, limit
 		b := burst
 		c.Rate.Burst = &b
@@ -73,7 +75,7 @@ func TestNothingIsAckedBeforeItsOutcomeIsFinal(t *testing.T) {
 	})
 	const n = 20
 	e.publish(n)
-	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
 		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 1000, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxElapsed: time.Hour}
 	}))
 	testwait.For(t, 30*time.Second, "every message attempted three times", func() bool { return rec.RequestCount() >= 3*n })
@@ -106,7 +108,7 @@ func TestRetriesBackOffExponentiallyAndThenDeliver(t *testing.T) {
 	})
 	e.publish(1)
 	backoff := 200 * time.Millisecond
-	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+	e.start(e.config(rec.URL, func(c *config.Pipeline) {
 		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 5, InitialBackoff: backoff, MaxBackoff: time.Second, MaxElapsed: time.Minute}
 	}))
 	testwait.For(t, 30*time.Second, "the fourth attempt", func() bool { return rec.RequestCount() == 4 })
@@ -147,7 +149,7 @@ func TestRetryAfterIsHonouredInSecondsAndHTTPDateForm(t *testing.T) {
 				return sinktest.Action{}
 			})
 			e.publish(1)
-			e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+			e.start(e.config(rec.URL, func(c *config.Pipeline) {
 				c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Second, MaxElapsed: time.Minute}
 			}))
 			testwait.For(t, 30*time.Second, "the second attempt", func() bool { return rec.RequestCount() == 2 })
@@ -215,7 +217,7 @@ func TestAMessagePastMaxQueueTimeIsDeadLetteredAsExpired(t *testing.T) {
 	})
 	const n = 5
 	e.publish(n)
-	p := e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
 		c.Bucket.MaxQueueTime = time.Second
 		c.Sink.HTTP.MaxInFlight = 1
 		c.Sink.HTTP.Timeout = 5 * time.Second
@@ -245,7 +247,7 @@ func TestAnOversizedMessageIsDeadLetteredAsMalformedUnsent(t *testing.T) {
 	e := newEnv(t)
 	rec := sinktest.Start(t, sinktest.OK)
 	e.publish(1) // "msg-0": 5 bytes
-	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Sink.HTTP.MaxBodyBytes = 4 }))
+	e.start(e.config(rec.URL, func(c *config.Pipeline) { c.Sink.HTTP.MaxBodyBytes = 4 }))
 	dead := e.deadLetters(1, 30*time.Second)
 	if got := dead[0].Header.Get("Shaper-Reason"); got != "malformed" {
 		t.Errorf("Shaper-Reason = %q; want malformed", got)
@@ -261,7 +263,7 @@ func TestWithoutADeadLetterTargetAFailedMessageIsNackedNotAcked(t *testing.T) {
 		return sinktest.Action{Status: http.StatusBadRequest}
 	})
 	e.publish(1)
-	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+	e.start(e.config(rec.URL, func(c *config.Pipeline) {
 		c.DeadLetter = nil
 		c.Sink.HTTP.Retry.MaxBackoff = 200 * time.Millisecond // the nack delay
 	}))
@@ -276,7 +278,7 @@ func TestEveryRequestCarriesTheIdempotencyKeyAndConfiguredHeaders(t *testing.T) 
 	e := newEnv(t)
 	rec := sinktest.Start(t, sinktest.OK)
 	e.publish(3)
-	e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+	e.start(e.config(rec.URL, func(c *config.Pipeline) {
 		c.Sink.HTTP.Method = http.MethodPut
 		c.Sink.HTTP.Headers = map[string]string{"Content-Type": "application/json", "X-Psp": "acme"}
 	}))
@@ -300,7 +302,7 @@ func TestAnUnreachableSinkIsRetriedThenDeadLetteredAsExhausted(t *testing.T) {
 	url := rec.URL
 	rec.Close() // nothing listens there any more: connection refused
 	e.publish(2)
-	p := e.start(e.config(url, func(c *shaper.PipelineConfig) {
+	p := e.start(e.config(url, func(c *config.Pipeline) {
 		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxElapsed: time.Minute}
 	}))
 	for _, m := range e.deadLetters(2, 30*time.Second) {
@@ -325,17 +327,17 @@ func TestReconfigureChangesTheRateInPlaceWithoutLosingMessages(t *testing.T) {
 	rec := sinktest.Start(t, sinktest.OK)
 	const n = 100
 	e.publish(n)
-	cfg := e.config(rec.URL, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 })
+	cfg := e.config(rec.URL, func(c *config.Pipeline) { c.Rate.Limit = 10 })
 	p := e.start(cfg)
 	testwait.For(t, 10*time.Second, "a few requests", func() bool { return rec.RequestCount() >= 5 })
 
 	faster := cfg
 	faster.Rate.Limit = 50
-	faster.Sink.HTTP = new(shaper.HTTPSinkConfig)
+	faster.Sink.HTTP = new(sinks.HTTPConfig)
 	*faster.Sink.HTTP = *cfg.Sink.HTTP
 	faster.Sink.HTTP.MaxInFlight = 32
 	faster.Sink.HTTP.Timeout = 5 * time.Second
-	if err := p.Reconfigure(faster); err != nil {
+	if err := p.Reconfigure(faster.Core()); err != nil {
 		t.Fatalf("Reconfigure = %v", err)
 	}
 	if st := p.Status(); st.Limit != 50 {
@@ -352,7 +354,7 @@ func TestReconfigureChangesTheRateInPlaceWithoutLosingMessages(t *testing.T) {
 
 	modeChange := faster
 	modeChange.Rate.Mode = shaper.ModeToken
-	if err := p.Reconfigure(modeChange); !errors.Is(err, shaper.ErrNeedsRestart) {
+	if err := p.Reconfigure(modeChange.Core()); !errors.Is(err, shaper.ErrNeedsRestart) {
 		t.Errorf("Reconfigure(mode change) = %v; want ErrNeedsRestart", err)
 	}
 }

@@ -10,8 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
+	"github.com/shaper-dev/shaper/sources"
 )
 
 // The scheduler on a fake clock: each test runs in a testing/synctest
@@ -138,14 +141,14 @@ func (r receipt) Nack(context.Context, time.Duration) error { r.f.record("nack",
 
 // runFake runs a pipeline over f in the bubble until the test's body
 // returns, then drains it and waits for Run.
-func runFake(t *testing.T, f *fakes, mutate func(*shaper.PipelineConfig), body func(p *shaper.Pipeline)) {
+func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p *shaper.Pipeline)) {
 	t.Helper()
-	cfg := shaper.Config{Pipelines: []shaper.PipelineConfig{{
+	cfg := config.File{Pipelines: []config.Pipeline{{
 		Name:   "fake",
-		Source: shaper.SourceConfig{NATS: &shaper.NATSSourceConfig{URL: "nats://127.0.0.1:4222", Subject: "s"}},
+		Source: config.Source{NATS: &sources.NATSConfig{URL: "nats://127.0.0.1:4222", Subject: "s"}},
 		Bucket: shaper.BucketConfig{Capacity: 1000, MaxQueueTime: time.Minute},
-		Rate:   shaper.RateConfig{Limit: 100},
-		Sink:   shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{URL: "https://sink.example/"}},
+		Rate:   config.Rate{RateConfig: shaper.RateConfig{Limit: 100}},
+		Sink:   config.Sink{HTTP: &sinks.HTTPConfig{URL: "https://sink.example/"}},
 	}}}
 	if mutate != nil {
 		mutate(&cfg.Pipelines[0])
@@ -159,7 +162,7 @@ func runFake(t *testing.T, f *fakes, mutate func(*shaper.PipelineConfig), body f
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := shaper.New(pc, shaper.Parts{Source: f, Sink: fakeSink{f}, Limiter: lim, Clock: bubbleClock{},
+	p := shaper.New(pc.Core(), shaper.Parts{Source: f, Sink: fakeSink{f}, Limiter: lim, Clock: bubbleClock{},
 		Metrics: shaper.NewMetrics(prometheus.NewRegistry()), DrainTimeout: 2 * time.Second})
 	done := make(chan error, 1)
 	go func() { done <- p.Run(context.Background()) }()
@@ -199,8 +202,8 @@ func TestTokenModeSendsTheBurstAtOnceThenOneIntervalApartOnAFakeClock(t *testing
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakes(20)
 		burst := 5
-		runFake(t, f, func(c *shaper.PipelineConfig) {
-			c.Rate = shaper.RateConfig{Mode: shaper.ModeToken, Limit: 10, Burst: &burst}
+		runFake(t, f, func(c *config.Pipeline) {
+			c.Rate.RateConfig = shaper.RateConfig{Mode: shaper.ModeToken, Limit: 10, Burst: &burst}
 			c.Sink.HTTP.MaxInFlight = 8
 		}, func(*shaper.Pipeline) { time.Sleep(3 * time.Second) })
 		sends := f.of("send")
@@ -226,7 +229,7 @@ func TestARestoredRateIsInForceWithinOneIntervalOnAFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakes(1000)
 		var restored time.Time
-		runFake(t, f, func(c *shaper.PipelineConfig) {
+		runFake(t, f, func(c *config.Pipeline) {
 			c.Rate.Limit = 200
 			c.Bucket.MaxQueueTime = 2 * time.Minute
 		}, func(p *shaper.Pipeline) {
@@ -280,7 +283,7 @@ func TestExpiredMessagesSpendNoRateSlotOnAFakeClock(t *testing.T) {
 			return 0, nil
 		}
 		var expired int64
-		runFake(t, f, func(c *shaper.PipelineConfig) {
+		runFake(t, f, func(c *config.Pipeline) {
 			c.Rate.Limit = 50
 			c.Bucket.MaxQueueTime = 500 * time.Millisecond
 			c.Bucket.OnExpire = shaper.OnExpireDrop // no dead-letter target: acked as dropped
@@ -343,7 +346,7 @@ func TestADrainSendsAtTheRateForItsTimeoutThenNacksTheRest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakes(100)
 		var drained time.Time
-		runFake(t, f, func(c *shaper.PipelineConfig) { c.Rate.Limit = 10 }, func(*shaper.Pipeline) {
+		runFake(t, f, func(c *config.Pipeline) { c.Rate.Limit = 10 }, func(*shaper.Pipeline) {
 			time.Sleep(1050 * time.Millisecond) // between two slots: no tie with a departure
 			drained = time.Now()
 		})

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // BenchmarkShapingPrecision sends a burst through the real pipeline
@@ -25,7 +25,7 @@ func BenchmarkShapingPrecision(b *testing.B) {
 				e := newEnv(b)
 				rec := sinktest.StartLean(b)
 				e.publish(n)
-				e.start(e.config(rec.URL, func(c *shaper.PipelineConfig) {
+				e.start(e.config(rec.URL, func(c *config.Pipeline) {
 					c.Rate.Limit = float64(limit)
 					c.Bucket.Capacity = n
 				}))

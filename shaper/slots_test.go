@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
@@ -29,7 +30,7 @@ func TestLoweringTheRateAndRestoringItResumesAtTheFullRateAtOnce(t *testing.T) {
 	e := newEnv(t)
 	rec := sinktest.Start(t, sinktest.OK)
 	e.publish(2000)
-	cfg := e.config(rec.URL, func(c *shaper.PipelineConfig) {
+	cfg := e.config(rec.URL, func(c *config.Pipeline) {
 		c.Rate.Limit = 200
 		c.Bucket.Capacity = 400
 		c.Bucket.MaxQueueTime = 2 * time.Minute // 0.01/s is allowed: one slot per 100s fits in it

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/check"
 )
 
 // Status is a pipeline's state, as GET /v1/pipelines shows it.
@@ -109,10 +111,10 @@ func (p *Pipeline) SetRate(limit float64, burst int) error {
 // checkRate is validateRate for a rate given at run time, as an error
 // wrapping ErrInvalidRate.
 func checkRate(mode string, limit float64, burst int, maxQueueTime time.Duration) error {
-	var ps problems
+	var ps check.Problems
 	validateRate("rate", mode, limit, &burst, maxQueueTime, &ps)
-	if len(ps) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalidRate, errors.Join(ps...))
+	if err := ps.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRate, err)
 	}
 	return nil
 }

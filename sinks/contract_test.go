@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
 	"github.com/shaper-dev/shaper/internal/kafkatest"
 	"github.com/shaper-dev/shaper/internal/natstest"
 	"github.com/shaper-dev/shaper/shaper"
@@ -45,7 +46,7 @@ func targets() []target {
 				mu.Unlock()
 			}))
 			t.Cleanup(srv.Close)
-			cfg := shaper.HTTPSinkConfig{URL: srv.URL, Method: "POST", MaxBodyBytes: 1 << 10,
+			cfg := sinks.HTTPConfig{URL: srv.URL, Method: "POST", MaxBodyBytes: 1 << 10,
 				DeliveryConfig: shaper.DeliveryConfig{Timeout: time.Second, MaxInFlight: 4}}
 			h, err := sinks.NewHTTP(cfg)
 			if err != nil {
@@ -77,7 +78,7 @@ func targets() []target {
 					got = append(got, m.Data)
 				}
 			}
-			n, err := sinks.NewNATS(shaper.NATSPublisherConfig{URL: s.ClientURL(), Subject: "contract.out"}, "contract")
+			n, err := sinks.NewNATS(sinks.NATSPublisherConfig{URL: s.ClientURL(), Subject: "contract.out"}, "contract")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +95,7 @@ func targets() []target {
 				c.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got = append(got, r.Value) })
 				return got
 			}
-			p, err := sinks.NewKafka(shaper.KafkaPublisherConfig{KafkaConnConfig: shaper.KafkaConnConfig{Brokers: []string{k.Addr}}, Topic: "contract.out"}, "contract")
+			p, err := sinks.NewKafka(sinks.KafkaPublisherConfig{Config: kafkaconn.Config{Brokers: []string{k.Addr}}, Topic: "contract.out"}, "contract")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,9 +29,9 @@ func ExampleNewHTTP_signing() {
 	}))
 	defer receiver.Close()
 
-	sink, err := sinks.NewHTTP(shaper.HTTPSinkConfig{
+	sink, err := sinks.NewHTTP(sinks.HTTPConfig{
 		URL:            receiver.URL,
-		Signing:        &shaper.SigningConfig{Secret: secret}, // scheme: standard
+		Signing:        &sinks.SigningConfig{Secret: secret}, // scheme: standard
 		DeliveryConfig: shaper.DeliveryConfig{Timeout: 2 * time.Second, MaxInFlight: 1},
 	})
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -67,7 +66,7 @@ const (
 //
 // Credentials never reach an error: the URL's user information, path and
 // query are left out, and a response body quoted in a StatusError has the
-// values of sensitive configured headers ([shaper.SensitiveHeader]), the
+// values of sensitive configured headers ([SensitiveHeader]), the
 // signing secret and the URL's credentials blanked out, in case the receiver
 // echoes the request back.
 //
@@ -112,18 +111,20 @@ type httpSink struct {
 
 var _ shaper.Sink = (*HTTP)(nil)
 
-// NewHTTP returns an HTTP sink for a validated, defaulted config.
+// NewHTTP returns an HTTP sink for cfg, with its defaults set. A config
+// HTTPConfig.Validate refuses is an error, the same one: there is one set
+// of rules.
 //
 // The per-attempt timeout comes from the ctx given to Send; cfg.Timeout also
 // bounds the wait for response headers, in case a caller passes a ctx
 // without a deadline.
-func NewHTTP(cfg shaper.HTTPSinkConfig) (*HTTP, error) {
+func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	return newHTTPDialing(cfg, nil)
 }
 
 // newHTTPDialing is NewHTTP with every connection, now and after a Reconfigure,
 // dialled by dial (nil: a net.Dialer).
-func newHTTPDialing(cfg shaper.HTTPSinkConfig, dial dialFunc) (*HTTP, error) {
+func newHTTPDialing(cfg HTTPConfig, dial dialFunc) (*HTTP, error) {
 	s, err := newHTTPSink(cfg, dial)
 	if err != nil {
 		return nil, err
@@ -137,7 +138,7 @@ func newHTTPDialing(cfg shaper.HTTPSinkConfig, dial dialFunc) (*HTTP, error) {
 // signing, TLS, limits): the next Send uses it. Requests in flight finish
 // with the settings they started with. On error nothing changes. The
 // proxy is chosen as by NewHTTP: "environment" reads the environment again.
-func (h *HTTP) Reconfigure(cfg shaper.HTTPSinkConfig) error {
+func (h *HTTP) Reconfigure(cfg HTTPConfig) error {
 	s, err := newHTTPSink(cfg, h.dial)
 	if err != nil {
 		return err
@@ -176,27 +177,25 @@ func (h *HTTP) Close(context.Context) error {
 	return nil
 }
 
-// newHTTPSink builds the settings and client of a validated config; dial
-// (nil: a net.Dialer) makes its connections.
-func newHTTPSink(cfg shaper.HTTPSinkConfig, dial dialFunc) (*httpSink, error) {
-	u, err := parseSinkURL(cfg)
-	if err != nil {
+// newHTTPSink builds the settings and client of cfg, with its defaults
+// set, once HTTPConfig.Validate accepts it; dial (nil: a net.Dialer)
+// makes its connections.
+func newHTTPSink(cfg HTTPConfig, dial dialFunc) (*httpSink, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate("sink.http"); err != nil {
 		return nil, err
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("http: parse url: %w", withoutURL(err)) // not reached: Validate parsed it
 	}
 	tlsConfig, err := tlsconf.Client(cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}
-	method := cfg.Method
-	if method == "" {
-		method = http.MethodPost
-	}
-	if !validToken(method) {
-		return nil, fmt.Errorf("http: invalid method %q", method)
-	}
 	h := &httpSink{
 		url:    cfg.URL,
-		method: method,
+		method: cfg.Method,
 		header: make(http.Header, len(cfg.Headers)+1),
 		// Webhook URLs often carry a token in the path or query, and errors
 		// end up in logs and dead-letter headers.
@@ -205,12 +204,10 @@ func newHTTPSink(cfg shaper.HTTPSinkConfig, dial dialFunc) (*httpSink, error) {
 		now:     time.Now,
 	}
 	h.addURLSecrets(u)
-	if err := h.setHeaders(cfg.Headers); err != nil {
-		return nil, err
-	}
+	h.setHeaders(cfg.Headers)
 	h.forward = cfg.ForwardHeaders
-	if err := h.setKeyHeader(cfg.KeyHeader); err != nil {
-		return nil, err
+	if cfg.KeyHeader != "" {
+		h.keyHeader = http.CanonicalHeaderKey(cfg.KeyHeader)
 	}
 	if err := h.setSigning(cfg.Signing); err != nil {
 		return nil, err
@@ -231,26 +228,10 @@ func newHTTPSink(cfg shaper.HTTPSinkConfig, dial dialFunc) (*httpSink, error) {
 	return h, nil
 }
 
-// parseSinkURL parses the sink's URL and checks that it can be sent to with
-// cfg's TLS. Errors never show the URL: it may carry a token.
-func parseSinkURL(cfg shaper.HTTPSinkConfig) (*url.URL, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil {
-		return nil, fmt.Errorf("http: parse url: %w", withoutURL(err))
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("http: url must be http:// or https:// with a host, got scheme %q host %q", u.Scheme, u.Host)
-	}
-	if cfg.TLS != nil && u.Scheme != "https" {
-		return nil, errors.New("http: tls needs an https:// url")
-	}
-	return u, nil
-}
-
 // newTransport returns the Transport of these settings: at most
 // cfg.MaxInFlight connections, all kept alive, dialled by dial (nil: a
 // net.Dialer).
-func (h *httpSink) newTransport(cfg shaper.HTTPSinkConfig, tlsConfig *tls.Config, dial dialFunc) *http.Transport {
+func (h *httpSink) newTransport(cfg HTTPConfig, tlsConfig *tls.Config, dial dialFunc) *http.Transport {
 	conns := max(cfg.MaxInFlight, 1)
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext

@@ -6,15 +6,12 @@
 package sinks
 
 import (
-	"fmt"
 	"maps"
 	"net/http"
 	"slices"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // unforwardable holds the headers a message may never set: they describe
@@ -38,18 +35,11 @@ var unforwardable = map[string]bool{
 	"Http2-Settings":      true,
 }
 
-// setHeaders checks the configured headers and takes them into h.header,
-// Host into h.host, and the values of sensitive ones into the secrets.
-func (h *httpSink) setHeaders(headers map[string]string) error {
+// setHeaders takes the configured headers into h.header, Host into
+// h.host, and the values of sensitive ones into the secrets.
+func (h *httpSink) setHeaders(headers map[string]string) {
 	for name, value := range headers {
-		// The value is left out of errors: it may be a credential.
-		if !validToken(name) {
-			return fmt.Errorf("http: invalid header name %q", name)
-		}
-		if !validHeaderValue(value, true) {
-			return fmt.Errorf("http: header %q: value has control characters", name)
-		}
-		if shaper.SensitiveHeader(name) {
+		if SensitiveHeader(name) {
 			// "Bearer <token>": the receiver may echo the token alone.
 			h.addSecrets(value)
 			h.addSecrets(strings.Fields(value)...)
@@ -61,26 +51,6 @@ func (h *httpSink) setHeaders(headers map[string]string) error {
 		}
 		h.header.Set(name, value)
 	}
-	return nil
-}
-
-// setKeyHeader checks the key_header setting against the configured headers
-// (so it goes after setHeaders) and takes it, canonical, into h.keyHeader.
-func (h *httpSink) setKeyHeader(keyHeader string) error {
-	if keyHeader == "" {
-		return nil
-	}
-	name := http.CanonicalHeaderKey(keyHeader)
-	switch {
-	case !validToken(keyHeader):
-		return fmt.Errorf("http: invalid key_header name %q", keyHeader)
-	case name == "Idempotency-Key" || unforwardable[name]:
-		return fmt.Errorf("http: key_header %q is a header shaper or net/http owns", keyHeader)
-	case h.header[name] != nil:
-		return fmt.Errorf("http: key_header %q is also set in headers", keyHeader)
-	}
-	h.keyHeader = name
-	return nil
 }
 
 // forwardHeaders adds the message headers src to the request headers dst,

@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/net/http/httpproxy"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // sentOnce is the state of one Send that the Transport's hooks share
@@ -102,7 +100,7 @@ func proxyFor(setting string, target *url.URL) (*url.URL, string, error) {
 	switch setting {
 	case "":
 		return nil, "none", nil
-	case shaper.ProxyEnvironment:
+	case ProxyEnvironment:
 		p, err := httpproxy.FromEnvironment().ProxyFunc()(target)
 		if err != nil { // only in a CGI environment; no value in the message
 			return nil, "", fmt.Errorf("http: proxy: environment: %w", err)

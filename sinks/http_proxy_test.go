@@ -86,7 +86,7 @@ func clearProxyEnv(t *testing.T) {
 // proxySink returns an HTTP sink dialling through d, first proving on a
 // loopback URL that d is the dialer in use (so that no later request to
 // sinkHost can reach a real resolver), then switched to cfg.
-func proxySink(t *testing.T, d *loopbackDialer, cfg shaper.HTTPSinkConfig) *HTTP {
+func proxySink(t *testing.T, d *loopbackDialer, cfg HTTPConfig) *HTTP {
 	t.Helper()
 	probe := sinktest.Start(t, sinktest.OK)
 	h, err := newHTTPDialing(httpConfig("http://"+probe.Addr), d.dial)
@@ -198,10 +198,10 @@ func TestHTTPReconfigureAppliesTheProxyRule(t *testing.T) {
 	h := proxySink(t, d, direct)
 
 	viaEnv := direct
-	viaEnv.Proxy = shaper.ProxyEnvironment
+	viaEnv.Proxy = ProxyEnvironment
 	steps := []struct {
 		name      string
-		cfg       shaper.HTTPSinkConfig
+		cfg       HTTPConfig
 		setEnv    string // HTTP_PROXY before the reload; "-" leaves it
 		wantSink  int    // requests the sink has seen after this step
 		wantProxy int

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
+	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/webhook"
 )
@@ -96,7 +97,7 @@ func TestHTTPSignatureMatchesWhatTheReceiverComputes(t *testing.T) {
 				}
 			})
 			cfg := httpConfig(srv.URL)
-			cfg.Signing = &shaper.SigningConfig{Scheme: tt.scheme, Secret: tt.secret, Header: tt.header}
+			cfg.Signing = &SigningConfig{Scheme: tt.scheme, Secret: tt.secret, Header: tt.header}
 			cfg.ForwardHeaders = true
 			h := newHTTP(t, cfg)
 			clock := time.Now().Add(-10 * time.Second)
@@ -154,7 +155,7 @@ func TestHTTPSignaturesCoverTheMessageID(t *testing.T) {
 				mu.Unlock()
 			})
 			cfg := httpConfig(srv.URL)
-			cfg.Signing = &shaper.SigningConfig{Scheme: tt.scheme, Secret: tt.secret}
+			cfg.Signing = &SigningConfig{Scheme: tt.scheme, Secret: tt.secret}
 			h := newHTTP(t, cfg)
 			second := time.Unix(time.Now().Unix(), 0)
 			h.cur.Load().now = func() time.Time { return second }
@@ -193,7 +194,7 @@ func TestHTTPSignaturesCoverTheMessageID(t *testing.T) {
 func TestHTTPStandardSigningWithoutAnIDIsMalformedWithoutRequest(t *testing.T) {
 	srv, n := newServer(t, func(http.ResponseWriter, *http.Request) {})
 	cfg := httpConfig(srv.URL)
-	cfg.Signing = &shaper.SigningConfig{Scheme: "standard", Secret: whsecSecret}
+	cfg.Signing = &SigningConfig{Scheme: "standard", Secret: whsecSecret}
 	h := newHTTP(t, cfg)
 	code, err := sendCode(testCtx(t), h, &shaper.Message{Payload: []byte("{}")})
 	if code != "" || !errors.Is(err, shaper.ErrMalformed) {
@@ -208,22 +209,22 @@ func TestNewHTTPRefusesSigningItCannotDoWithoutShowingTheSecret(t *testing.T) {
 	const short = "short-secret" // 12 bytes
 	tests := []struct {
 		name    string
-		signing shaper.SigningConfig
+		signing SigningConfig
 		headers map[string]string
 		keyHdr  string
 	}{
-		{"short secret", shaper.SigningConfig{Secret: short}, nil, ""},
-		{"empty secret", shaper.SigningConfig{}, nil, ""},
-		{"whsec secret not base64", shaper.SigningConfig{Secret: "whsec_" + testSecret}, nil, ""},
-		{"unknown scheme", shaper.SigningConfig{Scheme: "stripe", Secret: testSecret}, nil, ""},
-		{"header with the standard scheme", shaper.SigningConfig{Secret: testSecret, Header: "X-Sig"}, nil, ""},
-		{"standard header also configured", shaper.SigningConfig{Secret: testSecret}, map[string]string{"webhook-id": "x"}, ""},
-		{"standard header is the key header", shaper.SigningConfig{Scheme: "standard", Secret: testSecret}, nil, "webhook-signature"},
-		{"header is Idempotency-Key", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "idempotency-key"}, nil, ""},
-		{"header is framing", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "Content-Length"}, nil, ""},
-		{"header also configured", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X-Sig"}, map[string]string{"x-sig": short}, ""},
-		{"header is the key header", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X-Key"}, nil, "x-key"},
-		{"header name invalid", shaper.SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X Sig"}, nil, ""},
+		{"short secret", SigningConfig{Secret: short}, nil, ""},
+		{"empty secret", SigningConfig{}, nil, ""},
+		{"whsec secret not base64", SigningConfig{Secret: "whsec_" + testSecret}, nil, ""},
+		{"unknown scheme", SigningConfig{Scheme: "stripe", Secret: testSecret}, nil, ""},
+		{"header with the standard scheme", SigningConfig{Secret: testSecret, Header: "X-Sig"}, nil, ""},
+		{"standard header also configured", SigningConfig{Secret: testSecret}, map[string]string{"webhook-id": "x"}, ""},
+		{"standard header is the key header", SigningConfig{Scheme: "standard", Secret: testSecret}, nil, "webhook-signature"},
+		{"header is Idempotency-Key", SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "idempotency-key"}, nil, ""},
+		{"header is framing", SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "Content-Length"}, nil, ""},
+		{"header also configured", SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X-Sig"}, map[string]string{"x-sig": short}, ""},
+		{"header is the key header", SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X-Key"}, nil, "x-key"},
+		{"header name invalid", SigningConfig{Scheme: "shaper", Secret: testSecret, Header: "X Sig"}, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -273,7 +274,7 @@ func TestHTTPStatusErrorBlanksOutEchoedCredentials(t *testing.T) {
 			})
 			cfg := httpConfig(strings.Replace(srv.URL, "http://", "http://shaper:"+urlPW+"@", 1) + "/hooks/" + path + "?token=" + query)
 			cfg.Headers = map[string]string{"Authorization": "Bearer " + bearer, "X-Api-Key": apiKey, "Content-Type": "application/json"}
-			cfg.Signing = &shaper.SigningConfig{Scheme: sc.scheme, Secret: sc.secret}
+			cfg.Signing = &SigningConfig{Scheme: sc.scheme, Secret: sc.secret}
 			h := newHTTP(t, cfg)
 
 			tests := []struct {
@@ -342,19 +343,19 @@ func TestHTTPTLSTrustsTheConfiguredCAAndPresentsTheClientCertificate(t *testing.
 	tests := []struct {
 		name      string
 		srv       *httptest.Server
-		tls       *shaper.TLSConfig
+		tls       *tlsconf.Config
 		wantError string // "" for a 204
 	}{
-		{"ca_file trusts the server", plain, &shaper.TLSConfig{CAFile: pki.CAFile}, ""},
+		{"ca_file trusts the server", plain, &tlsconf.Config{CAFile: pki.CAFile}, ""},
 		{"system CAs do not", plain, nil, "certificate"},
-		{"another CA does not", plain, &shaper.TLSConfig{CAFile: other.CAFile}, "unknown authority"},
-		{"server_name is checked", plain, &shaper.TLSConfig{CAFile: pki.CAFile, ServerName: "sink.test"}, ""},
-		{"a wrong server_name fails", plain, &shaper.TLSConfig{CAFile: pki.CAFile, ServerName: "other.test"}, "other.test"},
-		{"client certificate passes mutual TLS", mutual, &shaper.TLSConfig{CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile}, ""},
-		{"no client certificate fails mutual TLS", mutual, &shaper.TLSConfig{CAFile: pki.CAFile}, "certificate"},
-		{"another CA's client certificate fails mutual TLS", mutual, &shaper.TLSConfig{CAFile: pki.CAFile, CertFile: other.ClientCertFile, KeyFile: other.ClientKeyFile}, "certificate"},
-		{"min_version 1.2 takes a TLS 1.2 server", only12, &shaper.TLSConfig{CAFile: pki.CAFile, MinVersion: shaper.TLSVersion12}, ""},
-		{"min_version 1.3 refuses a TLS 1.2 server", only12, &shaper.TLSConfig{CAFile: pki.CAFile, MinVersion: shaper.TLSVersion13}, "protocol version"},
+		{"another CA does not", plain, &tlsconf.Config{CAFile: other.CAFile}, "unknown authority"},
+		{"server_name is checked", plain, &tlsconf.Config{CAFile: pki.CAFile, ServerName: "sink.test"}, ""},
+		{"a wrong server_name fails", plain, &tlsconf.Config{CAFile: pki.CAFile, ServerName: "other.test"}, "other.test"},
+		{"client certificate passes mutual TLS", mutual, &tlsconf.Config{CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile}, ""},
+		{"no client certificate fails mutual TLS", mutual, &tlsconf.Config{CAFile: pki.CAFile}, "certificate"},
+		{"another CA's client certificate fails mutual TLS", mutual, &tlsconf.Config{CAFile: pki.CAFile, CertFile: other.ClientCertFile, KeyFile: other.ClientKeyFile}, "certificate"},
+		{"min_version 1.2 takes a TLS 1.2 server", only12, &tlsconf.Config{CAFile: pki.CAFile, MinVersion: tlsconf.Version12}, ""},
+		{"min_version 1.3 refuses a TLS 1.2 server", only12, &tlsconf.Config{CAFile: pki.CAFile, MinVersion: tlsconf.Version13}, "protocol version"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -376,12 +377,12 @@ func TestNewHTTPRefusesTLSForPlainHTTPAndUnreadableFiles(t *testing.T) {
 	tests := []struct {
 		name string
 		url  string
-		tls  shaper.TLSConfig
+		tls  tlsconf.Config
 		want string
 	}{
-		{"tls with http://", "http://example.com/hook", shaper.TLSConfig{}, "https"},
-		{"missing ca_file", "https://example.com/hook", shaper.TLSConfig{CAFile: "/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
-		{"unknown min_version", "https://example.com/hook", shaper.TLSConfig{MinVersion: "1.1"}, "min_version"},
+		{"tls with http://", "http://example.com/hook", tlsconf.Config{}, "https"},
+		{"missing ca_file", "https://example.com/hook", tlsconf.Config{CAFile: "/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
+		{"unknown min_version", "https://example.com/hook", tlsconf.Config{MinVersion: "1.1"}, "min_version"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,10 +13,9 @@ import (
 	"github.com/shaper-dev/shaper/webhook"
 )
 
-// setSigning makes the signer of a signing setting (nil: none), refusing
-// signature headers that another rule already sets (so it goes after
-// setHeaders and setKeyHeader), and adds the secret to the secrets.
-func (h *httpSink) setSigning(sc *shaper.SigningConfig) error {
+// setSigning makes the signer of a validated signing setting (nil: none)
+// and adds the secret to the secrets.
+func (h *httpSink) setSigning(sc *SigningConfig) error {
 	if sc == nil {
 		return nil
 	}
@@ -24,11 +23,6 @@ func (h *httpSink) setSigning(sc *shaper.SigningConfig) error {
 	signer, err := webhook.New(webhook.Config{Scheme: webhook.Scheme(sc.Scheme), Secret: sc.Secret, Header: sc.Header})
 	if err != nil {
 		return fmt.Errorf("http: signing: %w", err)
-	}
-	for _, name := range signer.Headers() {
-		if unforwardable[name] || name == h.keyHeader || h.header[name] != nil {
-			return fmt.Errorf("http: signing header %q is also a header net/http sets, the key_header or in headers", name)
-		}
 	}
 	h.signer, h.signHeaders = signer, signer.Headers()
 	h.addSecrets(sc.Secret)

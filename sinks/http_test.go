@@ -21,8 +21,8 @@ import (
 )
 
 // httpConfig returns a defaulted config the way the core would pass it.
-func httpConfig(url string) shaper.HTTPSinkConfig {
-	return shaper.HTTPSinkConfig{
+func httpConfig(url string) HTTPConfig {
+	return HTTPConfig{
 		URL:          url,
 		Method:       http.MethodPost,
 		MaxBodyBytes: 10 << 20,
@@ -33,7 +33,7 @@ func httpConfig(url string) shaper.HTTPSinkConfig {
 	}
 }
 
-func newHTTP(t *testing.T, cfg shaper.HTTPSinkConfig) *HTTP {
+func newHTTP(t *testing.T, cfg HTTPConfig) *HTTP {
 	t.Helper()
 	h, err := NewHTTP(cfg)
 	if err != nil {

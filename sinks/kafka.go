@@ -82,14 +82,14 @@ var _ shaper.Sink = (*Kafka)(nil)
 // NewKafka returns a publisher to cfg.Topic that identifies itself to the
 // brokers as client id name. It connects lazily: brokers that are down when
 // it runs make the first Sends fail, not NewKafka.
-func NewKafka(cfg shaper.KafkaPublisherConfig, name string) (*Kafka, error) {
+func NewKafka(cfg KafkaPublisherConfig, name string) (*Kafka, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("kafka: no brokers")
 	}
 	if cfg.Topic == "" {
 		return nil, errors.New("kafka: no topic")
 	}
-	transport, err := kafkaconn.Transport(cfg.KafkaConnConfig, name)
+	transport, err := kafkaconn.Transport(cfg.Config, name)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}

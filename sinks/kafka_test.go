@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
 	"github.com/shaper-dev/shaper/internal/kafkatest"
 	"github.com/shaper-dev/shaper/internal/tlsconf"
@@ -34,14 +35,14 @@ func startKafka(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	return kafkatest.Start(t, append([]kfake.Opt{kfake.SeedTopics(4, "topic")}, opts...)...).Kfake()
 }
 
-func kafkaConfig(brokers []string, topic string) shaper.KafkaPublisherConfig {
-	return shaper.KafkaPublisherConfig{
-		KafkaConnConfig: shaper.KafkaConnConfig{Brokers: brokers},
-		Topic:           topic,
+func kafkaConfig(brokers []string, topic string) KafkaPublisherConfig {
+	return KafkaPublisherConfig{
+		Config: kafkaconn.Config{Brokers: brokers},
+		Topic:  topic,
 	}
 }
 
-func newKafka(t *testing.T, cfg shaper.KafkaPublisherConfig) *Kafka {
+func newKafka(t *testing.T, cfg KafkaPublisherConfig) *Kafka {
 	t.Helper()
 	k, err := NewKafka(cfg, "sinks-test")
 	if err != nil {
@@ -480,24 +481,24 @@ func TestKafkaSASLAcceptsRightCredentialsAndNeverShowsAWrongPassword(t *testing.
 	const wrong = "hunter2-wrong"
 	c := startKafka(t,
 		kfake.EnableSASL(),
-		kfake.Superuser(shaper.SASLPlain, "plain-user", "plain-pw"),
-		kfake.Superuser(shaper.SASLScramSHA256, "scram256-user", "scram256-pw"),
-		kfake.Superuser(shaper.SASLScramSHA512, "scram512-user", "scram512-pw"),
+		kfake.Superuser(kafkaconn.SASLPlain, "plain-user", "plain-pw"),
+		kfake.Superuser(kafkaconn.SASLScramSHA256, "scram256-user", "scram256-pw"),
+		kfake.Superuser(kafkaconn.SASLScramSHA512, "scram512-user", "scram512-pw"),
 	)
 	tests := []struct {
 		mechanism, user, password string
 	}{
-		{shaper.SASLPlain, "plain-user", "plain-pw"},
-		{shaper.SASLScramSHA256, "scram256-user", "scram256-pw"},
-		{shaper.SASLScramSHA512, "scram512-user", "scram512-pw"},
+		{kafkaconn.SASLPlain, "plain-user", "plain-pw"},
+		{kafkaconn.SASLScramSHA256, "scram256-user", "scram256-pw"},
+		{kafkaconn.SASLScramSHA512, "scram512-user", "scram512-pw"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mechanism, func(t *testing.T) {
 			cfg := kafkaConfig(c.ListenAddrs(), "topic")
-			cfg.SASL = &shaper.SASLConfig{Mechanism: tt.mechanism, Username: tt.user, Password: tt.password}
+			cfg.SASL = &kafkaconn.SASLConfig{Mechanism: tt.mechanism, Username: tt.user, Password: tt.password}
 			sendOK(t, newKafka(t, cfg), &shaper.Message{Payload: []byte(tt.mechanism)})
 
-			cfg.SASL = &shaper.SASLConfig{Mechanism: tt.mechanism, Username: tt.user, Password: wrong}
+			cfg.SASL = &kafkaconn.SASLConfig{Mechanism: tt.mechanism, Username: tt.user, Password: wrong}
 			code, err := sendCode(testCtx(t), newKafka(t, cfg), &shaper.Message{Payload: []byte("refused")})
 			if code != "error" || err == nil {
 				t.Fatalf("Send with a wrong password = %q, %v; want \"error\"", code, err)
@@ -527,16 +528,16 @@ func TestKafkaTLSWritesWithTrustedCAAndClientCertificate(t *testing.T) {
 	c := startKafka(t, kfake.TLS(pki.ServerConfig(true)))
 
 	cfg := kafkaConfig(c.ListenAddrs(), "topic")
-	cfg.TLS = &shaper.TLSConfig{CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile}
+	cfg.TLS = &tlsconf.Config{CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile}
 	sendOK(t, newKafka(t, cfg), &shaper.Message{Payload: []byte("over tls")})
 
 	other := kafkaconntest.NewPKI(t, "127.0.0.1")
 	tests := []struct {
 		name string
-		give shaper.TLSConfig
+		give tlsconf.Config
 	}{
-		{"server of an untrusted CA", shaper.TLSConfig{CAFile: other.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile}},
-		{"no client certificate", shaper.TLSConfig{CAFile: pki.CAFile}},
+		{"server of an untrusted CA", tlsconf.Config{CAFile: other.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile}},
+		{"no client certificate", tlsconf.Config{CAFile: pki.CAFile}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -633,24 +634,24 @@ func TestKafkaSendAfterCloseFails(t *testing.T) {
 func TestNewKafkaRejectsBadConfigWithoutShowingThePassword(t *testing.T) {
 	tests := []struct {
 		name string
-		give shaper.KafkaPublisherConfig
+		give KafkaPublisherConfig
 		want string
 	}{
-		{"no brokers", shaper.KafkaPublisherConfig{Topic: "t"}, "no brokers"},
+		{"no brokers", KafkaPublisherConfig{Topic: "t"}, "no brokers"},
 		{"no topic", kafkaConfig([]string{"127.0.0.1:9092"}, ""), "no topic"},
-		{"unknown SASL mechanism", shaper.KafkaPublisherConfig{
-			KafkaConnConfig: shaper.KafkaConnConfig{Brokers: []string{"127.0.0.1:9092"},
-				SASL: &shaper.SASLConfig{Mechanism: "OAUTHBEARER", Username: "u", Password: "hunter2"}},
+		{"unknown SASL mechanism", KafkaPublisherConfig{
+			Config: kafkaconn.Config{Brokers: []string{"127.0.0.1:9092"},
+				SASL: &kafkaconn.SASLConfig{Mechanism: "OAUTHBEARER", Username: "u", Password: "hunter2"}},
 			Topic: "t",
 		}, "OAUTHBEARER"},
-		{"SCRAM password SASLprep refuses", shaper.KafkaPublisherConfig{
-			KafkaConnConfig: shaper.KafkaConnConfig{Brokers: []string{"127.0.0.1:9092"},
-				SASL: &shaper.SASLConfig{Mechanism: shaper.SASLScramSHA256, Username: "u", Password: "hunter2\a"}},
+		{"SCRAM password SASLprep refuses", KafkaPublisherConfig{
+			Config: kafkaconn.Config{Brokers: []string{"127.0.0.1:9092"},
+				SASL: &kafkaconn.SASLConfig{Mechanism: kafkaconn.SASLScramSHA256, Username: "u", Password: "hunter2\a"}},
 			Topic: "t",
 		}, "password"},
-		{"missing CA file", shaper.KafkaPublisherConfig{
-			KafkaConnConfig: shaper.KafkaConnConfig{Brokers: []string{"127.0.0.1:9092"},
-				TLS: &shaper.TLSConfig{CAFile: "/nonexistent/ca.pem"}},
+		{"missing CA file", KafkaPublisherConfig{
+			Config: kafkaconn.Config{Brokers: []string{"127.0.0.1:9092"},
+				TLS: &tlsconf.Config{CAFile: "/nonexistent/ca.pem"}},
 			Topic: "t",
 		}, "/nonexistent/ca.pem"},
 	}

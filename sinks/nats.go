@@ -88,7 +88,7 @@ const (
 // NewNATS connects to cfg.URL as client name and returns a publisher to
 // cfg.Subject. It does not wait for the server: with the server down it
 // succeeds and keeps trying to connect in the background.
-func NewNATS(cfg shaper.NATSPublisherConfig, name string) (*NATS, error) {
+func NewNATS(cfg NATSPublisherConfig, name string) (*NATS, error) {
 	if !literalSubject(cfg.Subject) {
 		return nil, fmt.Errorf("nats: cannot publish to subject %q: want dot-separated tokens without wildcards or spaces", cfg.Subject)
 	}

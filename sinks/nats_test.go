@@ -34,7 +34,7 @@ func deadLetter(payload string) *shaper.Message {
 
 func newNATS(t *testing.T, url, subject string) *NATS {
 	t.Helper()
-	n, err := NewNATS(shaper.NATSPublisherConfig{URL: url, Subject: subject}, "sinks-test")
+	n, err := NewNATS(NATSPublisherConfig{URL: url, Subject: subject}, "sinks-test")
 	if err != nil {
 		t.Fatalf("NewNATS: %v", err)
 	}
@@ -199,7 +199,7 @@ func TestNATSSendOverStreamMaxMsgSizeIsMalformed(t *testing.T) {
 func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
 	port := freeport.Get(t)
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	n, err := NewNATS(shaper.NATSPublisherConfig{URL: url, Subject: "late"}, "sinks-test")
+	n, err := NewNATS(NATSPublisherConfig{URL: url, Subject: "late"}, "sinks-test")
 	if err != nil {
 		t.Fatalf("NewNATS with the server down = %v; want nil", err)
 	}
@@ -244,7 +244,7 @@ func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
 
 func TestNATSCloseReturnsWhileServerDown(t *testing.T) {
 	url := "nats://127.0.0.1:" + strconv.Itoa(freeport.Get(t))
-	n, err := NewNATS(shaper.NATSPublisherConfig{URL: url, Subject: "x"}, "sinks-test")
+	n, err := NewNATS(NATSPublisherConfig{URL: url, Subject: "x"}, "sinks-test")
 	if err != nil {
 		t.Fatalf("NewNATS: %v", err)
 	}
@@ -330,7 +330,7 @@ func TestNATSSendFailedWhileDisconnectedIsNotPublishedLater(t *testing.T) {
 
 func TestNewNATSRejectsSubjectsThatCannotBePublishedTo(t *testing.T) {
 	for _, subject := range []string{"", "dlq.*", "dlq.>", "dlq..psp", ".dlq", "dlq.", "dlq psp"} {
-		n, err := NewNATS(shaper.NATSPublisherConfig{URL: "nats://127.0.0.1:1", Subject: subject}, "sinks-test")
+		n, err := NewNATS(NATSPublisherConfig{URL: "nats://127.0.0.1:1", Subject: subject}, "sinks-test")
 		if err == nil {
 			n.Close(context.Background())
 			t.Errorf("NewNATS(subject %q) = nil error; want one", subject)

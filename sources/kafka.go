@@ -150,7 +150,7 @@ var (
 // fail NewKafka: the source keeps trying in the background and Ready says
 // why it is not ready. The member joins the group once the topic is first
 // seen, so that it is assigned the topic's partitions.
-func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog.Logger) (*Kafka, error) {
+func NewKafka(cfg KafkaConfig, capacity int, name string, log *slog.Logger) (*Kafka, error) {
 	if capacity < 1 {
 		return nil, fmt.Errorf("kafka: capacity %d: must be >= 1", capacity)
 	}
@@ -158,12 +158,12 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("source", "kafka", "topic", cfg.Topic, "group", cfg.Group)
-	dialer, err := kafkaconn.Dialer(cfg.KafkaConnConfig, name)
+	dialer, err := kafkaconn.Dialer(cfg.Config, name)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	health := newKafkaHealth(cfg, dialer, log)
-	transport, err := kafkaconn.Transport(cfg.KafkaConnConfig, name)
+	transport, err := kafkaconn.Transport(cfg.Config, name)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
@@ -197,9 +197,9 @@ func NewKafka(cfg shaper.KafkaSourceConfig, capacity int, name string, log *slog
 }
 
 // kafkaGroupConfig returns the consumer group's config for cfg, validated.
-func kafkaGroupConfig(cfg shaper.KafkaSourceConfig, dialer *kafka.Dialer, health *kafkaHealth) (kafka.ConsumerGroupConfig, error) {
+func kafkaGroupConfig(cfg KafkaConfig, dialer *kafka.Dialer, health *kafkaHealth) (kafka.ConsumerGroupConfig, error) {
 	start := kafka.FirstOffset
-	if cfg.Start == shaper.StartLatest {
+	if cfg.Start == StartLatest {
 		start = kafka.LastOffset
 	}
 	gc := kafka.ConsumerGroupConfig{
@@ -231,7 +231,7 @@ func kafkaGroupConfig(cfg shaper.KafkaSourceConfig, dialer *kafka.Dialer, health
 
 // kafkaReaderConfig returns a partition reader's config for cfg, validated;
 // the fetcher sets Partition and QueueCapacity.
-func kafkaReaderConfig(cfg shaper.KafkaSourceConfig, dialer *kafka.Dialer, health *kafkaHealth) (kafka.ReaderConfig, error) {
+func kafkaReaderConfig(cfg KafkaConfig, dialer *kafka.Dialer, health *kafkaHealth) (kafka.ReaderConfig, error) {
 	rc := kafka.ReaderConfig{
 		Brokers:  cfg.Brokers,
 		Topic:    cfg.Topic,

@@ -28,7 +28,7 @@ import (
 // The partitionFetcher reads the claimed partitions; Kafka hands out what
 // it reads, and its receipts settle here.
 type kafkaSession struct {
-	cfg        shaper.KafkaSourceConfig
+	cfg        KafkaConfig
 	groupCfg   kafka.ConsumerGroupConfig
 	settleWait time.Duration // how long the end of a generation waits for its messages
 	log        *slog.Logger
@@ -54,7 +54,7 @@ type kafkaSession struct {
 	closed   bool
 }
 
-func newKafkaSession(cfg shaper.KafkaSourceConfig, groupCfg kafka.ConsumerGroupConfig, transport *kafka.Transport,
+func newKafkaSession(cfg KafkaConfig, groupCfg kafka.ConsumerGroupConfig, transport *kafka.Transport,
 	fetcher *partitionFetcher, health *kafkaHealth, log *slog.Logger) *kafkaSession {
 	return &kafkaSession{
 		cfg:        cfg,

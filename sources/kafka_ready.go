@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 const (
@@ -47,7 +45,7 @@ const (
 // It logs once per transition between ready and not ready. kafka-go's own
 // messages go to the debug level.
 type kafkaHealth struct {
-	cfg    shaper.KafkaSourceConfig
+	cfg    KafkaConfig
 	dialer *kafka.Dialer
 	log    *slog.Logger
 
@@ -63,7 +61,7 @@ type kafkaHealth struct {
 	broken    error  // the reader cannot be created: not ready for good
 }
 
-func newKafkaHealth(cfg shaper.KafkaSourceConfig, dialer *kafka.Dialer, log *slog.Logger) *kafkaHealth {
+func newKafkaHealth(cfg KafkaConfig, dialer *kafka.Dialer, log *slog.Logger) *kafkaHealth {
 	h := &kafkaHealth{
 		cfg:    cfg,
 		dialer: dialer,

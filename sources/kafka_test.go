@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
 	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
@@ -51,7 +52,7 @@ func startKfake(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 
 // startKafkaGroup starts kfake (startKfake) and the test's own client on it,
 // and returns them with the config of a source in group "g" there.
-func startKafkaGroup(t *testing.T) (*kfake.Cluster, *kgo.Client, shaper.KafkaSourceConfig) {
+func startKafkaGroup(t *testing.T) (*kfake.Cluster, *kgo.Client, KafkaConfig) {
 	t.Helper()
 	c := startKfake(t)
 	return c, kafkaClient(t, c), kafkaConfig(c.ListenAddrs(), "g")
@@ -59,12 +60,12 @@ func startKafkaGroup(t *testing.T) (*kfake.Cluster, *kgo.Client, shaper.KafkaSou
 
 // kafkaConfig is a source config for the test topic with the group timings
 // that make kfake group tests take a second or two (TOOLCHAIN.md).
-func kafkaConfig(brokers []string, group string) shaper.KafkaSourceConfig {
-	return shaper.KafkaSourceConfig{
-		KafkaConnConfig:   shaper.KafkaConnConfig{Brokers: brokers},
+func kafkaConfig(brokers []string, group string) KafkaConfig {
+	return KafkaConfig{
+		Config:            kafkaconn.Config{Brokers: brokers},
 		Topic:             kafkaTestTopic,
 		Group:             group,
-		Start:             shaper.StartEarliest,
+		Start:             StartEarliest,
 		CommitInterval:    100 * time.Millisecond,
 		SessionTimeout:    6 * time.Second, // kfake's minimum
 		HeartbeatInterval: 100 * time.Millisecond,
@@ -99,7 +100,7 @@ func (l testLog) Write(p []byte) (int, error) {
 
 // newKafkaSource starts a source and closes it when the test ends (a no-op
 // if the test closed it already).
-func newKafkaSource(t *testing.T, cfg shaper.KafkaSourceConfig, capacity int) (*Kafka, *logtest.Buffer) {
+func newKafkaSource(t *testing.T, cfg KafkaConfig, capacity int) (*Kafka, *logtest.Buffer) {
 	t.Helper()
 	log, lb := testLogger(t)
 	src, err := NewKafka(cfg, capacity, "shaper-test", log)
@@ -775,12 +776,12 @@ func TestKafkaSurvivesTheBrokerGoingAwayAndComingBack(t *testing.T) {
 func TestKafkaReadyNamesTheProblemAndNewKafkaDoesNotFail(t *testing.T) {
 	t.Parallel()
 	plain := startKfake(t)
-	secured := startKfake(t, kfake.EnableSASL(), kfake.Superuser(shaper.SASLPlain, "shaper", "right"))
+	secured := startKfake(t, kfake.EnableSASL(), kfake.Superuser(kafkaconn.SASLPlain, "shaper", "right"))
 	tests := []struct {
 		name    string
 		brokers []string
 		topic   string
-		sasl    *shaper.SASLConfig
+		sasl    *kafkaconn.SASLConfig
 		want    string
 	}{
 		{
@@ -799,7 +800,7 @@ func TestKafkaReadyNamesTheProblemAndNewKafkaDoesNotFail(t *testing.T) {
 			name:    "bad SASL password",
 			brokers: secured.ListenAddrs(),
 			topic:   kafkaTestTopic,
-			sasl:    &shaper.SASLConfig{Mechanism: shaper.SASLPlain, Username: "shaper", Password: "wrong"},
+			sasl:    &kafkaconn.SASLConfig{Mechanism: kafkaconn.SASLPlain, Username: "shaper", Password: "wrong"},
 			want:    "kafka: SASL authentication failed",
 		},
 	}
@@ -827,14 +828,14 @@ func TestKafkaReadyNamesTheProblemAndNewKafkaDoesNotFail(t *testing.T) {
 
 func TestKafkaConsumesWithSASL(t *testing.T) {
 	t.Parallel()
-	for _, mech := range []string{shaper.SASLPlain, shaper.SASLScramSHA256} {
+	for _, mech := range []string{kafkaconn.SASLPlain, kafkaconn.SASLScramSHA256} {
 		t.Run(mech, func(t *testing.T) {
 			t.Parallel()
 			c := startKfake(t, kfake.EnableSASL(), kfake.Superuser(mech, "shaper", "right"))
 			cl := kafkaClient(t, c, kgo.SASL(kgoSASL(t, mech, "shaper", "right")))
 			produce(t, cl, 0, 3, 0)
 			cfg := kafkaConfig(c.ListenAddrs(), "g")
-			cfg.SASL = &shaper.SASLConfig{Mechanism: mech, Username: "shaper", Password: "right"}
+			cfg.SASL = &kafkaconn.SASLConfig{Mechanism: mech, Username: "shaper", Password: "right"}
 			src, _ := newKafkaSource(t, cfg, 100)
 			ack(t, fetchN(t, src, 3, 10)...)
 			waitReady(t, src)
@@ -846,9 +847,9 @@ func TestKafkaConsumesWithSASL(t *testing.T) {
 func kgoSASL(t *testing.T, mech, user, pass string) sasl.Mechanism {
 	t.Helper()
 	switch mech {
-	case shaper.SASLPlain:
+	case kafkaconn.SASLPlain:
 		return plain.Auth{User: user, Pass: pass}.AsMechanism()
-	case shaper.SASLScramSHA256:
+	case kafkaconn.SASLScramSHA256:
 		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()
 	}
 	t.Fatalf("mechanism %s", mech)

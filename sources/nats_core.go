@@ -51,7 +51,7 @@ var (
 // A server that is down does not fail NewCoreNATS: the connection keeps
 // retrying in the background, the subscription is made when it connects, and
 // Ready says why the source is not ready meanwhile.
-func NewCoreNATS(cfg shaper.NATSSourceConfig, capacity int, name string, log *slog.Logger) (*CoreNATS, error) {
+func NewCoreNATS(cfg NATSConfig, capacity int, name string, log *slog.Logger) (*CoreNATS, error) {
 	if capacity < 1 {
 		return nil, fmt.Errorf("nats: capacity %d: must be >= 1", capacity)
 	}

@@ -34,9 +34,6 @@ const (
 	// would be flushed after the reconnect, and the server would deliver to
 	// an inbox nobody reads, holding those messages for AckWait.
 	natsReconnectPoll = 100 * time.Millisecond
-	// natsDefaultAckWait is the server's own default, used when the config
-	// leaves AckWait unset.
-	natsDefaultAckWait = 30 * time.Second
 )
 
 // JetStream is a shaper.Source that consumes a JetStream durable pull
@@ -53,7 +50,7 @@ const (
 type JetStream struct {
 	conn          *natsConn
 	js            jetstream.JetStream
-	cfg           shaper.NATSSourceConfig
+	cfg           NATSConfig
 	consumerCfg   jetstream.ConsumerConfig
 	progressEvery time.Duration
 	log           *slog.Logger
@@ -84,7 +81,7 @@ var _ shaper.Source = (*JetStream)(nil)
 // retrying in the background and Ready says why the source is not ready.
 // Neither does a missing stream: Fetch and Ready report it, and recover on
 // their own once the stream exists.
-func NewJetStream(cfg shaper.NATSSourceConfig, capacity int, name string, log *slog.Logger) (*JetStream, error) {
+func NewJetStream(cfg NATSConfig, capacity int, name string, log *slog.Logger) (*JetStream, error) {
 	if capacity < 1 {
 		return nil, fmt.Errorf("nats: capacity %d: must be >= 1", capacity)
 	}
@@ -109,10 +106,10 @@ func NewJetStream(cfg shaper.NATSSourceConfig, capacity int, name string, log *s
 	return s, nil
 }
 
-func newJetStream(conn *natsConn, cfg shaper.NATSSourceConfig, capacity int) *JetStream {
+func newJetStream(conn *natsConn, cfg NATSConfig, capacity int) *JetStream {
 	ackWait := cfg.AckWait
 	if ackWait <= 0 {
-		ackWait = natsDefaultAckWait
+		ackWait = DefaultAckWait // a config built in code, without SetDefaults
 	}
 	js, _ := jetstream.New(conn.nc) // fails only for a nil connection
 	s := &JetStream{

@@ -26,8 +26,8 @@ const (
 )
 
 // jsConfig is the config of a JetStream source on testStream at url.
-func jsConfig(url string, ackWait time.Duration) shaper.NATSSourceConfig {
-	return shaper.NATSSourceConfig{
+func jsConfig(url string, ackWait time.Duration) NATSConfig {
+	return NATSConfig{
 		URL:     url,
 		Subject: testSubject,
 		Stream:  testStream,
@@ -92,7 +92,7 @@ func publish(t *testing.T, js jetstream.JetStream, first, n int, id func(i int) 
 }
 
 // newSource starts a JetStream source and closes it when the test ends.
-func newSource(t *testing.T, cfg shaper.NATSSourceConfig, capacity int) *JetStream {
+func newSource(t *testing.T, cfg NATSConfig, capacity int) *JetStream {
 	t.Helper()
 	src, err := NewJetStream(cfg, capacity, "shaper-test", nil)
 	if err != nil {
@@ -402,7 +402,7 @@ func TestSettlingTwiceIsHarmless(t *testing.T) {
 // the server knows of when it returns.
 func coreSourceAt(t *testing.T, s *server.Server, capacity int) *CoreNATS {
 	t.Helper()
-	src, err := NewCoreNATS(shaper.NATSSourceConfig{URL: s.ClientURL(), Subject: testSubject}, capacity, "shaper-test", nil)
+	src, err := NewCoreNATS(NATSConfig{URL: s.ClientURL(), Subject: testSubject}, capacity, "shaper-test", nil)
 	if err != nil {
 		t.Fatalf("NewCoreNATS: %v", err)
 	}

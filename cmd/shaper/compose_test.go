@@ -19,7 +19,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
 )
 
 type composeFile struct {
@@ -177,7 +178,7 @@ type composedShaper struct {
 	name       string
 	service    composeService
 	configPath string // on the host
-	config     *shaper.Config
+	config     *config.File
 	configText string
 }
 
@@ -208,7 +209,7 @@ func composedShapers(t *testing.T, c composeFile) []composedShaper {
 			}
 			t.Setenv(v, "from-the-compose-environment")
 		}
-		cfg, err := shaper.Load(host)
+		cfg, err := config.Load(host)
 		if err != nil {
 			t.Fatalf("service %s: config %s: %v", name, host, err)
 		}
@@ -336,7 +337,7 @@ func TestComposeShaperConfigsPassValidateAndMatchTheStack(t *testing.T) {
 // limit x max_queue_time, but the replicas together drain at limit, so their
 // buckets together must fit in limit x max_queue_time, or a large burst
 // expires messages.
-func checkSharedBucketsDrainWithinMaxQueueTime(t *testing.T, cfg *shaper.Config, replicas int) {
+func checkSharedBucketsDrainWithinMaxQueueTime(t *testing.T, cfg *config.File, replicas int) {
 	t.Helper()
 	for _, p := range cfg.Pipelines {
 		if p.Rate.Shared == nil {
@@ -352,7 +353,7 @@ func checkSharedBucketsDrainWithinMaxQueueTime(t *testing.T, cfg *shaper.Config,
 
 // checkConfigDialsComposeServices checks that every address in the config
 // names a compose service.
-func checkConfigDialsComposeServices(t *testing.T, c composeFile, cfg *shaper.Config) {
+func checkConfigDialsComposeServices(t *testing.T, c composeFile, cfg *config.File) {
 	t.Helper()
 	check := func(key, hostport string) {
 		t.Helper()
@@ -378,7 +379,7 @@ func checkConfigDialsComposeServices(t *testing.T, c composeFile, cfg *shaper.Co
 		}
 		check(key, host)
 	}
-	checkKafka := func(key string, k shaper.KafkaConnConfig) {
+	checkKafka := func(key string, k kafkaconn.Config) {
 		for i, b := range k.Brokers {
 			check(fmt.Sprintf("%s.brokers[%d]", key, i), b)
 		}
@@ -386,7 +387,7 @@ func checkConfigDialsComposeServices(t *testing.T, c composeFile, cfg *shaper.Co
 	for i, p := range cfg.Pipelines {
 		key := fmt.Sprintf("pipelines[%d]", i)
 		if k := p.Source.Kafka; k != nil {
-			checkKafka(key+".source.kafka", k.KafkaConnConfig)
+			checkKafka(key+".source.kafka", k.Config)
 		}
 		if n := p.Source.NATS; n != nil {
 			checkURL(key+".source.nats.url", n.URL)
@@ -398,13 +399,13 @@ func checkConfigDialsComposeServices(t *testing.T, c composeFile, cfg *shaper.Co
 			checkURL(key+".sink.http.url", h.URL)
 		}
 		if k := p.Sink.Kafka; k != nil {
-			checkKafka(key+".sink.kafka", k.KafkaConnConfig)
+			checkKafka(key+".sink.kafka", k.Config)
 		}
 		if n := p.Sink.NATS; n != nil {
 			checkURL(key+".sink.nats.url", n.URL)
 		}
 		if dl := p.DeadLetter; dl != nil && dl.Kafka != nil {
-			checkKafka(key+".dead_letter.kafka", dl.Kafka.KafkaConnConfig)
+			checkKafka(key+".dead_letter.kafka", dl.Kafka.Config)
 		}
 		if dl := p.DeadLetter; dl != nil && dl.NATS != nil {
 			checkURL(key+".dead_letter.nats.url", dl.NATS.URL)
@@ -415,7 +416,7 @@ func checkConfigDialsComposeServices(t *testing.T, c composeFile, cfg *shaper.Co
 // checkComposeCreatesWhatTheConfigConsumes checks that some compose service
 // creates the Kafka topics and JetStream streams the config needs (the broker
 // does not create them), and that a producer feeds each source.
-func checkComposeCreatesWhatTheConfigConsumes(t *testing.T, c composeFile, cfg *shaper.Config) {
+func checkComposeCreatesWhatTheConfigConsumes(t *testing.T, c composeFile, cfg *config.File) {
 	t.Helper()
 	var scripts []string
 	for _, s := range c.Services {

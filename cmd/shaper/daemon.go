@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/fleet"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -25,7 +26,7 @@ import (
 type daemon struct {
 	registry *prometheus.Registry
 	fleet    *fleet.Fleet
-	cfg      *shaper.Config // as started: the admin settings and the drain timeout
+	cfg      *config.File // as started: the admin settings and the drain timeout
 	log      *slog.Logger
 	// configPath is reloaded on SIGHUP; watch also reloads it when it changes.
 	configPath string
@@ -34,10 +35,10 @@ type daemon struct {
 
 // newDaemon builds every pipeline's parts from cfg, without starting them.
 // On error, whatever was built is closed.
-func newDaemon(cfg *shaper.Config, log *slog.Logger) (*daemon, error) {
+func newDaemon(cfg *config.File, log *slog.Logger) (*daemon, error) {
 	d := &daemon{cfg: cfg, registry: prometheus.NewRegistry(), log: log}
 	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	build := func(pc shaper.PipelineConfig) (shaper.Parts, error) { return buildParts(pc, log) }
+	build := func(pc config.Pipeline) (shaper.Parts, error) { return buildParts(pc, log) }
 	f, err := fleet.New(cfg, build, shaper.NewMetrics(d.registry), log)
 	if err != nil {
 		return nil, err
@@ -127,7 +128,7 @@ func (d *daemon) watchConfig(ctx context.Context, hups <-chan os.Signal, reloads
 			}
 			last, why = fi, "file changed"
 		}
-		cfg, err := shaper.Load(d.configPath)
+		cfg, err := config.Load(d.configPath)
 		if err != nil {
 			d.log.Error("reload refused: the new config is invalid; the running config stays",
 				"config", d.configPath, "trigger", why, "err", err)

@@ -17,7 +17,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
 )
 
 // demoCmd shows shaping live with nothing installed: an embedded broker
@@ -127,19 +129,19 @@ func parseDemoFlags(args []string, g *globals, stderr io.Writer) (demoOptions, e
 }
 
 // config is the demo's one pipeline, from source to sinkURL, validated.
-func (o demoOptions) config(source shaper.SourceConfig, sinkURL string) (*shaper.Config, error) {
-	cfg := &shaper.Config{
-		Admin:    shaper.AdminConfig{Listen: "127.0.0.1:0"},
-		Shutdown: shaper.ShutdownConfig{DrainTimeout: 5 * time.Second},
-		Pipelines: []shaper.PipelineConfig{{
+func (o demoOptions) config(source config.Source, sinkURL string) (*config.File, error) {
+	cfg := &config.File{
+		Admin:    config.AdminConfig{Listen: "127.0.0.1:0"},
+		Shutdown: config.ShutdownConfig{DrainTimeout: 5 * time.Second},
+		Pipelines: []config.Pipeline{{
 			Name:   "demo",
 			Source: source,
 			Bucket: shaper.BucketConfig{
 				Capacity:     1000,
 				MaxQueueTime: time.Duration(float64(o.messages)/o.rate*float64(time.Second)) + 10*time.Second,
 			},
-			Rate: shaper.RateConfig{Mode: o.mode, Limit: o.rate},
-			Sink: shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{
+			Rate: config.Rate{RateConfig: shaper.RateConfig{Mode: o.mode, Limit: o.rate}},
+			Sink: config.Sink{HTTP: &sinks.HTTPConfig{
 				URL:            sinkURL,
 				Headers:        map[string]string{"Content-Type": "application/json"},
 				DeliveryConfig: shaper.DeliveryConfig{MaxInFlight: 4},

@@ -16,15 +16,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/sources"
 	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // demoBroker is the demo's embedded broker: it tells the pipeline how to
 // consume from it and publishes the burst.
 type demoBroker interface {
-	source() shaper.SourceConfig
+	source() config.Source
 	publish(ctx context.Context, bodies [][]byte) error
 	close()
 	String() string
@@ -72,8 +73,8 @@ func startNATSDemo(ctx context.Context) (_ *natsDemo, err error) {
 
 func (d *natsDemo) String() string { return "embedded NATS JetStream" }
 
-func (d *natsDemo) source() shaper.SourceConfig {
-	return shaper.SourceConfig{NATS: &shaper.NATSSourceConfig{URL: d.ns.ClientURL(), Subject: demoTopic, Stream: "DEMO"}}
+func (d *natsDemo) source() config.Source {
+	return config.Source{NATS: &sources.NATSConfig{URL: d.ns.ClientURL(), Subject: demoTopic, Stream: "DEMO"}}
 }
 
 func (d *natsDemo) publish(ctx context.Context, bodies [][]byte) error {
@@ -120,9 +121,9 @@ func (d *kafkaDemo) String() string { return "in-process Kafka (kfake)" }
 
 // source uses short group timings: kfake runs in this process, so the group
 // forms in about a second instead of the production defaults' tens.
-func (d *kafkaDemo) source() shaper.SourceConfig {
-	return shaper.SourceConfig{Kafka: &shaper.KafkaSourceConfig{
-		KafkaConnConfig:   shaper.KafkaConnConfig{Brokers: d.cluster.ListenAddrs()},
+func (d *kafkaDemo) source() config.Source {
+	return config.Source{Kafka: &sources.KafkaConfig{
+		Config:            kafkaconn.Config{Brokers: d.cluster.ListenAddrs()},
 		Topic:             demoTopic,
 		Group:             "shaper-demo",
 		SessionTimeout:    6 * time.Second,

@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/config"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // kubeObject is one manifest: its kind and name, and the whole document.
@@ -231,7 +230,7 @@ func TestKubeManifestsAgreeWithTheConfigTheImageAndEachOther(t *testing.T) {
 	if code, _, errs := runMain(t, "validate", "--config", path); code != exitOK {
 		t.Fatalf("shaper validate on the ConfigMap's %s = %d; want 0:\n%s", key, code, errs)
 	}
-	cfg, err := shaper.Load(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

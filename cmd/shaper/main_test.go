@@ -95,7 +95,7 @@ func TestValidateRejectsInvalidConfigsWithTheirKeyPaths(t *testing.T) {
 		{"no sink", replace(`http: {url: "https://psp.example.com/notify", timeout: 2s}`, "{}"), []string{"pipelines[0].sink: exactly one of http, kafka or nats"}},
 		{"sink url not http", replace("https://psp.example.com/notify", "psp.example.com/notify"), []string{"pipelines[0].sink.http.url: want an absolute http"}},
 		{"negative timeout", replace("timeout: 2s", "timeout: -2s"), []string{"pipelines[0].sink.http.timeout: must be > 0"}},
-		{"header injection", replace("timeout: 2s", `timeout: 2s, headers: {X-Evil: "a\r\nHost: b"}`), []string{"pipelines[0].sink.http.headers.X-Evil: value must not contain CR, LF or NUL"}},
+		{"header injection", replace("timeout: 2s", `timeout: 2s, headers: {X-Evil: "a\r\nHost: b"}`), []string{"pipelines[0].sink.http.headers.X-Evil: value must not contain control characters (CR, LF, NUL...)"}},
 		{"unset variable", replace("limit: 50", "limit: '${SHAPER_TEST_UNSET}'"), []string{"pipelines[0].rate.limit: environment variable SHAPER_TEST_UNSET is not set"}},
 		{"duplicate names", validConfig + strings.TrimPrefix(validConfig, "\npipelines:\n"), []string{`pipelines[1].name: "psp" is already the name of pipelines[0]`}},
 		{"dead letter without target", validConfig + "    dead_letter: {}\n", []string{"pipelines[0].dead_letter: exactly one of kafka or nats"}},

@@ -8,22 +8,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/config"
 )
 
 func TestAConfigWithCredentialsWritableByOthersIsWarnedAbout(t *testing.T) {
-	withToken := &shaper.Config{Admin: shaper.AdminConfig{Token: "0123456789abcdef-token"}}
+	withToken := &config.File{Admin: config.AdminConfig{Token: "0123456789abcdef-token"}}
 	tests := []struct {
 		name string
 		mode os.FileMode
-		cfg  *shaper.Config
+		cfg  *config.File
 		warn bool
 	}{
 		{"owner only", 0o600, withToken, false},
 		{"group and others may read", 0o644, withToken, false},
 		{"group may write", 0o660, withToken, true},
 		{"anyone may write", 0o606, withToken, true},
-		{"anyone may write, no credentials", 0o666, &shaper.Config{}, false},
+		{"anyone may write, no credentials", 0o666, &config.File{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,9 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shaper-dev/shaper/config"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // yamlBlock matches a fenced yaml block of a Markdown file.
@@ -53,7 +52,7 @@ func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 				}
 				src = string(out)
 			}
-			if _, err := shaper.Parse([]byte(src), lookup); err != nil {
+			if _, err := config.Parse([]byte(src), lookup); err != nil {
 				t.Errorf("%s, yaml block %d fails validate:\n%v\n%s", doc, i+1, err, strings.TrimSpace(m[1]))
 			}
 		}

@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/config"
 )
 
 func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) error {
@@ -28,7 +28,7 @@ func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) er
 	if *path == "" {
 		return fmt.Errorf("%w: run: --config is required", errUsage)
 	}
-	cfg, err := shaper.Load(*path)
+	cfg, err := config.Load(*path)
 	if err != nil {
 		return fmt.Errorf("%w: %s:\n%v", errUsage, *path, err)
 	}
@@ -78,7 +78,7 @@ func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) er
 // warnIfWritableByOthers warns when a config that holds credentials can be
 // written by the file's group or by anyone: whoever can change it can point
 // a sink URL elsewhere and receive every credential the daemon sends.
-func warnIfWritableByOthers(path string, cfg *shaper.Config, log *slog.Logger) {
+func warnIfWritableByOthers(path string, cfg *config.File, log *slog.Logger) {
 	info, err := os.Stat(path)
 	if err != nil || info.Mode().Perm()&0o022 == 0 {
 		return

@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
 	"github.com/shaper-dev/shaper/internal/kafkatest"
@@ -33,6 +34,7 @@ import (
 	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
 	"github.com/shaper-dev/shaper/webhook"
 )
 
@@ -218,7 +220,7 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 	}
 	rds := redistest.Start(t, "--requirepass", secrets["REDIS_PASSWORD"])
 	kc := kafkatest.Start(t, kfake.SeedTopics(1, "callbacks", "dlq"),
-		kfake.EnableSASL(), kfake.Superuser(shaper.SASLScramSHA256, "shaper", secrets["KAFKA_PASSWORD"]))
+		kfake.EnableSASL(), kfake.Superuser(kafkaconn.SASLScramSHA256, "shaper", secrets["KAFKA_PASSWORD"]))
 	broker := kc.Addr
 	sink := &echoSink{secret: secrets["SIGNING_SECRET"], bearer: secrets["PSP_TOKEN"], apiKey: secrets["API_KEY"], seen: map[string]int{}}
 	srv := httptest.NewServer(sink)
@@ -371,7 +373,7 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 		"validate stderr": {"admin.token: required", "pipelines[0].sink.http.url: want an absolute http:// or https:// URL, got scheme \"ftp\"",
 			"pipelines[0].sink.http.signing.secret: must be at least 16 bytes", "pipelines[0].name:",
 			"pipelines[0].source.nats.url:", "pipelines[0].rate.shared.redis.addr:", "pipelines[0].dead_letter.kafka.topic:",
-			"pipelines[0].sink.http.headers.Authorization: value must not contain CR, LF or NUL"},
+			"pipelines[0].sink.http.headers.Authorization: value must not contain control characters (CR, LF, NUL...)"},
 		"admin responses": {"PUT /v1/pipelines/psp/rate: 401", "PUT /v1/pipelines/psp/rate: 200", "shaper_requests_total"},
 		"dead letters":    {"Shaper-Error", "[redacted]"},
 	} {
@@ -393,8 +395,8 @@ func TestSecretsNeverAppearInLogsErrorsAdminResponsesOrDeadLetters(t *testing.T)
 // shaper with SCRAM-SHA-256.
 func produceWithSASL(t *testing.T, ctx context.Context, broker, password string, payloads ...string) {
 	t.Helper()
-	tr, err := kafkaconn.Transport(shaper.KafkaConnConfig{Brokers: []string{broker},
-		SASL: &shaper.SASLConfig{Mechanism: shaper.SASLScramSHA256, Username: "shaper", Password: password}}, "leak-test")
+	tr, err := kafkaconn.Transport(kafkaconn.Config{Brokers: []string{broker},
+		SASL: &kafkaconn.SASLConfig{Mechanism: kafkaconn.SASLScramSHA256, Username: "shaper", Password: password}}, "leak-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +457,7 @@ func TestPlainHTTPSinkToAnotherHostLogsAWarningAtStartup(t *testing.T) {
 		t.Run(tt.url, func(t *testing.T) {
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			s, err := buildSink(shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{URL: tt.url, MaxBodyBytes: 1}}, "test", log)
+			s, err := buildSink(config.Sink{HTTP: &sinks.HTTPConfig{URL: tt.url, MaxBodyBytes: 1}}, "test", log)
 			if err != nil {
 				t.Fatalf("buildSink(%s) = %v", tt.url, err)
 			}

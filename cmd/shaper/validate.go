@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/config"
 )
 
 // files is a flag that may be given several times.
@@ -30,7 +30,7 @@ func validateCmd(args []string, g *globals, stdout, stderr io.Writer) error {
 	}
 	var bad []error
 	for _, path := range paths {
-		cfg, err := shaper.Load(path)
+		cfg, err := config.Load(path)
 		if err != nil {
 			bad = append(bad, fmt.Errorf("%s:\n%v", path, err))
 			continue

@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/shaper-dev/shaper/internal/tlsconf"
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/check"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -19,7 +17,7 @@ import (
 
 // buildParts wires one pipeline's config to its source, sink, dead-letter
 // target and limiter.
-func buildParts(pc shaper.PipelineConfig, log *slog.Logger) (parts shaper.Parts, err error) {
+func buildParts(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err error) {
 	defer func() {
 		if err != nil {
 			closeParts(parts)
@@ -45,59 +43,18 @@ func buildParts(pc shaper.PipelineConfig, log *slog.Logger) (parts shaper.Parts,
 
 // buildLimiter returns the local limiter, or with rate.shared the Redis-shared
 // one, which then owns its Redis client.
-func buildLimiter(cfg shaper.RateConfig, log *slog.Logger) (shaper.Limiter, error) {
+func buildLimiter(cfg config.Rate, log *slog.Logger) (shaper.Limiter, error) {
 	local := limiter.Config{Mode: limiter.Mode(cfg.Mode), Limit: cfg.Limit, Burst: *cfg.Burst, Warmup: cfg.Warmup}
 	if cfg.Shared == nil {
 		return limiter.New(local, time.Now())
 	}
-	sh := cfg.Shared
-	tlsCfg, err := tlsconf.Client(sh.Redis.TLS)
-	if err != nil {
-		return nil, fmt.Errorf("shared.redis: %w", err)
-	}
-	addrs := sh.Redis.Addrs
-	if sh.Redis.Addr != "" {
-		addrs = []string{sh.Redis.Addr}
-	}
-	client := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:      addrs,
-		MasterName: sh.Redis.MasterName,
-		Username:   sh.Redis.Username,
-		Password:   sh.Redis.Password,
-		DB:         sh.Redis.DB,
-		TLSConfig:  tlsCfg,
-		// The limiter bounds every call by its own timeout and falls back;
-		// go-redis must not retry behind its back.
-		MaxRetries:            -1,
-		DialTimeout:           max(sh.Timeout, time.Second),
-		ContextTimeoutEnabled: true, // a hung call ends at the limiter's timeout
-	})
-	lim, err := limiter.NewShared(client, limiter.SharedConfig{
-		Key: sh.Key, Mode: local.Mode, Limit: cfg.Limit, Burst: local.Burst,
-		FallbackLimit: sh.FallbackLimit, Timeout: sh.Timeout, Logger: log,
-	}, time.Now())
-	if err != nil {
-		_ = client.Close() // the config error is what matters
-		return nil, err
-	}
-	return sharedLimiter{lim, client}, nil
-}
-
-// sharedLimiter is a shared limiter together with the Redis client it owns;
-// the pipeline closes it when it stops.
-type sharedLimiter struct {
-	*limiter.Shared
-	client redis.UniversalClient
-}
-
-func (s sharedLimiter) Close() error {
-	return errors.Join(s.Shared.Close(), s.client.Close())
+	return limiter.NewSharedFrom(*cfg.Shared, local, log, time.Now())
 }
 
 // buildSink, buildDeadLetter and buildSource return a nil interface, never
 // an interface holding a nil pointer, when the constructor fails.
 
-func buildSink(cfg shaper.SinkConfig, name string, log *slog.Logger) (shaper.Sink, error) {
+func buildSink(cfg config.Sink, name string, log *slog.Logger) (shaper.Sink, error) {
 	switch {
 	case cfg.HTTP != nil:
 		warnPlainHTTP(cfg.HTTP.URL, log)
@@ -122,14 +79,14 @@ func buildSink(cfg shaper.SinkConfig, name string, log *slog.Logger) (shaper.Sin
 // path and query may hold a token.
 func warnPlainHTTP(rawURL string, log *slog.Logger) {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != "http" || shaper.IsLoopback(u.Hostname()) {
+	if err != nil || u.Scheme != "http" || check.IsLoopback(u.Hostname()) {
 		return
 	}
 	log.Warn("sink.http.url is plain http:// to a host other than loopback: requests, their headers and signatures travel unencrypted; use https://",
 		"sink", "http://"+u.Host)
 }
 
-func buildDeadLetter(cfg shaper.DeadLetterConfig, name string) (shaper.Sink, error) {
+func buildDeadLetter(cfg config.DeadLetter, name string) (shaper.Sink, error) {
 	if cfg.Kafka != nil {
 		return orNil(sinks.NewKafka(*cfg.Kafka, name))
 	}
@@ -138,7 +95,7 @@ func buildDeadLetter(cfg shaper.DeadLetterConfig, name string) (shaper.Sink, err
 
 // buildSource picks the source by config: Kafka; NATS with a stream is
 // JetStream (at-least-once); NATS without one is core NATS (at-most-once).
-func buildSource(cfg shaper.SourceConfig, capacity int, name string, log *slog.Logger) (shaper.Source, error) {
+func buildSource(cfg config.Source, capacity int, name string, log *slog.Logger) (shaper.Source, error) {
 	switch {
 	case cfg.Kafka != nil:
 		return sourceOrNil(sources.NewKafka(*cfg.Kafka, capacity, name, log))

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/sinks"
 )
 
 // TestBuildSinkLogsItsProxyWithoutCredentials: each HTTP sink says at
@@ -23,8 +24,8 @@ func TestBuildSinkLogsItsProxyWithoutCredentials(t *testing.T) {
 	}{
 		{"no proxy key, HTTPS_PROXY set", "", "http://" + user + ":" + password + "@127.0.0.1:3129", `proxy=none`},
 		{"proxy URL with credentials", "http://" + user + ":" + password + "@127.0.0.1:3128", "", `proxy=http://127.0.0.1:3128`},
-		{"environment", shaper.ProxyEnvironment, "http://" + user + ":" + password + "@127.0.0.1:3129", `proxy="environment: http://127.0.0.1:3129"`},
-		{"environment, nothing set", shaper.ProxyEnvironment, "", `proxy="environment: none for this url"`},
+		{"environment", sinks.ProxyEnvironment, "http://" + user + ":" + password + "@127.0.0.1:3129", `proxy="environment: http://127.0.0.1:3129"`},
+		{"environment, nothing set", sinks.ProxyEnvironment, "", `proxy="environment: none for this url"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,7 +35,7 @@ func TestBuildSinkLogsItsProxyWithoutCredentials(t *testing.T) {
 			t.Setenv("HTTPS_PROXY", tt.env)
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			s, err := buildSink(shaper.SinkConfig{HTTP: &shaper.HTTPSinkConfig{URL: "https://psp.example.com/notify", MaxBodyBytes: 1, Proxy: tt.proxy}}, "test", log)
+			s, err := buildSink(config.Sink{HTTP: &sinks.HTTPConfig{URL: "https://psp.example.com/notify", MaxBodyBytes: 1, Proxy: tt.proxy}}, "test", log)
 			if err != nil {
 				t.Fatalf("buildSink = %v", err)
 			}

@@ -19,7 +19,6 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/shaper-dev/shaper/internal/tlsconf"
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // dialTimeout bounds connecting to one broker, TLS handshake and SASL
@@ -32,12 +31,12 @@ const dialTimeout = 10 * time.Second
 // SCRAM never sends it; the mechanism prepares both credentials with SASLprep
 // (RFC 4013) up front, so a password with characters SASLprep forbids is an
 // error here rather than a failed login later.
-func SASL(cfg *shaper.SASLConfig) (sasl.Mechanism, error) {
+func SASL(cfg *SASLConfig) (sasl.Mechanism, error) {
 	if cfg == nil {
 		return nil, nil
 	}
 	switch cfg.Mechanism {
-	case shaper.SASLPlain:
+	case SASLPlain:
 		// The PLAIN message is authzid NUL username NUL password: a NUL in
 		// either would shift the fields.
 		if strings.ContainsRune(cfg.Username, 0) {
@@ -47,12 +46,12 @@ func SASL(cfg *shaper.SASLConfig) (sasl.Mechanism, error) {
 			return nil, errors.New("sasl: PLAIN password contains a NUL character")
 		}
 		return plain.Mechanism{Username: cfg.Username, Password: cfg.Password}, nil
-	case shaper.SASLScramSHA256:
+	case SASLScramSHA256:
 		return scramMechanism(scram.SHA256, cfg.Username, cfg.Password)
-	case shaper.SASLScramSHA512:
+	case SASLScramSHA512:
 		return scramMechanism(scram.SHA512, cfg.Username, cfg.Password)
 	}
-	return nil, fmt.Errorf("sasl: unknown mechanism %q: want %s, %s or %s", cfg.Mechanism, shaper.SASLPlain, shaper.SASLScramSHA256, shaper.SASLScramSHA512)
+	return nil, fmt.Errorf("sasl: unknown mechanism %q: want %s, %s or %s", cfg.Mechanism, SASLPlain, SASLScramSHA256, SASLScramSHA512)
 }
 
 // scramMechanism builds a SCRAM mechanism without ever returning the error of
@@ -72,7 +71,7 @@ func scramMechanism(algo scram.Algorithm, username, password string) (sasl.Mecha
 }
 
 // Dialer returns a dialer for cfg, for kafka.Reader and kafka.Conn.
-func Dialer(cfg shaper.KafkaConnConfig, clientID string) (*kafka.Dialer, error) {
+func Dialer(cfg Config, clientID string) (*kafka.Dialer, error) {
 	t, tErr := tlsconf.Client(cfg.TLS)
 	m, sErr := SASL(cfg.SASL)
 	if err := errors.Join(tErr, sErr); err != nil {
@@ -90,7 +89,7 @@ func Dialer(cfg shaper.KafkaConnConfig, clientID string) (*kafka.Dialer, error) 
 // Transport returns a transport for cfg, for kafka.Writer and kafka.Client.
 // The caller owns it: CloseIdleConnections stops its background metadata
 // refresh and closes its connections once they are idle.
-func Transport(cfg shaper.KafkaConnConfig, clientID string) (*kafka.Transport, error) {
+func Transport(cfg Config, clientID string) (*kafka.Transport, error) {
 	t, tErr := tlsconf.Client(cfg.TLS)
 	m, sErr := SASL(cfg.SASL)
 	if err := errors.Join(tErr, sErr); err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
-	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/internal/tlsconf"
 )
 
 func TestSASLIsOffWithoutConfig(t *testing.T) {
@@ -24,13 +24,13 @@ func TestSASLBuildsEachMechanismWithTheCredentials(t *testing.T) {
 		mechanism string
 		wantFirst string // the start of the client's first message
 	}{
-		{shaper.SASLPlain, "\x00shaper\x00s3cret-pw"},
-		{shaper.SASLScramSHA256, "n,,n=shaper,r="},
-		{shaper.SASLScramSHA512, "n,,n=shaper,r="},
+		{SASLPlain, "\x00shaper\x00s3cret-pw"},
+		{SASLScramSHA256, "n,,n=shaper,r="},
+		{SASLScramSHA512, "n,,n=shaper,r="},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mechanism, func(t *testing.T) {
-			m, err := SASL(&shaper.SASLConfig{Mechanism: tt.mechanism, Username: "shaper", Password: "s3cret-pw"})
+			m, err := SASL(&SASLConfig{Mechanism: tt.mechanism, Username: "shaper", Password: "s3cret-pw"})
 			if err != nil {
 				t.Fatalf("SASL(%s) = %v", tt.mechanism, err)
 			}
@@ -52,16 +52,16 @@ func TestSASLErrorsNeverContainThePassword(t *testing.T) {
 	const secret = "hunter2-secret"
 	tests := []struct {
 		name     string
-		give     shaper.SASLConfig
+		give     SASLConfig
 		wantText string
 	}{
-		{"unknown mechanism", shaper.SASLConfig{Mechanism: "GSSAPI", Username: "u", Password: secret}, `"GSSAPI"`},
-		{"mechanism in lower case", shaper.SASLConfig{Mechanism: "plain", Username: "u", Password: secret}, `"plain"`},
-		{"PLAIN password with NUL", shaper.SASLConfig{Mechanism: shaper.SASLPlain, Username: "u", Password: secret + "\x00"}, "PLAIN password"},
-		{"PLAIN username with NUL", shaper.SASLConfig{Mechanism: shaper.SASLPlain, Username: "u\x00v", Password: secret}, "PLAIN username"},
-		{"SCRAM-SHA-256 password SASLprep refuses", shaper.SASLConfig{Mechanism: shaper.SASLScramSHA256, Username: "u", Password: secret + "\a"}, "SCRAM-SHA-256 password"},
-		{"SCRAM-SHA-512 password SASLprep refuses", shaper.SASLConfig{Mechanism: shaper.SASLScramSHA512, Username: "u", Password: secret + "\a"}, "SCRAM-SHA-512 password"},
-		{"SCRAM username SASLprep refuses", shaper.SASLConfig{Mechanism: shaper.SASLScramSHA256, Username: "u\a", Password: secret}, "SCRAM-SHA-256 username"},
+		{"unknown mechanism", SASLConfig{Mechanism: "GSSAPI", Username: "u", Password: secret}, `"GSSAPI"`},
+		{"mechanism in lower case", SASLConfig{Mechanism: "plain", Username: "u", Password: secret}, `"plain"`},
+		{"PLAIN password with NUL", SASLConfig{Mechanism: SASLPlain, Username: "u", Password: secret + "\x00"}, "PLAIN password"},
+		{"PLAIN username with NUL", SASLConfig{Mechanism: SASLPlain, Username: "u\x00v", Password: secret}, "PLAIN username"},
+		{"SCRAM-SHA-256 password SASLprep refuses", SASLConfig{Mechanism: SASLScramSHA256, Username: "u", Password: secret + "\a"}, "SCRAM-SHA-256 password"},
+		{"SCRAM-SHA-512 password SASLprep refuses", SASLConfig{Mechanism: SASLScramSHA512, Username: "u", Password: secret + "\a"}, "SCRAM-SHA-512 password"},
+		{"SCRAM username SASLprep refuses", SASLConfig{Mechanism: SASLScramSHA256, Username: "u\a", Password: secret}, "SCRAM-SHA-256 username"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,17 +81,17 @@ func TestSASLErrorsNeverContainThePassword(t *testing.T) {
 
 func TestDialerAndTransportCarryTLSAndSASL(t *testing.T) {
 	p := kafkaconntest.NewPKI(t, "127.0.0.1")
-	cfg := shaper.KafkaConnConfig{
+	cfg := Config{
 		Brokers: []string{"127.0.0.1:9092"},
-		TLS:     &shaper.TLSConfig{CAFile: p.CAFile, ServerName: "kafka.test"},
-		SASL:    &shaper.SASLConfig{Mechanism: shaper.SASLScramSHA512, Username: "u", Password: "p"},
+		TLS:     &tlsconf.Config{CAFile: p.CAFile, ServerName: "kafka.test"},
+		SASL:    &SASLConfig{Mechanism: SASLScramSHA512, Username: "u", Password: "p"},
 	}
 	d, err := Dialer(cfg, "shaper-test")
 	if err != nil {
 		t.Fatalf("Dialer = %v", err)
 	}
 	if d.ClientID != "shaper-test" || d.TLS == nil || d.TLS.ServerName != "kafka.test" || d.TLS.RootCAs == nil ||
-		d.SASLMechanism == nil || d.SASLMechanism.Name() != shaper.SASLScramSHA512 || d.Timeout != dialTimeout {
+		d.SASLMechanism == nil || d.SASLMechanism.Name() != SASLScramSHA512 || d.Timeout != dialTimeout {
 		t.Errorf("Dialer = %+v; want client id, TLS with the CA and server name, SCRAM-SHA-512 and a dial timeout", d)
 	}
 	tr, err := Transport(cfg, "shaper-test")
@@ -99,11 +99,11 @@ func TestDialerAndTransportCarryTLSAndSASL(t *testing.T) {
 		t.Fatalf("Transport = %v", err)
 	}
 	if tr.ClientID != "shaper-test" || tr.TLS == nil || tr.TLS.ServerName != "kafka.test" || tr.TLS.RootCAs == nil ||
-		tr.SASL == nil || tr.SASL.Name() != shaper.SASLScramSHA512 || tr.DialTimeout != dialTimeout {
+		tr.SASL == nil || tr.SASL.Name() != SASLScramSHA512 || tr.DialTimeout != dialTimeout {
 		t.Errorf("Transport = %+v; want client id, TLS with the CA and server name, SCRAM-SHA-512 and a dial timeout", tr)
 	}
 
-	plain, err := Transport(shaper.KafkaConnConfig{Brokers: cfg.Brokers}, "shaper-test")
+	plain, err := Transport(Config{Brokers: cfg.Brokers}, "shaper-test")
 	if err != nil || plain.TLS != nil || plain.SASL != nil {
 		t.Errorf("Transport(no tls, no sasl) = TLS %v, SASL %v, %v; want nil, nil, nil", plain.TLS, plain.SASL, err)
 	}
@@ -111,10 +111,10 @@ func TestDialerAndTransportCarryTLSAndSASL(t *testing.T) {
 
 func TestDialerAndTransportReportTLSAndSASLProblemsTogether(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "ca.pem")
-	cfg := shaper.KafkaConnConfig{
+	cfg := Config{
 		Brokers: []string{"127.0.0.1:9092"},
-		TLS:     &shaper.TLSConfig{CAFile: missing},
-		SASL:    &shaper.SASLConfig{Mechanism: "NOPE", Username: "u", Password: "hunter2"},
+		TLS:     &tlsconf.Config{CAFile: missing},
+		SASL:    &SASLConfig{Mechanism: "NOPE", Username: "u", Password: "hunter2"},
 	}
 	_, derr := Dialer(cfg, "shaper-test")
 	_, terr := Transport(cfg, "shaper-test")

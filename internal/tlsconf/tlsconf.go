@@ -13,15 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // Client returns the client TLS config of cfg, or nil when TLS is off (cfg
 // is nil). An empty cfg trusts the system's CAs and accepts TLS 1.2 or
 // later. Without ServerName, the client checks the server's certificate
 // against the host it dials.
-func Client(cfg *shaper.TLSConfig) (*tls.Config, error) {
+func Client(cfg *Config) (*tls.Config, error) {
 	if cfg == nil {
 		return nil, nil
 	}
@@ -60,12 +58,12 @@ func Client(cfg *shaper.TLSConfig) (*tls.Config, error) {
 // for "", the default) or "1.3".
 func Version(v string) (uint16, error) {
 	switch v {
-	case "", shaper.TLSVersion12:
+	case "", Version12:
 		return tls.VersionTLS12, nil
-	case shaper.TLSVersion13:
+	case Version13:
 		return tls.VersionTLS13, nil
 	}
-	return 0, fmt.Errorf("tls: min_version: want %q or %q, got %q", shaper.TLSVersion12, shaper.TLSVersion13, v)
+	return 0, fmt.Errorf("tls: min_version: want %q or %q, got %q", Version12, Version13, v)
 }
 
 // keyPair loads a client certificate and its key. It reads the files itself

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // handshake runs a TLS server with serverCfg on loopback and connects to it
@@ -74,7 +73,7 @@ func TestTLSIsOffWithoutConfig(t *testing.T) {
 }
 
 func TestTLSEmptyConfigUsesSystemCAsAndTLS12(t *testing.T) {
-	got, err := Client(&shaper.TLSConfig{})
+	got, err := Client(&Config{})
 	if err != nil {
 		t.Fatalf("Client({}) = %v", err)
 	}
@@ -95,25 +94,25 @@ func TestTLSConfigCompletesHandshakesItShouldAndOnlyThose(t *testing.T) {
 	tests := []struct {
 		name      string
 		server    *tls.Config
-		give      shaper.TLSConfig
+		give      Config
 		wantError string // "" for a completed handshake
 	}{
 		{"ca_file trusts the server", ip.ServerConfig(false),
-			shaper.TLSConfig{CAFile: ip.CAFile}, ""},
+			Config{CAFile: ip.CAFile}, ""},
 		{"another CA is not trusted", ip.ServerConfig(false),
-			shaper.TLSConfig{CAFile: other.CAFile}, "unknown authority"},
+			Config{CAFile: other.CAFile}, "unknown authority"},
 		{"server_name checks the name in the certificate", named.ServerConfig(false),
-			shaper.TLSConfig{CAFile: named.CAFile, ServerName: "kafka-0.test"}, ""},
+			Config{CAFile: named.CAFile, ServerName: "kafka-0.test"}, ""},
 		{"without server_name the dialed address is checked", named.ServerConfig(false),
-			shaper.TLSConfig{CAFile: named.CAFile}, "127.0.0.1"},
+			Config{CAFile: named.CAFile}, "127.0.0.1"},
 		{"a wrong server_name fails", named.ServerConfig(false),
-			shaper.TLSConfig{CAFile: named.CAFile, ServerName: "kafka-1.test"}, "kafka-1.test"},
+			Config{CAFile: named.CAFile, ServerName: "kafka-1.test"}, "kafka-1.test"},
 		{"client certificate passes mutual TLS", ip.ServerConfig(true),
-			shaper.TLSConfig{CAFile: ip.CAFile, CertFile: ip.ClientCertFile, KeyFile: ip.ClientKeyFile}, ""},
+			Config{CAFile: ip.CAFile, CertFile: ip.ClientCertFile, KeyFile: ip.ClientKeyFile}, ""},
 		{"mutual TLS without a client certificate fails", ip.ServerConfig(true),
-			shaper.TLSConfig{CAFile: ip.CAFile}, "certificate"},
+			Config{CAFile: ip.CAFile}, "certificate"},
 		{"a client certificate of another CA fails mutual TLS", ip.ServerConfig(true),
-			shaper.TLSConfig{CAFile: ip.CAFile, CertFile: other.ClientCertFile, KeyFile: other.ClientKeyFile}, "certificate"},
+			Config{CAFile: ip.CAFile, CertFile: other.ClientCertFile, KeyFile: other.ClientKeyFile}, "certificate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,19 +145,19 @@ func TestTLSErrorsNameTheFileThatFailed(t *testing.T) {
 
 	tests := []struct {
 		name     string
-		give     shaper.TLSConfig
+		give     Config
 		wantFile string
 		wantText string
 	}{
-		{"missing ca_file", shaper.TLSConfig{CAFile: missing}, missing, "no such file"},
-		{"ca_file without PEM", shaper.TLSConfig{CAFile: notPEM}, notPEM, "no PEM certificate"},
-		{"missing cert_file", shaper.TLSConfig{CertFile: missing, KeyFile: p.ClientKeyFile}, missing, "no such file"},
-		{"missing key_file", shaper.TLSConfig{CertFile: p.ClientCertFile, KeyFile: missing}, missing, "no such file"},
-		{"cert_file without PEM", shaper.TLSConfig{CertFile: notPEM, KeyFile: p.ClientKeyFile}, notPEM, "PEM"},
-		{"key_file without PEM", shaper.TLSConfig{CertFile: p.ClientCertFile, KeyFile: notPEM}, notPEM, "PEM"},
-		{"key of another certificate", shaper.TLSConfig{CertFile: p.ClientCertFile, KeyFile: other.ClientKeyFile}, other.ClientKeyFile, "does not match"},
-		{"cert_file without key_file", shaper.TLSConfig{CertFile: p.ClientCertFile}, p.ClientCertFile, "both or neither"},
-		{"key_file without cert_file", shaper.TLSConfig{KeyFile: p.ClientKeyFile}, p.ClientKeyFile, "both or neither"},
+		{"missing ca_file", Config{CAFile: missing}, missing, "no such file"},
+		{"ca_file without PEM", Config{CAFile: notPEM}, notPEM, "no PEM certificate"},
+		{"missing cert_file", Config{CertFile: missing, KeyFile: p.ClientKeyFile}, missing, "no such file"},
+		{"missing key_file", Config{CertFile: p.ClientCertFile, KeyFile: missing}, missing, "no such file"},
+		{"cert_file without PEM", Config{CertFile: notPEM, KeyFile: p.ClientKeyFile}, notPEM, "PEM"},
+		{"key_file without PEM", Config{CertFile: p.ClientCertFile, KeyFile: notPEM}, notPEM, "PEM"},
+		{"key of another certificate", Config{CertFile: p.ClientCertFile, KeyFile: other.ClientKeyFile}, other.ClientKeyFile, "does not match"},
+		{"cert_file without key_file", Config{CertFile: p.ClientCertFile}, p.ClientCertFile, "both or neither"},
+		{"key_file without cert_file", Config{KeyFile: p.ClientKeyFile}, p.ClientKeyFile, "both or neither"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,12 +185,12 @@ func TestMinVersionRefusesAnOlderServer(t *testing.T) {
 		wantError string // "" for a completed handshake
 	}{
 		{"", ""},
-		{shaper.TLSVersion12, ""},
-		{shaper.TLSVersion13, "protocol version"},
+		{Version12, ""},
+		{Version13, "protocol version"},
 	}
 	for _, tt := range tests {
 		t.Run("min_version "+tt.give, func(t *testing.T) {
-			cfg, err := Client(&shaper.TLSConfig{CAFile: p.CAFile, MinVersion: tt.give})
+			cfg, err := Client(&Config{CAFile: p.CAFile, MinVersion: tt.give})
 			if err != nil {
 				t.Fatalf("Client(min_version %q) = %v", tt.give, err)
 			}

@@ -1,9 +1,11 @@
-package shaper
+package config
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/shaper"
 )
 
 const minimal = `
@@ -33,17 +35,17 @@ func TestParseAppliesDefaults(t *testing.T) {
 	}{
 		{"admin.listen", cfg.Admin.Listen, DefaultAdminListen},
 		{"shutdown.drain_timeout", cfg.Shutdown.DrainTimeout, DefaultDrainTimeout},
-		{"bucket.capacity", p.Bucket.Capacity, DefaultCapacity},
-		{"bucket.max_queue_time", p.Bucket.MaxQueueTime, DefaultMaxQueueTime},
-		{"bucket.on_expire", p.Bucket.OnExpire, OnExpireDeadLetter},
-		{"rate.mode", p.Rate.Mode, ModeLeaky},
+		{"bucket.capacity", p.Bucket.Capacity, shaper.DefaultCapacity},
+		{"bucket.max_queue_time", p.Bucket.MaxQueueTime, shaper.DefaultMaxQueueTime},
+		{"bucket.on_expire", p.Bucket.OnExpire, shaper.OnExpireDeadLetter},
+		{"rate.mode", p.Rate.Mode, shaper.ModeLeaky},
 		{"rate.burst", *p.Rate.Burst, 1},
 		{"source.nats.durable", p.Source.NATS.Durable, "shaper-psp"},
 		{"sink.http.method", h.Method, "POST"},
-		{"sink.http.timeout", h.Timeout, DefaultTimeout},
-		{"sink.http.max_in_flight", h.MaxInFlight, DefaultMaxInFlight},
-		{"sink.http.retry.max_attempts", h.Retry.MaxAttempts, DefaultMaxAttempts},
-		{"sink.http.retry.max_elapsed", h.Retry.MaxElapsed, DefaultMaxElapsed},
+		{"sink.http.timeout", h.Timeout, shaper.DefaultTimeout},
+		{"sink.http.max_in_flight", h.MaxInFlight, shaper.DefaultMaxInFlight},
+		{"sink.http.retry.max_attempts", h.Retry.MaxAttempts, shaper.DefaultMaxAttempts},
+		{"sink.http.retry.max_elapsed", h.Retry.MaxElapsed, shaper.DefaultMaxElapsed},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -1,4 +1,4 @@
-package shaper
+package config
 
 import (
 	"errors"
@@ -6,11 +6,11 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/check"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -18,7 +18,7 @@ import (
 // defaults and validates the result. The error lists every problem found in
 // one pass, each with its place in the file and its key path
 // (shaper.yaml:12:7: pipelines[0].rate.limit: must be a number > 0).
-func Load(path string) (*Config, error) {
+func Load(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -42,7 +42,7 @@ const maxProblems = 100
 
 // Parse is Load on the bytes of a config file, with lookup standing in for
 // the environment. Its problems carry their key path but no place in a file.
-func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
+func Parse(data []byte, lookup func(string) (string, bool)) (*File, error) {
 	return parse("", data, lookup)
 }
 
@@ -52,7 +52,7 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 // unset ${VAR}) is reported together with what does not validate, except
 // the validation problems at or below a key that did not decode, which
 // would only repeat it.
-func parse(name string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
+func parse(name string, data []byte, lookup func(string) (string, bool)) (*File, error) {
 	if len(data) > MaxConfigBytes {
 		return nil, fmt.Errorf("config: larger than %d bytes (4 MiB): not read", MaxConfigBytes)
 	}
@@ -60,22 +60,16 @@ func parse(name string, data []byte, lookup func(string) (string, bool)) (*Confi
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	var cfg Config
+	var cfg File
 	d := decoder{lookup: lookup, places: map[string]*yaml.Node{}, failed: map[string]bool{}}
 	if len(root.Content) > 0 {
 		d.decode(root.Content[0], reflect.ValueOf(&cfg).Elem(), "")
 	}
 	cfg.SetDefaults()
 	errs := append(d.errs, d.explicitZeros()...)
-	if err := cfg.Validate(); err != nil {
-		joined, ok := err.(interface{ Unwrap() []error })
-		if !ok {
-			joined = errors.Join(err).(interface{ Unwrap() []error })
-		}
-		for _, e := range joined.Unwrap() {
-			if !d.belowFailed(e) {
-				errs = append(errs, e)
-			}
+	for _, e := range check.Flatten(cfg.Validate()) {
+		if !d.belowFailed(e) {
+			errs = append(errs, e)
 		}
 	}
 	if len(errs) > 0 {
@@ -238,21 +232,6 @@ func pathOrRoot(path string) string {
 	return path
 }
 
-// join appends key to a key path: ".key", or ["key"] quoted when it is not
-// plain letters, digits, '_' and '-' (a header name with a '.', a key with
-// a space or a newline), so every error line starts with an unambiguous path.
-func join(path, key string) string {
-	if !plainKey.MatchString(key) {
-		return path + "[" + strconv.Quote(key) + "]"
-	}
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	if d.nodes++; d.nodes > maxNodes {
 		if d.nodes == maxNodes+1 { // first: it says why the rest is missing
@@ -282,7 +261,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key := n.Content[i].Value
-			kpath := join(path, key)
+			kpath := check.Join(path, key)
 			d.places[kpath] = n.Content[i]
 			if seen[key] {
 				d.fail(kpath, "duplicate key")
@@ -317,8 +296,8 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key := n.Content[i].Value
 			val := reflect.New(v.Type().Elem()).Elem()
-			d.places[join(path, key)] = n.Content[i]
-			d.decode(n.Content[i+1], val, join(path, key))
+			d.places[check.Join(path, key)] = n.Content[i]
+			d.decode(n.Content[i+1], val, check.Join(path, key))
 			m.SetMapIndex(reflect.ValueOf(key), val)
 		}
 		v.Set(m)

@@ -1,8 +1,11 @@
-package shaper
+package config
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/shaper-dev/shaper/internal/check"
+	"github.com/shaper-dev/shaper/sinks"
 )
 
 // problemsOf parses src with vars for the environment and returns its error
@@ -119,7 +122,7 @@ func TestValidateSigningNeedsALongSecretAndAFreeHeader(t *testing.T) {
 		{"16 bytes from the environment", "{secret: '${LONG}'}", "", "standard", ""},
 		{"whsec_ key", "{secret: '${WHSEC}'}", "", "standard", ""},
 		{"standard named", "{scheme: standard, secret: '${LONG}'}", "", "standard", ""},
-		{"shaper with the default header", "{scheme: shaper, secret: '${LONG}'}", "", "shaper", DefaultSigningHeader},
+		{"shaper with the default header", "{scheme: shaper, secret: '${LONG}'}", "", "shaper", sinks.DefaultSigningHeader},
 		{"shaper with a custom header", "{scheme: shaper, secret: '${LONG}', header: X-Signature}", "", "shaper", "X-Signature"},
 		{"no secret", "{scheme: shaper, header: X-Signature}", "pipelines[0].sink.http.signing.secret: required", "", ""},
 		{"15 bytes", "{secret: '${SHORT}'}", "pipelines[0].sink.http.signing.secret: must be at least 16 bytes, got 15", "", ""},
@@ -295,7 +298,7 @@ func TestKeyPathsQuoteKeysThatAreNotPlain(t *testing.T) {
 	}
 	got := problemsOf(t, src, nil)
 	for _, want := range []string{
-		`pipelines[0].sink.http.headers["X.Dotted"]: value must not contain CR, LF or NUL`,
+		`pipelines[0].sink.http.headers["X.Dotted"]: value must not contain control characters (CR, LF, NUL...)`,
 		`pipelines[0].sink.http.headers["Bad Name"]: invalid header name`,
 		`pipelines[0].sink.http.headers.Idempotency-Key: is set by shaper`,
 	} {
@@ -316,8 +319,8 @@ func TestIsLoopback(t *testing.T) {
 		{"::2", false}, {"localhost.", false}, {"my-localhost", false}, {"example.com", false},
 	}
 	for _, tt := range tests {
-		if got := IsLoopback(tt.give); got != tt.want {
-			t.Errorf("IsLoopback(%q) = %v; want %v", tt.give, got, tt.want)
+		if got := check.IsLoopback(tt.give); got != tt.want {
+			t.Errorf("check.IsLoopback(%q) = %v; want %v", tt.give, got, tt.want)
 		}
 	}
 }
@@ -333,8 +336,8 @@ func TestSensitiveHeader(t *testing.T) {
 		{"Content-Type", false}, {"Accept", false}, {"User-Agent", false}, {"Traceparent", false}, {"X-Request-Id", false},
 	}
 	for _, tt := range tests {
-		if got := SensitiveHeader(tt.give); got != tt.want {
-			t.Errorf("SensitiveHeader(%q) = %v; want %v", tt.give, got, tt.want)
+		if got := sinks.SensitiveHeader(tt.give); got != tt.want {
+			t.Errorf("sinks.SensitiveHeader(%q) = %v; want %v", tt.give, got, tt.want)
 		}
 	}
 }

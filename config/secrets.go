@@ -1,16 +1,20 @@
-package shaper
+package config
 
 import (
 	"fmt"
 	"net/url"
+
+	"github.com/shaper-dev/shaper/internal/check"
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/sinks"
 )
 
 // SecretKeys returns the key paths of the config's values that are
 // credentials: the admin token, passwords, the signing secret, credentials
-// in URLs and the values of sensitive sink headers (SensitiveHeader). Whoever
+// in URLs and the values of sensitive sink headers (sinks.SensitiveHeader). Whoever
 // can write the config file can read them, or send them elsewhere by
 // changing a URL, so the daemon warns when such a file is writable by others.
-func (c *Config) SecretKeys() []string {
+func (c *File) SecretKeys() []string {
 	var keys []string
 	add := func(path, value string) {
 		if value != "" {
@@ -18,7 +22,7 @@ func (c *Config) SecretKeys() []string {
 		}
 	}
 	add("admin.token", c.Admin.Token)
-	kafka := func(path string, k *KafkaConnConfig) {
+	kafka := func(path string, k *kafkaconn.Config) {
 		if k != nil && k.SASL != nil {
 			add(path+".sasl.password", k.SASL.Password)
 		}
@@ -31,7 +35,7 @@ func (c *Config) SecretKeys() []string {
 	for i, p := range c.Pipelines {
 		path := fmt.Sprintf("pipelines[%d]", i)
 		if k := p.Source.Kafka; k != nil {
-			kafka(path+".source.kafka", &k.KafkaConnConfig)
+			kafka(path+".source.kafka", &k.Config)
 		}
 		if n := p.Source.NATS; n != nil {
 			natsURL(path+".source.nats.url", n.URL)
@@ -44,8 +48,8 @@ func (c *Config) SecretKeys() []string {
 				keys = append(keys, path+".sink.http.url")
 			}
 			for name, value := range h.Headers {
-				if SensitiveHeader(name) {
-					add(join(path+".sink.http.headers", name), value)
+				if sinks.SensitiveHeader(name) {
+					add(check.Join(path+".sink.http.headers", name), value)
 				}
 			}
 			if h.Signing != nil {
@@ -53,14 +57,14 @@ func (c *Config) SecretKeys() []string {
 			}
 		}
 		if k := p.Sink.Kafka; k != nil {
-			kafka(path+".sink.kafka", &k.KafkaConnConfig)
+			kafka(path+".sink.kafka", &k.Config)
 		}
 		if n := p.Sink.NATS; n != nil {
 			natsURL(path+".sink.nats.url", n.URL)
 		}
 		if dl := p.DeadLetter; dl != nil {
 			if dl.Kafka != nil {
-				kafka(path+".dead_letter.kafka", &dl.Kafka.KafkaConnConfig)
+				kafka(path+".dead_letter.kafka", &dl.Kafka.Config)
 			}
 			if dl.NATS != nil {
 				natsURL(path+".dead_letter.nats.url", dl.NATS.URL)

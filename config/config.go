@@ -1,0 +1,282 @@
+// Package config is the daemon's configuration file: its shape, and the
+// loader that reads it. It composes; each part owns its own keys, their
+// defaults and their rules, next to the code that uses them:
+//
+//   - source.kafka, source.nats: [sources.KafkaConfig], [sources.NATSConfig];
+//   - bucket, rate and the delivery keys of every sink (timeout,
+//     max_in_flight, retry): [shaper.BucketConfig], [shaper.RateConfig],
+//     [shaper.DeliveryConfig];
+//   - rate.shared: [limiter.SharedOptions];
+//   - sink.http, sink.nats, sink.kafka and dead_letter: [sinks.HTTPConfig],
+//     [sinks.NATSConfig], [sinks.KafkaConfig], [sinks.NATSPublisherConfig],
+//     [sinks.KafkaPublisherConfig].
+//
+// What is left here is the file's own keys (admin, shutdown, the pipeline
+// list and its names) and the rules that span parts: exactly one source
+// and one sink, a unique name, a fallback limit below the shared one.
+//
+// [Load] reads a file in one pass: an unknown key, a wrong type, an unset
+// ${VAR} and every validation problem are reported together, each with its
+// place in the file and its key path:
+//
+//	shaper.yaml:12:7: pipelines[0].rate.limit: must be a number > 0, got 0
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/shaper-dev/shaper/internal/check"
+	"github.com/shaper-dev/shaper/limiter"
+	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
+	"github.com/shaper-dev/shaper/sources"
+)
+
+// File is the whole configuration file of a shaper daemon.
+type File struct {
+	// Admin is the HTTP server for metrics, health and the pipelines API.
+	Admin AdminConfig `yaml:"admin"`
+	// Shutdown bounds the graceful drain.
+	Shutdown ShutdownConfig `yaml:"shutdown"`
+	// Pipelines run side by side, each from one source to one sink.
+	Pipelines []Pipeline `yaml:"pipelines"`
+}
+
+// AdminConfig configures the admin HTTP server.
+type AdminConfig struct {
+	// Listen is the host:port of /metrics, /healthz, /readyz and /v1/pipelines.
+	// Default 127.0.0.1:9090. An empty host listens on every interface.
+	Listen string `yaml:"listen"`
+	// Token, when set, must be sent as "Authorization: Bearer <token>" on
+	// mutating calls (PUT). Reading endpoints stay open. Required when
+	// Listen is not a loopback address (127.0.0.0/8, ::1, localhost): anyone
+	// who can reach the port could otherwise change the rate. Use ${VAR}.
+	Token string `yaml:"token"`
+}
+
+// ShutdownConfig configures the graceful drain on SIGTERM or SIGINT.
+type ShutdownConfig struct {
+	// DrainTimeout is how long the bucket keeps draining after the signal
+	// before what remains is nacked. Default 30s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+}
+
+// Pipeline is one source, one bucket, one rate and one sink.
+type Pipeline struct {
+	// Name labels the pipeline's metrics and its admin API path. Required,
+	// unique, letters, digits, '-', '_' and '.'.
+	Name string `yaml:"name"`
+	// Source is where messages come from: exactly one of its fields.
+	Source Source `yaml:"source"`
+	// Bucket bounds how many messages wait and for how long.
+	Bucket shaper.BucketConfig `yaml:"bucket"`
+	// Rate is how fast messages leave the bucket.
+	Rate Rate `yaml:"rate"`
+	// Sink is where messages go: exactly one of its fields.
+	Sink Sink `yaml:"sink"`
+	// DeadLetter is where undeliverable messages go: exactly one of its
+	// fields, or left out (then they are nacked for redelivery and logged).
+	DeadLetter *DeadLetter `yaml:"dead_letter"`
+}
+
+// Source selects the source of a pipeline.
+type Source struct {
+	// Kafka consumes a topic as a member of a consumer group.
+	Kafka *sources.KafkaConfig `yaml:"kafka"`
+	// NATS consumes a subject: JetStream when Stream is set, else core NATS.
+	NATS *sources.NATSConfig `yaml:"nats"`
+}
+
+// Rate is the limiter's keys: the rate itself, and where it is shared.
+type Rate struct {
+	shaper.RateConfig `yaml:",inline"`
+	// Shared, when set, makes Limit one global limit for every replica with
+	// the same Shared.Key, kept in Redis.
+	Shared *limiter.SharedOptions `yaml:"shared"`
+}
+
+// Sink selects the sink of a pipeline.
+type Sink struct {
+	// HTTP sends each message as one HTTP request.
+	HTTP *sinks.HTTPConfig `yaml:"http"`
+	// Kafka publishes each message to a topic (shaping into a topic).
+	Kafka *sinks.KafkaConfig `yaml:"kafka"`
+	// NATS publishes each message to a subject (shaping into a subject).
+	NATS *sinks.NATSConfig `yaml:"nats"`
+}
+
+// DeadLetter selects the dead-letter target.
+type DeadLetter struct {
+	// Kafka publishes dead letters to a topic.
+	Kafka *sinks.KafkaPublisherConfig `yaml:"kafka"`
+	// NATS publishes dead letters to a subject.
+	NATS *sinks.NATSPublisherConfig `yaml:"nats"`
+}
+
+// Defaults and bounds of the file's own keys.
+const (
+	DefaultAdminListen  = "127.0.0.1:9090"
+	DefaultDrainTimeout = 30 * time.Second
+	// MinAdminToken is the shortest admin.token accepted, in bytes.
+	MinAdminToken = 16
+)
+
+// Core is the pipeline's config for shaper.New: name, bucket, rate and the
+// delivery settings of its sink.
+func (p Pipeline) Core() shaper.PipelineConfig {
+	return shaper.PipelineConfig{Name: p.Name, Bucket: p.Bucket, Rate: p.Rate.RateConfig, Delivery: p.Sink.Delivery()}
+}
+
+// Delivery returns the dispatcher settings of whichever sink is configured.
+func (s Sink) Delivery() shaper.DeliveryConfig {
+	switch {
+	case s.HTTP != nil:
+		return s.HTTP.DeliveryConfig
+	case s.NATS != nil:
+		return s.NATS.DeliveryConfig
+	case s.Kafka != nil:
+		return s.Kafka.DeliveryConfig
+	}
+	return shaper.DeliveryConfig{}
+}
+
+// SetDefaults fills every field left out with its default. Load calls it
+// before Validate; a program building a File in code calls it too.
+func (f *File) SetDefaults() {
+	if f.Admin.Listen == "" {
+		f.Admin.Listen = DefaultAdminListen
+	}
+	if f.Shutdown.DrainTimeout == 0 {
+		f.Shutdown.DrainTimeout = DefaultDrainTimeout
+	}
+	for i := range f.Pipelines {
+		f.Pipelines[i].SetDefaults()
+	}
+}
+
+// SetDefaults fills every field of the pipeline left out with its default.
+func (p *Pipeline) SetDefaults() {
+	if n := p.Source.NATS; n != nil {
+		n.SetDefaults(p.Name)
+	}
+	if k := p.Source.Kafka; k != nil {
+		k.SetDefaults()
+	}
+	p.Bucket.SetDefaults()
+	p.Rate.SetDefaults()
+	if sh := p.Rate.Shared; sh != nil {
+		sh.SetDefaults(p.Name)
+	}
+	if h := p.Sink.HTTP; h != nil {
+		h.SetDefaults()
+	}
+	if n := p.Sink.NATS; n != nil {
+		n.SetDefaults()
+	}
+	if k := p.Sink.Kafka; k != nil {
+		k.SetDefaults()
+	}
+	if dl := p.DeadLetter; dl != nil && dl.Kafka != nil {
+		dl.Kafka.SetDefaults()
+	}
+}
+
+// Validate reports every problem of a defaulted file at once, joined, each
+// as "key.path: what is wrong".
+func (f *File) Validate() error {
+	var ps check.Problems
+	f.Admin.validate(&ps)
+	if f.Shutdown.DrainTimeout < 0 {
+		ps.Add("shutdown.drain_timeout", "must be >= 0, got %s", f.Shutdown.DrainTimeout)
+	}
+	if len(f.Pipelines) == 0 {
+		ps.Add("pipelines", "at least one pipeline is required")
+	}
+	names := map[string]int{}
+	for i := range f.Pipelines {
+		p := &f.Pipelines[i]
+		path := fmt.Sprintf("pipelines[%d]", i)
+		if j, dup := names[p.Name]; dup && p.Name != "" {
+			ps.Add(path+".name", "%q is already the name of pipelines[%d]", p.Name, j)
+		}
+		names[p.Name] = i
+		ps.Also(p.Validate(path))
+	}
+	return ps.Err()
+}
+
+func (a AdminConfig) validate(ps *check.Problems) {
+	host, port, err := net.SplitHostPort(a.Listen)
+	switch {
+	case err != nil || port == "":
+		ps.Add("admin.listen", "want host:port, got %q", a.Listen)
+	case a.Token != "" && len(a.Token) < MinAdminToken:
+		ps.Add("admin.token", "must be at least %d bytes, got %d: a short token can be guessed", MinAdminToken, len(a.Token))
+	case a.Token == "" && !check.IsLoopback(host):
+		where := fmt.Sprintf("admin.listen host %q is not a loopback address (127.0.0.0/8, ::1, localhost)", host)
+		if ip, err := netip.ParseAddr(host); host == "" || err == nil && ip.IsUnspecified() {
+			where = fmt.Sprintf("admin.listen %q listens on every interface", a.Listen)
+		}
+		ps.Add("admin.token", "required: %s, and without a token anyone who reaches it can change the rate (PUT /v1/pipelines/{name}/rate); "+
+			"set token: ${SHAPER_ADMIN_TOKEN}, or listen on 127.0.0.1", where)
+	}
+}
+
+// Validate reports every problem of a defaulted pipeline at key path path:
+// each part's own, and exactly one source and one sink.
+func (p *Pipeline) Validate(path string) error {
+	var ps check.Problems
+	ps.Also(shaper.ValidateName(path+".name", p.Name))
+
+	sp := path + ".source"
+	if (p.Source.Kafka == nil) == (p.Source.NATS == nil) {
+		ps.Add(sp, "exactly one of kafka or nats is required")
+	}
+	if k := p.Source.Kafka; k != nil {
+		ps.Also(k.Validate(sp + ".kafka"))
+	}
+	if n := p.Source.NATS; n != nil {
+		ps.Also(n.Validate(sp + ".nats"))
+	}
+
+	ps.Also(p.Bucket.Validate(path + ".bucket"))
+	ps.Also(p.Rate.Validate(path+".rate", p.Bucket.MaxQueueTime))
+	if sh := p.Rate.Shared; sh != nil {
+		ps.Also(sh.Validate(path+".rate.shared", p.Rate.Limit))
+	}
+
+	kp := path + ".sink"
+	sinks := 0
+	if h := p.Sink.HTTP; h != nil {
+		sinks++
+		ps.Also(h.Validate(kp + ".http"))
+	}
+	if n := p.Sink.NATS; n != nil {
+		sinks++
+		ps.Also(n.Validate(kp + ".nats"))
+	}
+	if k := p.Sink.Kafka; k != nil {
+		sinks++
+		ps.Also(k.Validate(kp + ".kafka"))
+	}
+	if sinks != 1 {
+		ps.Add(kp, "exactly one of http, kafka or nats is required")
+	}
+
+	if dl := p.DeadLetter; dl != nil {
+		dp := path + ".dead_letter"
+		if (dl.NATS == nil) == (dl.Kafka == nil) {
+			ps.Add(dp, "exactly one of kafka or nats is required (or leave dead_letter out)")
+		}
+		if dl.NATS != nil {
+			ps.Also(dl.NATS.Validate(dp + ".nats"))
+		}
+		if dl.Kafka != nil {
+			ps.Also(dl.Kafka.Validate(dp + ".kafka"))
+		}
+	}
+	return ps.Err()
+}

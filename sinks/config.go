@@ -1,0 +1,358 @@
+package sinks
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/shaper-dev/shaper/internal/check"
+	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/internal/tlsconf"
+	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/webhook"
+)
+
+// HTTPConfig configures the HTTP sink (sink.http).
+type HTTPConfig struct {
+	// URL receives every request. Required, http or https.
+	URL string `yaml:"url"`
+	// Method of every request. Default POST.
+	Method string `yaml:"method"`
+	// Headers are added to every request.
+	Headers map[string]string `yaml:"headers"`
+	// MaxBodyBytes: a larger payload is dead-lettered as malformed instead of
+	// sent. Default 10485760 (10 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ForwardHeaders sends the broker message's headers (Kafka record
+	// headers, NATS headers) as HTTP headers of the same name. A header whose
+	// name or value is not valid in HTTP is left out; Headers and
+	// Idempotency-Key take precedence. Default false.
+	ForwardHeaders bool `yaml:"forward_headers"`
+	// KeyHeader, when set, names the HTTP header that carries the message key
+	// (the Kafka record key). A key that is not a valid header value makes
+	// the message malformed. Default: the key is not sent.
+	KeyHeader string `yaml:"key_header"`
+	// TLS, when present (even empty: tls: {}), configures the TLS of an
+	// https:// URL: the CAs to trust, a client certificate for mutual TLS,
+	// the server name and the oldest version. Left out: the system's CAs,
+	// TLS 1.2 or later. Only with an https:// URL.
+	TLS *tlsconf.Config `yaml:"tls"`
+	// Signing, when set, signs every request with an HMAC of its message
+	// id, timestamp and body, so the receiver can tell it came from this
+	// daemon, unaltered, recent and meant for that id. Left out: requests
+	// are not signed.
+	Signing *SigningConfig `yaml:"signing"`
+	// Proxy is the proxy every request goes through: "" (the default) for
+	// none, whatever HTTP_PROXY or HTTPS_PROXY say; a URL with scheme http,
+	// https, socks5 or socks5h (user information in it authenticates to
+	// the proxy; use ${VAR}); or "environment" for what HTTPS_PROXY,
+	// HTTP_PROXY and NO_PROXY say for the sink's URL, read when the sink is
+	// built (at startup or on a reload). Loopback sinks never go through an
+	// environment proxy. The proxy in force is logged at startup.
+	Proxy string `yaml:"proxy"`
+
+	shaper.DeliveryConfig `yaml:",inline"`
+}
+
+// ProxyEnvironment is the HTTPConfig.Proxy value that takes the proxy
+// from the environment.
+const ProxyEnvironment = "environment"
+
+// SigningConfig configures the signature of HTTP sink requests, made with
+// Secret on every attempt over the message id (Idempotency-Key), the
+// attempt's time and the body. The formats are in package webhook, whose
+// Signer also verifies them at the receiver.
+type SigningConfig struct {
+	// Scheme is the signature format: "standard" (the default), Standard
+	// Webhooks 1.0: headers webhook-id, webhook-timestamp and
+	// webhook-signature: v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">;
+	// or "shaper": one header (Header) carrying
+	// t=<unix seconds>,v2=<hex HMAC-SHA256 of "<t>\n<id>\n<body>">.
+	Scheme string `yaml:"scheme"`
+	// Secret gives the HMAC key shared with the receiver: "whsec_<base64>"
+	// is base64-decoded (the Standard Webhooks form); any other value is
+	// the key as it is. The key is at least 16 bytes. Required. Use ${VAR}:
+	// it is never printed.
+	Secret string `yaml:"secret"`
+	// Header is the name of the header that carries the signature, with
+	// scheme shaper only (the standard headers are fixed). Default
+	// Shaper-Signature.
+	Header string `yaml:"header"`
+}
+
+// Defaults of HTTPConfig.
+const (
+	DefaultMethod       = "POST"
+	DefaultMaxBodyBytes = 10 << 20
+	// DefaultSigningScheme is signing.scheme's default: Standard Webhooks.
+	DefaultSigningScheme = string(webhook.Standard)
+	// DefaultSigningHeader is signing.header's default, with scheme shaper.
+	DefaultSigningHeader = webhook.DefaultHeader
+)
+
+// SetDefaults fills every field left out with its default.
+func (h *HTTPConfig) SetDefaults() {
+	if h.Method == "" {
+		h.Method = DefaultMethod
+	}
+	if h.MaxBodyBytes == 0 {
+		h.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s := h.Signing; s != nil {
+		if s.Scheme == "" {
+			s.Scheme = DefaultSigningScheme
+		}
+		// The standard scheme's headers are fixed: a header there is
+		// an error, not a default.
+		if s.Scheme == string(webhook.Shaper) && s.Header == "" {
+			s.Header = DefaultSigningHeader
+		}
+	}
+	h.TLS.SetDefaults()
+	h.DeliveryConfig.SetDefaults()
+}
+
+// Validate reports every problem of a defaulted h at key path path. It is
+// the one set of rules: NewHTTP and Reconfigure apply it too.
+func (h *HTTPConfig) Validate(path string) error {
+	var ps check.Problems
+	// The URL is described, never echoed: webhook URLs carry tokens in
+	// their user information, path or query.
+	u, err := url.Parse(h.URL)
+	switch {
+	case h.URL == "":
+		ps.Add(path+".url", "required")
+	case err != nil:
+		ps.Add(path+".url", "want an absolute http:// or https:// URL: %s", check.URLProblem(err))
+	case u.Scheme == "":
+		ps.Add(path+".url", "want an absolute http:// or https:// URL, got one without a scheme")
+	case u.Scheme != "http" && u.Scheme != "https":
+		ps.Add(path+".url", "want an absolute http:// or https:// URL, got scheme %s", check.ShownScheme(u.Scheme))
+	case u.Host == "":
+		ps.Add(path+".url", "want an absolute http:// or https:// URL, got one without a host")
+	}
+	if !validToken(h.Method) {
+		ps.Add(path+".method", "want an HTTP method such as POST, got %q", h.Method)
+	}
+	h.validateHeaders(path, &ps)
+	if h.MaxBodyBytes < 0 {
+		ps.Add(path+".max_body_bytes", "must be >= 0, got %d", h.MaxBodyBytes)
+	}
+	if h.TLS != nil && err == nil && u.Scheme == "http" {
+		ps.Add(path+".tls", "needs an https:// url: a plain http:// request uses no TLS")
+	}
+	ps.Also(h.TLS.Validate(path + ".tls"))
+	h.Signing.validate(path, *h, &ps)
+	validateProxy(path+".proxy", h.Proxy, &ps)
+	ps.Also(h.DeliveryConfig.Validate(path))
+	return ps.Err()
+}
+
+// validateHeaders checks the configured headers and the key header.
+func (h *HTTPConfig) validateHeaders(path string, ps *check.Problems) {
+	for name, value := range h.Headers {
+		hp := check.Join(path+".headers", name)
+		if !validToken(name) {
+			ps.Add(hp, "invalid header name")
+		}
+		if !validHeaderValue(value, true) {
+			ps.Add(hp, "value must not contain control characters (CR, LF, NUL...)")
+		}
+		if strings.EqualFold(name, "Idempotency-Key") {
+			ps.Add(hp, "is set by shaper to the message id")
+		}
+	}
+	if h.KeyHeader != "" {
+		configured := false
+		for name := range h.Headers {
+			configured = configured || strings.EqualFold(name, h.KeyHeader)
+		}
+		switch {
+		case !validToken(h.KeyHeader):
+			ps.Add(path+".key_header", "invalid header name %q", h.KeyHeader)
+		case strings.EqualFold(h.KeyHeader, "Idempotency-Key"):
+			ps.Add(path+".key_header", "Idempotency-Key is set by shaper to the message id")
+		case unforwardable[http.CanonicalHeaderKey(h.KeyHeader)]:
+			ps.Add(path+".key_header", "%q describes the connection or the request's framing, which net/http sets: choose another", h.KeyHeader)
+		case configured:
+			ps.Add(path+".key_header", "%q is also set in headers: choose one", h.KeyHeader)
+		}
+	}
+}
+
+// validate checks a signing config against the rest of its HTTP sink at
+// key path sp; nil (no signing) is valid. The secret is never echoed.
+func (s *SigningConfig) validate(sp string, h HTTPConfig, ps *check.Problems) {
+	if s == nil {
+		return
+	}
+	path := sp + ".signing"
+	if s.Secret == "" {
+		ps.Add(path+".secret", "required: the HMAC key shared with the receiver, at least %d bytes (use ${VAR})", webhook.MinKeyBytes)
+	} else if _, err := webhook.Key(s.Secret); err != nil {
+		// webhook.Key's errors say what is wrong, never what the secret is.
+		ps.Add(path+".secret", "%s", strings.TrimPrefix(err.Error(), "webhook: secret: "))
+	}
+	switch webhook.Scheme(s.Scheme) {
+	case webhook.Standard:
+		if s.Header != "" {
+			ps.Add(path+".header", "only with scheme: shaper; the standard scheme's headers are fixed: webhook-id, webhook-timestamp and webhook-signature")
+		}
+		// The fixed headers must stay free for the signature.
+		fixed := []string{webhook.IDHeader, webhook.TimestampHeader, webhook.SignatureHeader}
+		for name := range h.Headers {
+			for _, f := range fixed {
+				if strings.EqualFold(name, f) {
+					ps.Add(check.Join(sp+".headers", name), "is set by signing (scheme standard)")
+				}
+			}
+		}
+		for _, f := range fixed {
+			if strings.EqualFold(h.KeyHeader, f) {
+				ps.Add(sp+".key_header", "%q is set by signing (scheme standard): choose another", h.KeyHeader)
+			}
+		}
+	case webhook.Shaper:
+		switch {
+		case !validToken(s.Header):
+			ps.Add(path+".header", "invalid header name %q", s.Header)
+		case strings.EqualFold(s.Header, "Idempotency-Key"):
+			ps.Add(path+".header", "Idempotency-Key is set by shaper to the message id")
+		case unforwardable[http.CanonicalHeaderKey(s.Header)]:
+			ps.Add(path+".header", "%q describes the connection or the request's framing, which net/http sets: choose another", s.Header)
+		case strings.EqualFold(s.Header, h.KeyHeader):
+			ps.Add(path+".header", "%q is also the key_header: choose another", s.Header)
+		default:
+			for name := range h.Headers {
+				if strings.EqualFold(name, s.Header) {
+					ps.Add(path+".header", "%q is also set in headers: choose one", s.Header)
+				}
+			}
+		}
+	default:
+		ps.Add(path+".scheme", "want %s or %s, got %q", webhook.Standard, webhook.Shaper, s.Scheme)
+	}
+}
+
+// validateProxy checks sink.http.proxy: empty, "environment", or the URL
+// of a proxy net/http can use. The URL is described, never echoed: it may
+// carry the proxy's password.
+func validateProxy(path, proxy string, ps *check.Problems) {
+	if proxy == "" || proxy == ProxyEnvironment {
+		return
+	}
+	const want = "want %q or a proxy URL such as http://proxy.example:3128 (scheme http, https, socks5 or socks5h)"
+	u, err := url.Parse(proxy)
+	switch {
+	case err != nil:
+		ps.Add(path, want+": %s", ProxyEnvironment, check.URLProblem(err))
+	case u.Scheme == "":
+		ps.Add(path, want+", got one without a scheme", ProxyEnvironment)
+	case u.Opaque != "": // host:port, read as scheme:opaque
+		ps.Add(path, want+", got one without // after the scheme (host:port alone? write http://host:port)", ProxyEnvironment)
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "socks5" && u.Scheme != "socks5h":
+		ps.Add(path, want+", got scheme %s", ProxyEnvironment, check.ShownScheme(u.Scheme))
+	case u.Hostname() == "":
+		ps.Add(path, want+", got one without a host", ProxyEnvironment)
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		ps.Add(path, want+", got one with a path, query or fragment, which a proxy URL does not use", ProxyEnvironment)
+	}
+}
+
+// SensitiveHeader reports whether an HTTP header of this name carries a
+// credential: Authorization, Proxy-Authorization, Cookie, Set-Cookie, and any
+// name containing auth, token, secret, key, passw, signature, credential,
+// session or cookie, in any case. The values of such configured headers are
+// kept out of errors, logs and dead letters: the HTTP sink blanks them out
+// of a response body it quotes in an error.
+func SensitiveHeader(name string) bool {
+	name = strings.ToLower(name)
+	for _, s := range sensitiveHeaderParts {
+		if strings.Contains(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+var sensitiveHeaderParts = []string{"auth", "cookie", "token", "secret", "key", "passw", "signature", "credential", "session"}
+
+// NATSPublisherConfig is a NATS subject to publish to: a sink's, or the
+// dead-letter target's (dead_letter.nats).
+type NATSPublisherConfig struct {
+	// URL of the NATS server(s), comma-separated. Required.
+	URL string `yaml:"url"`
+	// Subject to publish to. Required. When a JetStream stream covers it, the
+	// publish waits for the stream's ack, which makes it durable.
+	Subject string `yaml:"subject"`
+}
+
+// Validate reports every problem of n at key path path.
+func (n NATSPublisherConfig) Validate(path string) error {
+	var ps check.Problems
+	ps.NATSURL(path+".url", n.URL)
+	if n.Subject == "" {
+		ps.Add(path+".subject", "required")
+	} else if strings.ContainsAny(n.Subject, " \t\r\n*>") {
+		ps.Add(path+".subject", "must be a literal subject (no whitespace or wildcards), got %q", n.Subject)
+	}
+	return ps.Err()
+}
+
+// NATSConfig configures a NATS publisher used as a sink (sink.nats).
+type NATSConfig struct {
+	NATSPublisherConfig   `yaml:",inline"`
+	shaper.DeliveryConfig `yaml:",inline"`
+}
+
+// SetDefaults fills every field left out with its default.
+func (n *NATSConfig) SetDefaults() { n.DeliveryConfig.SetDefaults() }
+
+// Validate reports every problem of a defaulted n at key path path.
+func (n *NATSConfig) Validate(path string) error {
+	return joinAll(n.NATSPublisherConfig.Validate(path), n.DeliveryConfig.Validate(path))
+}
+
+// KafkaPublisherConfig is a Kafka topic to publish to: a sink's, or the
+// dead-letter target's (dead_letter.kafka).
+type KafkaPublisherConfig struct {
+	kafkaconn.Config `yaml:",inline"`
+	// Topic to publish to. Required. Writes wait for every in-sync replica
+	// (acks=all).
+	Topic string `yaml:"topic"`
+}
+
+// SetDefaults fills every field left out with its default.
+func (k *KafkaPublisherConfig) SetDefaults() { k.Config.SetDefaults() }
+
+// Validate reports every problem of a defaulted k at key path path.
+func (k *KafkaPublisherConfig) Validate(path string) error {
+	return joinAll(k.Config.Validate(path), kafkaconn.ValidateTopic(path+".topic", k.Topic))
+}
+
+// KafkaConfig configures a Kafka publisher used as a sink (sink.kafka):
+// shaping one topic into another.
+type KafkaConfig struct {
+	KafkaPublisherConfig  `yaml:",inline"`
+	shaper.DeliveryConfig `yaml:",inline"`
+}
+
+// SetDefaults fills every field left out with its default.
+func (k *KafkaConfig) SetDefaults() {
+	k.KafkaPublisherConfig.SetDefaults()
+	k.DeliveryConfig.SetDefaults()
+}
+
+// Validate reports every problem of a defaulted k at key path path.
+func (k *KafkaConfig) Validate(path string) error {
+	return joinAll(k.KafkaPublisherConfig.Validate(path), k.DeliveryConfig.Validate(path))
+}
+
+// joinAll joins Validate results into one list of problems.
+func joinAll(errs ...error) error {
+	var ps check.Problems
+	for _, err := range errs {
+		ps.Also(err)
+	}
+	return ps.Err()
+}
