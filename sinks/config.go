@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -167,17 +168,28 @@ func (h *HTTPConfig) validateHeaders(path string, ps *check.Problems) {
 		for name := range h.Headers {
 			configured = configured || strings.EqualFold(name, h.KeyHeader)
 		}
-		switch {
-		case !validToken(h.KeyHeader):
-			ps.Add(path+".key_header", "invalid header name %q", h.KeyHeader)
-		case strings.EqualFold(h.KeyHeader, "Idempotency-Key"):
-			ps.Add(path+".key_header", "Idempotency-Key is set by shaper to the message id")
-		case unforwardable[http.CanonicalHeaderKey(h.KeyHeader)]:
-			ps.Add(path+".key_header", "%q describes the connection or the request's framing, which net/http sets: choose another", h.KeyHeader)
+		switch problem := settableHeader(h.KeyHeader); {
+		case problem != "":
+			ps.Add(path+".key_header", "%s", problem)
 		case configured:
 			ps.Add(path+".key_header", "%q is also set in headers: choose one", h.KeyHeader)
 		}
 	}
+}
+
+// settableHeader says why name cannot be a header the config makes the
+// sink set on every message (key_header, signing.header), or "" when it
+// can.
+func settableHeader(name string) string {
+	switch {
+	case !validToken(name):
+		return fmt.Sprintf("invalid header name %q", name)
+	case strings.EqualFold(name, "Idempotency-Key"):
+		return "Idempotency-Key is set by shaper to the message id"
+	case unforwardable[http.CanonicalHeaderKey(name)]:
+		return fmt.Sprintf("%q describes the connection or the request's framing, which net/http sets: choose another", name)
+	}
+	return ""
 }
 
 // validate checks a signing config against the rest of its HTTP sink at
@@ -213,13 +225,9 @@ func (s *SigningConfig) validate(sp string, h HTTPConfig, ps *check.Problems) {
 			}
 		}
 	case webhook.Shaper:
-		switch {
-		case !validToken(s.Header):
-			ps.Add(path+".header", "invalid header name %q", s.Header)
-		case strings.EqualFold(s.Header, "Idempotency-Key"):
-			ps.Add(path+".header", "Idempotency-Key is set by shaper to the message id")
-		case unforwardable[http.CanonicalHeaderKey(s.Header)]:
-			ps.Add(path+".header", "%q describes the connection or the request's framing, which net/http sets: choose another", s.Header)
+		switch problem := settableHeader(s.Header); {
+		case problem != "":
+			ps.Add(path+".header", "%s", problem)
 		case strings.EqualFold(s.Header, h.KeyHeader):
 			ps.Add(path+".header", "%q is also the key_header: choose another", s.Header)
 		default:
@@ -291,11 +299,7 @@ type NATSPublisherConfig struct {
 func (n NATSPublisherConfig) Validate(path string) error {
 	var ps check.Problems
 	ps.NATSURL(path+".url", n.URL)
-	if n.Subject == "" {
-		ps.Add(path+".subject", "required")
-	} else if strings.ContainsAny(n.Subject, " \t\r\n*>") {
-		ps.Add(path+".subject", "must be a literal subject (no whitespace or wildcards), got %q", n.Subject)
-	}
+	ps.NATSSubject(path+".subject", n.Subject, false)
 	return ps.Err()
 }
 

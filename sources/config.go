@@ -2,7 +2,6 @@ package sources
 
 import (
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/check"
@@ -138,11 +137,7 @@ var natsToken = regexp.MustCompile(`^[^\s.*>]+$`)
 func (n *NATSConfig) Validate(path string) error {
 	var ps check.Problems
 	ps.NATSURL(path+".url", n.URL)
-	if n.Subject == "" {
-		ps.Add(path+".subject", "required")
-	} else if strings.ContainsAny(n.Subject, " \t\r\n") {
-		ps.Add(path+".subject", "must not contain whitespace, got %q", n.Subject)
-	}
+	ps.NATSSubject(path+".subject", n.Subject, true)
 	if n.Stream != "" && !natsToken.MatchString(n.Stream) {
 		ps.Add(path+".stream", "must not contain whitespace, '.', '*' or '>', got %q", n.Stream)
 	}

@@ -1,6 +1,6 @@
 // Package check holds what every part's config validation shares: a list
 // of problems, each "key.path: what is wrong", and the rules that more than
-// one part applies (host:port, NATS URLs, key paths). Errors
+// one part applies (host:port, NATS URLs and subjects, key paths). Errors
 // describe a value they refuse and never echo one that may hold a
 // credential (a URL, an address with user information).
 //
@@ -110,6 +110,20 @@ func (ps *Problems) NATSURL(path, raw string) {
 		default:
 			ps.Add(path, "want scheme nats, tls, ws or wss%s, got %s", which, ShownScheme(u.Scheme))
 		}
+	}
+}
+
+// NATSSubject checks a NATS subject: required, no white space, and no
+// wildcard ('*', '>') unless wildcards is true (a subscription's; a
+// publish goes to a literal subject).
+func (ps *Problems) NATSSubject(path, subject string, wildcards bool) {
+	switch {
+	case subject == "":
+		ps.Add(path, "required")
+	case wildcards && strings.ContainsAny(subject, " \t\r\n"):
+		ps.Add(path, "must not contain whitespace, got %q", subject)
+	case !wildcards && strings.ContainsAny(subject, " \t\r\n*>"):
+		ps.Add(path, "must be a literal subject (no whitespace or wildcards), got %q", subject)
 	}
 }
 
