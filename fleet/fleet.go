@@ -27,7 +27,8 @@ import (
 
 // Builder builds the parts of one pipeline: its source, sink, dead-letter
 // target and limiter. The fleet sets the metrics, the logger and the drain
-// timeout. On error it must leave nothing open.
+// timeout. On error it returns the parts it did build, which the fleet
+// closes.
 type Builder func(config.Pipeline) (shaper.Parts, error)
 
 // Reload is a new config for Run to apply, and what caused it (for the log).
@@ -77,6 +78,7 @@ func New(cfg *config.File, build Builder, metrics *shaper.Metrics, log *slog.Log
 func (f *Fleet) newMember(pc config.Pipeline) (*member, error) {
 	parts, err := f.build(pc)
 	if err != nil {
+		closeParts(parts)
 		return nil, err
 	}
 	parts.Metrics, parts.Logger, parts.DrainTimeout = f.metrics, f.log, f.cfg.Shutdown.DrainTimeout
@@ -303,7 +305,8 @@ func sinkTarget(s config.Sink) any {
 	return s.HTTP
 }
 
-// closeParts releases the parts of a pipeline that never ran.
+// closeParts releases the parts of a pipeline that never ran, or that
+// failed to be built.
 func closeParts(parts shaper.Parts) {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()

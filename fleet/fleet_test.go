@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +152,31 @@ func TestNewBuildsNothingWhenOnePipelineCannotBeBuilt(t *testing.T) {
 	_, err := New(testConfig(t, 10, "a", "broken"), build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
 	if err == nil || err.Error() != "pipeline broken: cannot build" {
 		t.Errorf("New = %v; want pipeline broken: cannot build", err)
+	}
+}
+
+// closingSink records that it was closed.
+type closingSink struct {
+	idleSink
+	closed chan<- struct{}
+}
+
+func (s closingSink) Close(context.Context) error { s.closed <- struct{}{}; return nil }
+
+// A Builder that fails returns what it built before the failure; the
+// fleet closes it, so a half-built pipeline leaves no connection open.
+func TestThePartsBuiltBeforeABuildErrorAreClosed(t *testing.T) {
+	closed := make(chan struct{}, 1)
+	build := func(config.Pipeline) (shaper.Parts, error) {
+		return shaper.Parts{Sink: closingSink{closed: closed}}, errors.New("source: cannot build")
+	}
+	_, err := New(testConfig(t, 10, "a"), build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "cannot build") {
+		t.Fatalf("New = %v; want the build error", err)
+	}
+	select {
+	case <-closed:
+	default:
+		t.Error("the sink built before the error was not closed")
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -18,11 +17,6 @@ import (
 // buildParts wires one pipeline's config to its source, sink, dead-letter
 // target and limiter.
 func buildParts(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err error) {
-	defer func() {
-		if err != nil {
-			closeParts(parts)
-		}
-	}()
 	name := "shaper-" + pc.Name
 	if parts.Limiter, err = buildLimiter(pc.Rate, log.With("pipeline", pc.Name)); err != nil {
 		return parts, fmt.Errorf("rate: %w", err)
@@ -122,10 +116,4 @@ func orNil[S shaper.Sink](s S, err error) (shaper.Sink, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-func closeParts(parts shaper.Parts) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = parts.Close(ctx) // startup failed; the error that matters is already returned
 }
