@@ -8,6 +8,7 @@
 package kafkaconn
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -70,11 +71,22 @@ func scramMechanism(algo scram.Algorithm, username, password string) (sasl.Mecha
 	return nil, fmt.Errorf("sasl: %s password is refused by SASLprep (RFC 4013): it holds a prohibited or unassigned character", algo.Name())
 }
 
-// Dialer returns a dialer for cfg, for kafka.Reader and kafka.Conn.
-func Dialer(cfg Config, clientID string) (*kafka.Dialer, error) {
+// security returns the TLS config and SASL mechanism of cfg, either nil when
+// it is off. It reports a TLS and a SASL problem together, so one look at the
+// error shows everything wrong with the connection config.
+func security(cfg Config) (*tls.Config, sasl.Mechanism, error) {
 	t, tErr := tlsconf.Client(cfg.TLS)
 	m, sErr := SASL(cfg.SASL)
 	if err := errors.Join(tErr, sErr); err != nil {
+		return nil, nil, err
+	}
+	return t, m, nil
+}
+
+// Dialer returns a dialer for cfg, for kafka.Reader and kafka.Conn.
+func Dialer(cfg Config, clientID string) (*kafka.Dialer, error) {
+	t, m, err := security(cfg)
+	if err != nil {
 		return nil, err
 	}
 	return &kafka.Dialer{
@@ -90,9 +102,8 @@ func Dialer(cfg Config, clientID string) (*kafka.Dialer, error) {
 // The caller owns it: CloseIdleConnections stops its background metadata
 // refresh and closes its connections once they are idle.
 func Transport(cfg Config, clientID string) (*kafka.Transport, error) {
-	t, tErr := tlsconf.Client(cfg.TLS)
-	m, sErr := SASL(cfg.SASL)
-	if err := errors.Join(tErr, sErr); err != nil {
+	t, m, err := security(cfg)
+	if err != nil {
 		return nil, err
 	}
 	return &kafka.Transport{

@@ -2,11 +2,15 @@ package kafkaconn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
 	"github.com/shaper-dev/shaper/internal/tlsconf"
@@ -90,17 +94,27 @@ func TestDialerAndTransportCarryTLSAndSASL(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Dialer = %v", err)
 	}
-	if d.ClientID != "shaper-test" || d.TLS == nil || d.TLS.ServerName != "kafka.test" || d.TLS.RootCAs == nil ||
-		d.SASLMechanism == nil || d.SASLMechanism.Name() != SASLScramSHA512 || d.Timeout != dialTimeout {
-		t.Errorf("Dialer = %+v; want client id, TLS with the CA and server name, SCRAM-SHA-512 and a dial timeout", d)
-	}
 	tr, err := Transport(cfg, "shaper-test")
 	if err != nil {
 		t.Fatalf("Transport = %v", err)
 	}
-	if tr.ClientID != "shaper-test" || tr.TLS == nil || tr.TLS.ServerName != "kafka.test" || tr.TLS.RootCAs == nil ||
-		tr.SASL == nil || tr.SASL.Name() != SASLScramSHA512 || tr.DialTimeout != dialTimeout {
-		t.Errorf("Transport = %+v; want client id, TLS with the CA and server name, SCRAM-SHA-512 and a dial timeout", tr)
+	// The two name their fields differently; what they carry must be the same.
+	tests := []struct {
+		name     string
+		v        any
+		clientID string
+		tls      *tls.Config
+		sasl     sasl.Mechanism
+		timeout  time.Duration
+	}{
+		{"Dialer", d, d.ClientID, d.TLS, d.SASLMechanism, d.Timeout},
+		{"Transport", tr, tr.ClientID, tr.TLS, tr.SASL, tr.DialTimeout},
+	}
+	for _, tt := range tests {
+		if tt.clientID != "shaper-test" || tt.tls == nil || tt.tls.ServerName != "kafka.test" || tt.tls.RootCAs == nil ||
+			tt.sasl == nil || tt.sasl.Name() != SASLScramSHA512 || tt.timeout != dialTimeout {
+			t.Errorf("%s = %+v; want client id, TLS with the CA and server name, SCRAM-SHA-512 and a dial timeout", tt.name, tt.v)
+		}
 	}
 
 	plain, err := Transport(Config{Brokers: cfg.Brokers}, "shaper-test")
