@@ -174,12 +174,8 @@ func (t *commitTracker) restore(partition int, committed int64, ahead []offsetRa
 // finishedAhead returns the runs of partition finished before this member
 // took it that lie past the last offset added: those its reader skips.
 func (t *commitTracker) finishedAhead(partition int) []offsetRange {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p := t.parts[partition]; p != nil {
-		return slices.Clone(p.ahead)
-	}
-	return nil
+	ahead, _ := readPartition(t, partition, func(p *partitionMarks) []offsetRange { return slices.Clone(p.ahead) })
+	return ahead
 }
 
 // shrinkMetadata halves the most bytes of metadata a commit carries, down to
@@ -304,33 +300,30 @@ func (t *commitTracker) drop(partition int) {
 // next returns the offset after the last one added for partition, where its
 // reading resumes, and false when nothing was added.
 func (t *commitTracker) next(partition int) (int64, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.parts[partition]
-	if p == nil {
-		return 0, false
-	}
-	return p.last + 1, true
+	return readPartition(t, partition, func(p *partitionMarks) int64 { return p.last + 1 })
 }
 
 // markOf returns the committable offset of partition, and false when nothing
 // was fetched from it.
 func (t *commitTracker) markOf(partition int) (int64, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.parts[partition]
-	if p == nil {
-		return 0, false
-	}
-	return p.mark(), true
+	return readPartition(t, partition, (*partitionMarks).mark)
 }
 
 // unfinished returns how many offsets of partition are unfinished.
 func (t *commitTracker) unfinished(partition int) int {
+	n, _ := readPartition(t, partition, func(p *partitionMarks) int { return p.unfinished })
+	return n
+}
+
+// readPartition returns what read makes of partition's state, read under t's
+// mu, and false (with the zero value) when nothing was added for partition.
+func readPartition[T any](t *commitTracker, partition int, read func(*partitionMarks) T) (T, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.parts[partition]; p != nil {
-		return p.unfinished
+	p := t.parts[partition]
+	if p == nil {
+		var zero T
+		return zero, false
 	}
-	return 0
+	return read(p), true
 }
