@@ -93,7 +93,7 @@ func proxySink(t *testing.T, d *loopbackDialer, cfg HTTPConfig) *HTTP {
 	if err != nil {
 		t.Fatalf("newHTTPDialing: %v", err)
 	}
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	closeAtEnd(t, h)
 	sendHTTP(t, h, &shaper.Message{ID: "probe", Payload: []byte("{}")})
 	if dials := d.dialed(); len(dials) == 0 || dials[len(dials)-1] != probe.Addr {
 		t.Fatalf("the sink did not dial through the test dialer (dials %v); stopping before it names %s", dials, sinkHost)

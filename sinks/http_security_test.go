@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/webhook"
@@ -86,7 +87,7 @@ func TestHTTPSignatureMatchesWhatTheReceiverComputes(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var got []seen
-			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 				body, _ := io.ReadAll(r.Body)
 				mu.Lock()
 				got = append(got, seen{r.Header.Clone(), body, verifier.Verify(r.Header, body, time.Minute, time.Now())})
@@ -147,14 +148,8 @@ func TestHTTPSignaturesCoverTheMessageID(t *testing.T) {
 	tests := []struct{ scheme, secret string }{{"standard", whsecSecret}, {"shaper", testSecret}}
 	for _, tt := range tests {
 		t.Run(tt.scheme, func(t *testing.T) {
-			var mu sync.Mutex
-			var got []http.Header
-			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				got = append(got, r.Header.Clone())
-				mu.Unlock()
-			})
-			cfg := httpConfig(srv.URL)
+			sink := sinktest.Start(t, sinktest.OK)
+			cfg := httpConfig(sink.URL)
 			cfg.Signing = &SigningConfig{Scheme: tt.scheme, Secret: tt.secret}
 			h := newHTTP(t, cfg)
 			second := time.Unix(time.Now().Unix(), 0)
@@ -163,6 +158,8 @@ func TestHTTPSignaturesCoverTheMessageID(t *testing.T) {
 			body := []byte(`{"payment":42,"status":"settled"}`)
 			sendHTTP(t, h, &shaper.Message{ID: "psp.callbacks/3/1234", Payload: body})
 			sendHTTP(t, h, &shaper.Message{ID: "psp.callbacks/3/1235", Payload: body})
+			reqs := sink.Requests()
+			got := []http.Header{reqs[0].Header, reqs[1].Header}
 
 			verifier, err := webhook.New(webhook.Config{Scheme: webhook.Scheme(tt.scheme), Secret: tt.secret})
 			if err != nil {
@@ -192,16 +189,16 @@ func TestHTTPSignaturesCoverTheMessageID(t *testing.T) {
 }
 
 func TestHTTPStandardSigningWithoutAnIDIsMalformedWithoutRequest(t *testing.T) {
-	srv, n := newServer(t, func(http.ResponseWriter, *http.Request) {})
-	cfg := httpConfig(srv.URL)
+	sink := sinktest.Start(t, sinktest.OK)
+	cfg := httpConfig(sink.URL)
 	cfg.Signing = &SigningConfig{Scheme: "standard", Secret: whsecSecret}
 	h := newHTTP(t, cfg)
 	code, err := sendCode(testCtx(t), h, &shaper.Message{Payload: []byte("{}")})
 	if code != "" || !errors.Is(err, shaper.ErrMalformed) {
 		t.Errorf("Send(no id) = %q, %v; want \"\" and ErrMalformed: webhook-id is required", code, err)
 	}
-	if n.Load() != 0 {
-		t.Errorf("server saw %d requests; want 0", n.Load())
+	if n := sink.RequestCount(); n != 0 {
+		t.Errorf("server saw %d requests; want 0", n)
 	}
 }
 
@@ -260,7 +257,7 @@ func TestHTTPStatusErrorBlanksOutEchoedCredentials(t *testing.T) {
 		t.Run(sc.scheme, func(t *testing.T) {
 			var echo string // what the receiver answers, before and after its echo
 			var mac string  // the signature of the last request, without prefix
-			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 				_, _, mac, _ = signedParts(sc.scheme, sc.sigHeader, r.Header)
 				w.WriteHeader(http.StatusBadRequest)
 				io.WriteString(w, strings.NewReplacer(

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -39,20 +40,19 @@ func newHTTP(t *testing.T, cfg HTTPConfig) *HTTP {
 	if err != nil {
 		t.Fatalf("NewHTTP: %v", err)
 	}
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	closeAtEnd(t, h)
 	return h
 }
 
-// newServer starts an httptest server on 127.0.0.1 that counts its requests.
-func newServer(t *testing.T, handler http.HandlerFunc) (*httptest.Server, *atomic.Int64) {
+// newServer starts an httptest server on 127.0.0.1 that answers with
+// handler, for a test that answers in a way sinktest's rules cannot, or that
+// looks at what sinktest does not record (Host, Content-Length, the remote
+// address).
+func newServer(t *testing.T, handler http.HandlerFunc) *httptest.Server {
 	t.Helper()
-	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.Add(1)
-		handler(w, r)
-	}))
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return srv, &n
+	return srv
 }
 
 // testCtx bounds a call that should finish quickly, generously.
@@ -84,7 +84,7 @@ func TestHTTPSendDeliversMethodHeadersIdempotencyKeyAndBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := make(chan seen, 1)
-			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 				body, err := io.ReadAll(r.Body)
 				if err != nil {
 					t.Errorf("server: read body: %v", err)
@@ -133,15 +133,12 @@ func TestHTTPSendDeliversMethodHeadersIdempotencyKeyAndBody(t *testing.T) {
 }
 
 func TestHTTPSendOmitsIdempotencyKeyForEmptyID(t *testing.T) {
-	got := make(chan []string, 1)
-	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		got <- r.Header.Values("Idempotency-Key")
-	})
-	h := newHTTP(t, httpConfig(srv.URL))
+	sink := sinktest.Start(t, sinktest.OK)
+	h := newHTTP(t, httpConfig(sink.URL))
 	if code, err := sendCode(testCtx(t), h, &shaper.Message{Payload: []byte("x")}); code != "ok" || err != nil {
 		t.Fatalf("Send = %q, %v; want \"ok\", nil", code, err)
 	}
-	if v := <-got; len(v) != 0 {
+	if v := sink.Requests()[0].Header.Values("Idempotency-Key"); len(v) != 0 {
 		t.Errorf("Idempotency-Key = %q; want none", v)
 	}
 }
@@ -149,10 +146,8 @@ func TestHTTPSendOmitsIdempotencyKeyForEmptyID(t *testing.T) {
 func TestHTTPSendSucceedsOnEvery2xx(t *testing.T) {
 	for _, status := range []int{200, 201, 202, 204, 206, 299} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
-			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-				w.WriteHeader(status)
-			})
-			h := newHTTP(t, httpConfig(srv.URL))
+			sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Status: status} })
+			h := newHTTP(t, httpConfig(sink.URL))
 			code, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Payload: []byte("x")})
 			if want := "ok"; code != want || err != nil {
 				t.Errorf("Send = %q, %v; want %q, nil", code, err, want)
@@ -181,7 +176,7 @@ func TestHTTPSendReturnsStatusErrorWithCodeAndBodyExcerpt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
-			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Location", "/elsewhere")
 				w.WriteHeader(tt.status)
 				io.WriteString(w, tt.body)
@@ -230,11 +225,10 @@ func TestHTTPSendParsesRetryAfterIntoStatusError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Retry-After", tt.retryAfter)
-				w.WriteHeader(tt.status)
+			sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action {
+				return sinktest.Action{Status: tt.status, RetryAfter: tt.retryAfter}
 			})
-			h := newHTTP(t, httpConfig(srv.URL))
+			h := newHTTP(t, httpConfig(sink.URL))
 			before := time.Now()
 			_, err := sendCode(testCtx(t), h, &shaper.Message{ID: "1", Payload: []byte("x")})
 			after := time.Now()
@@ -251,8 +245,8 @@ func TestHTTPSendParsesRetryAfterIntoStatusError(t *testing.T) {
 }
 
 func TestHTTPSendRejectsOversizedPayloadWithoutRequest(t *testing.T) {
-	srv, requests := newServer(t, func(w http.ResponseWriter, r *http.Request) {})
-	cfg := httpConfig(srv.URL)
+	sink := sinktest.Start(t, sinktest.OK)
+	cfg := httpConfig(sink.URL)
 	cfg.MaxBodyBytes = 16
 	h := newHTTP(t, cfg)
 
@@ -263,7 +257,7 @@ func TestHTTPSendRejectsOversizedPayloadWithoutRequest(t *testing.T) {
 	if !strings.Contains(err.Error(), "17") || !strings.Contains(err.Error(), "16") {
 		t.Errorf("error %q does not give the sizes 17 and 16", err)
 	}
-	if n := requests.Load(); n != 0 {
+	if n := sink.RequestCount(); n != 0 {
 		t.Errorf("server saw %d requests; want 0", n)
 	}
 	// The limit itself is allowed.
@@ -273,8 +267,8 @@ func TestHTTPSendRejectsOversizedPayloadWithoutRequest(t *testing.T) {
 }
 
 func TestHTTPSendRejectsIDThatCouldInjectHeadersWithoutRequest(t *testing.T) {
-	srv, requests := newServer(t, func(w http.ResponseWriter, r *http.Request) {})
-	h := newHTTP(t, httpConfig(srv.URL))
+	sink := sinktest.Start(t, sinktest.OK)
+	h := newHTTP(t, httpConfig(sink.URL))
 	tests := []struct {
 		name string
 		id   string
@@ -295,21 +289,14 @@ func TestHTTPSendRejectsIDThatCouldInjectHeadersWithoutRequest(t *testing.T) {
 			}
 		})
 	}
-	if n := requests.Load(); n != 0 {
+	if n := sink.RequestCount(); n != 0 {
 		t.Errorf("server saw %d requests; want 0", n)
 	}
 }
 
 func TestHTTPSendReturnsPromptlyWhenServerHangsPastDeadline(t *testing.T) {
-	release := make(chan struct{})
-	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	})
-	t.Cleanup(func() { close(release) }) // runs before srv.Close
-	cfg := httpConfig(srv.URL)
+	sink := sinktest.Start(t, func(*http.Request, int) sinktest.Action { return sinktest.Action{Hang: true} })
+	cfg := httpConfig(sink.URL)
 	cfg.Timeout = time.Minute // the ctx, not the transport, must end the attempt
 	h := newHTTP(t, cfg)
 
@@ -517,8 +504,7 @@ func TestExcerptIsPrintableSingleLineAndNoLongerThanInput(t *testing.T) {
 	}
 }
 
-// headerServer starts a server that hands over the headers, host, length and
-// remote address of each request it receives.
+// seenRequest is what headerServer saw of a request.
 type seenRequest struct {
 	header        http.Header
 	host          string
@@ -528,14 +514,16 @@ type seenRequest struct {
 	body          []byte
 }
 
-func headerServer(t *testing.T) (*httptest.Server, chan seenRequest, *atomic.Int64) {
+// headerServer starts a server that hands over the headers, host, length and
+// remote address of each request it receives: what sinktest does not record.
+func headerServer(t *testing.T) (*httptest.Server, chan seenRequest) {
 	t.Helper()
 	got := make(chan seenRequest, 16)
-	srv, n := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		got <- seenRequest{r.Header.Clone(), r.Host, r.ContentLength, len(r.TransferEncoding) > 0, r.RemoteAddr, body}
 	})
-	return srv, got, n
+	return srv, got
 }
 
 func sendHTTP(t *testing.T, h *HTTP, m *shaper.Message) {
@@ -545,52 +533,77 @@ func sendHTTP(t *testing.T, h *HTTP, m *shaper.Message) {
 	}
 }
 
-func TestHTTPForwardHeadersSendsMessageHeadersUnderTheirNames(t *testing.T) {
-	srv, got, _ := headerServer(t)
-	cfg := httpConfig(srv.URL)
-	cfg.ForwardHeaders = true
-	h := newHTTP(t, cfg)
-
-	sendHTTP(t, h, &shaper.Message{ID: "topic/0/1", Payload: []byte("{}"), Header: map[string][]string{
-		"traceparent":  {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-		"Content-Type": {"application/json"},
-		"X-Multi":      {"one", "two"},
-		"x-multi":      {"three"}, // differs in case only: the same HTTP header
-		"X-Padded":     {"  value \t"},
-		"X-Utf8":       {"café"},
-		"X-Empty":      {""},
-	}})
-	s := <-got
+// Message headers go out under their own names only with forward_headers,
+// and a configured header wins over a forwarded one of the same name.
+func TestHTTPForwardHeadersSendsMessageHeadersUnderTheirNamesBelowConfiguredOnes(t *testing.T) {
 	tests := []struct {
-		name string
-		want []string
+		name    string
+		forward bool              // forward_headers
+		headers map[string]string // configured headers
+		give    *shaper.Message
+		want    map[string][]string // as the server saw them; none: absent
 	}{
-		{"Traceparent", []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
-		{"Content-Type", []string{"application/json"}},
-		{"X-Multi", []string{"one", "two", "three"}},
-		{"X-Padded", []string{"value"}},
-		{"X-Utf8", []string{"café"}},
-		{"X-Empty", []string{""}},
-		{"Idempotency-Key", []string{"topic/0/1"}},
+		{
+			name:    "forwarded under their names",
+			forward: true,
+			give: &shaper.Message{ID: "topic/0/1", Payload: []byte("{}"), Header: map[string][]string{
+				"traceparent":  {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+				"Content-Type": {"application/json"},
+				"X-Multi":      {"one", "two"},
+				"x-multi":      {"three"}, // differs in case only: the same HTTP header
+				"X-Padded":     {"  value \t"},
+				"X-Utf8":       {"café"},
+				"X-Empty":      {""},
+			}},
+			want: map[string][]string{
+				"Traceparent":     {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+				"Content-Type":    {"application/json"},
+				"X-Multi":         {"one", "two", "three"},
+				"X-Padded":        {"value"},
+				"X-Utf8":          {"café"},
+				"X-Empty":         {""},
+				"Idempotency-Key": {"topic/0/1"},
+			},
+		},
+		{
+			name: "none without forward_headers",
+			give: &shaper.Message{ID: "1", Payload: []byte("x"), Header: map[string][]string{"X-Trace": {"abc"}}},
+			want: map[string][]string{"X-Trace": nil},
+		},
+		{
+			name:    "configured ones win",
+			forward: true,
+			headers: map[string]string{"Authorization": "Bearer configured", "content-type": "application/json"},
+			give: &shaper.Message{ID: "1", Payload: []byte("{}"), Header: map[string][]string{
+				"authorization": {"Bearer forged"},
+				"Content-Type":  {"text/plain"},
+				"X-Other":       {"kept"},
+			}},
+			want: map[string][]string{
+				"Authorization": {"Bearer configured"},
+				"Content-Type":  {"application/json"},
+				"X-Other":       {"kept"},
+			},
+		},
 	}
 	for _, tt := range tests {
-		if got := s.header.Values(tt.name); !slices.Equal(got, tt.want) {
-			t.Errorf("%s = %q; want %q", tt.name, got, tt.want)
-		}
-	}
-}
-
-func TestHTTPWithoutForwardHeadersSendsNoMessageHeaders(t *testing.T) {
-	srv, got, _ := headerServer(t)
-	h := newHTTP(t, httpConfig(srv.URL))
-	sendHTTP(t, h, &shaper.Message{ID: "1", Payload: []byte("x"), Header: map[string][]string{"X-Trace": {"abc"}}})
-	if s := <-got; s.header.Get("X-Trace") != "" {
-		t.Errorf("X-Trace = %q with forward_headers off; want none", s.header.Get("X-Trace"))
+		t.Run(tt.name, func(t *testing.T) {
+			sink := sinktest.Start(t, sinktest.OK)
+			cfg := httpConfig(sink.URL)
+			cfg.ForwardHeaders, cfg.Headers = tt.forward, tt.headers
+			sendHTTP(t, newHTTP(t, cfg), tt.give)
+			got := sink.Requests()[0].Header
+			for name, want := range tt.want {
+				if v := got.Values(name); !slices.Equal(v, want) {
+					t.Errorf("%s = %q; want %q", name, v, want)
+				}
+			}
+		})
 	}
 }
 
 func TestHTTPForwardHeadersSkipsInvalidNamesAndValuesAndNeverInjects(t *testing.T) {
-	srv, got, _ := headerServer(t)
+	srv, got := headerServer(t)
 	cfg := httpConfig(srv.URL)
 	cfg.ForwardHeaders = true
 	h := newHTTP(t, cfg)
@@ -632,7 +645,7 @@ func TestHTTPForwardHeadersSkipsInvalidNamesAndValuesAndNeverInjects(t *testing.
 }
 
 func TestHTTPForwardHeadersNeverForwardsHopByHopOrFramingHeaders(t *testing.T) {
-	srv, got, _ := headerServer(t)
+	srv, got := headerServer(t)
 	cfg := httpConfig(srv.URL)
 	cfg.ForwardHeaders = true
 	h := newHTTP(t, cfg)
@@ -685,52 +698,28 @@ func TestHTTPForwardHeadersNeverForwardsHopByHopOrFramingHeaders(t *testing.T) {
 	}
 }
 
-func TestHTTPConfiguredHeadersWinOverForwardedOnes(t *testing.T) {
-	srv, got, _ := headerServer(t)
-	cfg := httpConfig(srv.URL)
-	cfg.ForwardHeaders = true
-	cfg.Headers = map[string]string{"Authorization": "Bearer configured", "content-type": "application/json"}
-	h := newHTTP(t, cfg)
-
-	sendHTTP(t, h, &shaper.Message{ID: "1", Payload: []byte("{}"), Header: map[string][]string{
-		"authorization": {"Bearer forged"},
-		"Content-Type":  {"text/plain"},
-		"X-Other":       {"kept"},
-	}})
-	s := <-got
-	if v := s.header.Values("Authorization"); !slices.Equal(v, []string{"Bearer configured"}) {
-		t.Errorf("Authorization = %q; want only the configured value", v)
-	}
-	if v := s.header.Values("Content-Type"); !slices.Equal(v, []string{"application/json"}) {
-		t.Errorf("Content-Type = %q; want only the configured value", v)
-	}
-	if v := s.header.Get("X-Other"); v != "kept" {
-		t.Errorf("X-Other = %q; want \"kept\"", v)
-	}
-}
-
 func TestHTTPKeyHeaderCarriesTheKeyOverAForwardedHeader(t *testing.T) {
-	srv, got, _ := headerServer(t)
-	cfg := httpConfig(srv.URL)
+	sink := sinktest.Start(t, sinktest.OK)
+	cfg := httpConfig(sink.URL)
 	cfg.ForwardHeaders = true
 	cfg.KeyHeader = "x-kafka-key"
 	h := newHTTP(t, cfg)
 
 	sendHTTP(t, h, &shaper.Message{ID: "1", Key: []byte("order-42"), Payload: []byte("x"),
 		Header: map[string][]string{"X-Kafka-Key": {"forged"}}})
-	if v := (<-got).header.Values("X-Kafka-Key"); !slices.Equal(v, []string{"order-42"}) {
+	if v := sink.Requests()[0].Header.Values("X-Kafka-Key"); !slices.Equal(v, []string{"order-42"}) {
 		t.Errorf("X-Kafka-Key = %q; want only the message key", v)
 	}
 
 	sendHTTP(t, h, &shaper.Message{ID: "2", Payload: []byte("x")})
-	if v := (<-got).header.Values("X-Kafka-Key"); len(v) != 0 {
+	if v := sink.Requests()[1].Header.Values("X-Kafka-Key"); len(v) != 0 {
 		t.Errorf("X-Kafka-Key of a message without a key = %q; want none", v)
 	}
 }
 
 func TestHTTPInvalidKeyIsMalformedWithoutRequest(t *testing.T) {
-	srv, _, requests := headerServer(t)
-	cfg := httpConfig(srv.URL)
+	sink := sinktest.Start(t, sinktest.OK)
+	cfg := httpConfig(sink.URL)
 	cfg.KeyHeader = "X-Key"
 	h := newHTTP(t, cfg)
 
@@ -754,7 +743,7 @@ func TestHTTPInvalidKeyIsMalformedWithoutRequest(t *testing.T) {
 			}
 		})
 	}
-	if n := requests.Load(); n != 0 {
+	if n := sink.RequestCount(); n != 0 {
 		t.Errorf("server saw %d requests; want 0", n)
 	}
 }
@@ -789,12 +778,9 @@ func TestNewHTTPRejectsKeyHeaderThatCannotCarryTheKey(t *testing.T) {
 }
 
 func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
-	type seen struct{ path, psp string }
-	got := make(chan seen, 2)
-	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		got <- seen{r.URL.Path, r.Header.Get("X-Psp")}
-	})
-	cfg := httpConfig(srv.URL + "/v1")
+	sink := sinktest.Start(t, sinktest.OK)
+	base := "http://" + sink.Addr
+	cfg := httpConfig(base + "/v1")
 	cfg.Headers = map[string]string{"X-Psp": "old"}
 	h, err := NewHTTP(cfg)
 	if err != nil {
@@ -805,7 +791,7 @@ func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
 	if _, err := sendCode(ctx, h, &shaper.Message{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	next := httpConfig(srv.URL + "/v2")
+	next := httpConfig(base + "/v2")
 	next.Headers = map[string]string{"X-Psp": "new"}
 	if err := h.Reconfigure(next); err != nil {
 		t.Fatalf("Reconfigure = %v", err)
@@ -813,8 +799,10 @@ func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
 	if _, err := sendCode(ctx, h, &shaper.Message{ID: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []seen{{"/v1", "old"}, {"/v2", "new"}} {
-		if s := <-got; s != want {
+	type seen struct{ path, psp string }
+	for i, want := range []seen{{"/v1", "old"}, {"/v2", "new"}} {
+		r := sink.Requests()[i]
+		if s := (seen{r.URI, r.Header.Get("X-Psp")}); s != want {
 			t.Errorf("request = %+v; want %+v", s, want)
 		}
 	}
@@ -825,7 +813,7 @@ func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
 	if _, err := sendCode(ctx, h, &shaper.Message{ID: "c"}); err != nil {
 		t.Errorf("Send after a refused Reconfigure = %v", err)
 	}
-	if s := <-got; s.path != "/v2" {
-		t.Errorf("after a refused Reconfigure the request went to %s; want /v2", s.path)
+	if uri := sink.Requests()[2].URI; uri != "/v2" {
+		t.Errorf("after a refused Reconfigure the request went to %s; want /v2", uri)
 	}
 }

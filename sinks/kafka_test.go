@@ -48,11 +48,7 @@ func newKafka(t *testing.T, cfg KafkaPublisherConfig) *Kafka {
 	if err != nil {
 		t.Fatalf("NewKafka: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := k.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	closeAtEnd(t, k)
 	return k
 }
 
@@ -354,19 +350,7 @@ func TestKafkaSendToUnknownTopicIsRetryableErrorWithoutCreatingIt(t *testing.T) 
 	if err != nil || resp.Topics[0].ErrorCode != 0 {
 		t.Fatalf("create topic: %v, %+v", err, resp)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err = sendCode(ctx, k, &shaper.Message{Payload: []byte("after create")})
-		cancel()
-		if code == "ok" && err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Send 30s after the topic was created = %q, %v; want \"ok\"", code, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	sendUntilOK(t, k, &shaper.Message{Payload: []byte("after create")}, "the topic was created")
 	if recs := consume(t, c, "missing", 1); string(recs[0].Value) != "after create" {
 		t.Errorf("record = %q; want \"after create\"", recs[0].Value)
 	}
@@ -459,19 +443,7 @@ func TestKafkaStartsWhileBrokerDownAndSendsOnceItIsUp(t *testing.T) {
 
 	broker.Restart()
 	c := broker.Kfake()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err := sendCode(ctx, k, &shaper.Message{Payload: []byte("after start")})
-		cancel()
-		if code == "ok" && err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Send 30s after the broker started = %q, %v; want \"ok\"", code, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	sendUntilOK(t, k, &shaper.Message{Payload: []byte("after start")}, "the broker started")
 	if recs := consume(t, c, "topic", 1); string(recs[0].Value) != "after start" {
 		t.Errorf("record = %q; want \"after start\"", recs[0].Value)
 	}

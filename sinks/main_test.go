@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/shaper-dev/shaper/shaper"
 	"go.uber.org/goleak"
@@ -19,4 +20,40 @@ func TestMain(m *testing.M) {
 func sendCode(ctx context.Context, s shaper.Sink, m *shaper.Message) (string, error) {
 	err := s.Send(ctx, m)
 	return shaper.RequestCode(err), err
+}
+
+// closeSink closes s and fails the test if Close does.
+func closeSink(t *testing.T, s shaper.Sink) {
+	t.Helper()
+	if err := s.Close(context.Background()); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// closeAtEnd closes s once the test and its subtests are over, before the
+// servers the test started earlier stop.
+func closeAtEnd(t *testing.T, s shaper.Sink) {
+	t.Helper()
+	t.Cleanup(func() { closeSink(t, s) })
+}
+
+// sendUntilOK sends m until s delivers it, each attempt bounded to 2s, and
+// fails the test if s has not within 30s of when it started (after what
+// happened, for the message): a sink waits out a broker starting or a
+// reconnect.
+func sendUntilOK(t *testing.T, s shaper.Sink, m *shaper.Message, after string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		code, err := sendCode(ctx, s, m)
+		cancel()
+		if code == "ok" && err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Send 30s after %s = %q, %v; want \"ok\"", after, code, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

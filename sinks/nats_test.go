@@ -38,11 +38,7 @@ func newNATS(t *testing.T, url, subject string) *NATS {
 	if err != nil {
 		t.Fatalf("NewNATS: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := n.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	closeAtEnd(t, n)
 	return n
 }
 
@@ -55,6 +51,21 @@ func connect(t *testing.T, url string) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// createStream creates the stream cfg on the server nc is connected to, and
+// returns the JetStream context it used and the stream.
+func createStream(t *testing.T, nc *nats.Conn, cfg jetstream.StreamConfig) (jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(testCtx(t), cfg)
+	if err != nil {
+		t.Fatalf("create stream %s: %v", cfg.Name, err)
+	}
+	return js, stream
 }
 
 // subscribe returns a core subscription to subject, in place on the server.
@@ -99,15 +110,8 @@ func send(t *testing.T, n *NATS, m *shaper.Message) {
 func TestNATSSendToStreamSubjectStoresPayloadAndHeadersOnce(t *testing.T) {
 	s := natstest.Start(t)
 	nc := connect(t, s.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, stream := createStream(t, nc, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.>"}})
 	ctx := testCtx(t)
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"dlq.>"}})
-	if err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
 	// A core subscriber sees the JetStream publish too: it must see it once.
 	sub := subscribe(t, nc, "dlq.psp")
 	n := newNATS(t, s.ClientURL(), "dlq.psp")
@@ -182,13 +186,7 @@ func TestNATSSendOverMaxPayloadIsMalformed(t *testing.T) {
 
 func TestNATSSendOverStreamMaxMsgSizeIsMalformed(t *testing.T) {
 	s := natstest.Start(t)
-	js, err := jetstream.New(connect(t, s.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "SMALL", Subjects: []string{"small"}, MaxMsgSize: 64}); err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
+	createStream(t, connect(t, s.ClientURL()), jetstream.StreamConfig{Name: "SMALL", Subjects: []string{"small"}, MaxMsgSize: 64})
 	n := newNATS(t, s.ClientURL(), "small")
 	code, err := sendCode(testCtx(t), n, &shaper.Message{ID: "1", Payload: make([]byte, 128)})
 	if code != "error" || !errors.Is(err, shaper.ErrMalformed) {
@@ -203,11 +201,7 @@ func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewNATS with the server down = %v; want nil", err)
 	}
-	defer func() {
-		if err := n.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}()
+	defer closeSink(t, n) // before the server stops
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -219,20 +213,7 @@ func TestNATSStartsWhileServerDownAndSendsOnceItIsUp(t *testing.T) {
 
 	s := natstest.StartAt(t, port, t.TempDir())
 	sub := subscribe(t, connect(t, s.ClientURL()), "late")
-	want := deadLetter("after start")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err := sendCode(ctx, n, want)
-		cancel()
-		if err == nil && code == "ok" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Send 30s after the server started = %q, %v; want \"ok\"", code, err)
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for the reconnect
-	}
+	sendUntilOK(t, n, deadLetter("after start"), "the server started")
 	got, err := sub.NextMsg(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -263,15 +244,9 @@ func TestNATSCloseReturnsWhileServerDown(t *testing.T) {
 func TestNATSSendFailedWhileDisconnectedIsNotPublishedLater(t *testing.T) {
 	port, dir := freeport.Get(t), t.TempDir()
 	s := natstest.StartAt(t, port, dir)
-	js, err := jetstream.New(connect(t, s.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The stream records every publish that reaches the server, whenever
 	// it comes, and survives the restart in dir.
-	if _, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "OBS", Subjects: []string{"obs"}}); err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
+	createStream(t, connect(t, s.ClientURL()), jetstream.StreamConfig{Name: "OBS", Subjects: []string{"obs"}})
 	n := newNATS(t, s.ClientURL(), "obs")
 	send(t, n, deadLetter("before"))
 
@@ -293,21 +268,9 @@ func TestNATSSendFailedWhileDisconnectedIsNotPublishedLater(t *testing.T) {
 	}
 
 	s = natstest.StartAt(t, port, dir)
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err := sendCode(ctx, n, deadLetter("after"))
-		cancel()
-		if err == nil && code == "ok" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Send 30s after the restart = %q, %v; want \"ok\"", code, err)
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for the reconnect
-	}
+	sendUntilOK(t, n, deadLetter("after"), "the restart")
 
-	js, err = jetstream.New(connect(t, s.ClientURL()))
+	js, err := jetstream.New(connect(t, s.ClientURL()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,13 +303,7 @@ func TestNewNATSRejectsSubjectsThatCannotBePublishedTo(t *testing.T) {
 
 func TestNATSLooksUpTheStreamAgainAfterAFailure(t *testing.T) {
 	s := natstest.Start(t)
-	js, err := jetstream.New(connect(t, s.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "GONE", Subjects: []string{"gone"}}); err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
+	js, _ := createStream(t, connect(t, s.ClientURL()), jetstream.StreamConfig{Name: "GONE", Subjects: []string{"gone"}})
 	n := newNATS(t, s.ClientURL(), "gone")
 	send(t, n, deadLetter("stored"))
 	if n.route != routeStream {
