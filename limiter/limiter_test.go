@@ -36,6 +36,18 @@ func newLimiter(t testing.TB, cfg limiter.Config) *limiter.Limiter {
 	return l
 }
 
+// everyKind returns a config of each kind of schedule the limiter computes,
+// at limit per second: leaky, token with a burst, and leaky still warming up
+// (for an hour, longer than any test runs). A promise every kind keeps is
+// checked against these, so a new kind is one more row here.
+func everyKind(limit float64) []limiter.Config {
+	return []limiter.Config{
+		{Mode: limiter.Leaky, Limit: limit, Burst: 1},
+		{Mode: limiter.Token, Limit: limit, Burst: 3},
+		{Mode: limiter.Leaky, Limit: limit, Burst: 1, Warmup: time.Hour},
+	}
+}
+
 // interval returns 1/limit as a duration, truncated to whole nanoseconds.
 func interval(limit float64) time.Duration {
 	return time.Duration(1e9 / limit)
@@ -465,11 +477,7 @@ func TestSetRateAtTakesEffectFromNowWhateverWasReservedBefore(t *testing.T) {
 }
 
 func TestNextTellsTheNextSlotWithoutTakingIt(t *testing.T) {
-	for _, cfg := range []limiter.Config{
-		{Mode: limiter.Leaky, Limit: 10, Burst: 1},
-		{Mode: limiter.Token, Limit: 10, Burst: 3},
-		{Mode: limiter.Leaky, Limit: 10, Burst: 1, Warmup: time.Second},
-	} {
+	for _, cfg := range everyKind(10) {
 		l := newLimiter(t, cfg)
 		for k := range 10 {
 			now := at(time.Duration(k) * 30 * time.Millisecond)
@@ -805,11 +813,7 @@ func TestConcurrentSetRateKeepsSlotsInOrder(t *testing.T) {
 }
 
 func TestReserveNextAndAllowDoNotAllocate(t *testing.T) {
-	for _, cfg := range []limiter.Config{
-		{Mode: limiter.Leaky, Limit: 1000, Burst: 1},
-		{Mode: limiter.Token, Limit: 1000, Burst: 50},
-		{Mode: limiter.Leaky, Limit: 1000, Burst: 1, Warmup: time.Hour},
-	} {
+	for _, cfg := range everyKind(1000) {
 		l := newLimiter(t, cfg)
 		now := start
 		if got := testing.AllocsPerRun(1000, func() {
