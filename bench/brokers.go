@@ -2,25 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"github.com/shaper-dev/shaper/config"
-	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/internal/embedded"
 	"github.com/shaper-dev/shaper/sources"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // payload is the body of message i: a small JSON callback, the size of a
@@ -29,76 +22,39 @@ func payload(i int) []byte {
 	return fmt.Appendf(nil, `{"payment":"pay_%010d","status":"settled","amount":1250,"currency":"EUR"}`, i)
 }
 
-// jetStream is an embedded nats-server with JetStream on loopback, in this
-// process.
+// jetStream is the embedded nats-server with JetStream, with the limits the
+// largest backlogs need and room for more acks in flight than the client's
+// default.
 type jetStream struct {
-	dir string
-	srv *server.Server
-	nc  *nats.Conn
-	js  jetstream.JetStream
+	*embedded.JetStream
 }
 
-func startJetStream() (_ *jetStream, err error) {
-	j := &jetStream{}
-	defer func() {
-		if err != nil {
-			j.close()
-		}
-	}()
-	if j.dir, err = os.MkdirTemp("", "shaper-bench-nats-"); err != nil {
-		return nil, err
-	}
-	j.srv, err = server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: j.dir, NoLog: true, NoSigs: true,
-		JetStreamMaxMemory: 1 << 30, JetStreamMaxStore: 8 << 30,
-	})
+func startJetStream() (*jetStream, error) {
+	j, err := embedded.StartJetStream(embedded.JetStreamOptions{MaxMemory: 1 << 30, MaxStore: 8 << 30, MaxPending: 4096})
 	if err != nil {
-		return nil, fmt.Errorf("nats server: %w", err)
-	}
-	go j.srv.Start()
-	if !j.srv.ReadyForConnections(10 * time.Second) {
-		return nil, errors.New("embedded nats-server not ready after 10s")
-	}
-	if j.nc, err = nats.Connect(j.srv.ClientURL()); err != nil {
 		return nil, err
 	}
-	if j.js, err = jetstream.New(j.nc, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
-		return nil, err
-	}
-	return j, nil
+	return &jetStream{j}, nil
 }
-
-func (j *jetStream) URL() string { return j.srv.ClientURL() }
 
 // stream creates a file-backed stream named name on subject name+".in".
 func (j *jetStream) stream(ctx context.Context, name string) error {
-	_, err := j.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}})
-	return err
+	return j.CreateStream(ctx, name, name+".in")
 }
 
 func (j *jetStream) deleteStream(ctx context.Context, name string) {
-	_ = j.js.DeleteStream(ctx, name) // frees disk between cases; nothing depends on it
+	_ = j.DeleteStream(ctx, name) // frees disk between cases; nothing depends on it
 }
 
 // publish puts n messages into the stream's subject and waits for every ack.
 // If at is not nil, it records when each publish was made.
 func (j *jetStream) publish(ctx context.Context, name string, first, n int, at []time.Time) error {
-	for i := range n {
+	return j.Publish(ctx, name+".in", n, func(i int) []byte {
 		if at != nil {
 			at[i] = time.Now()
 		}
-		if _, err := j.js.PublishAsync(name+".in", payload(first+i)); err != nil {
-			return err
-		}
-	}
-	select {
-	case <-j.js.PublishAsyncComplete():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(2 * time.Minute):
-		return errors.New("jetstream publish: acks still pending after 2m")
-	}
+		return payload(first + i)
+	})
 }
 
 // sourceConfig is the in-process pipeline source config for the stream.
@@ -106,72 +62,30 @@ func (j *jetStream) sourceConfig(name, durable string) config.Source {
 	return config.Source{NATS: &sources.NATSConfig{URL: j.URL(), Subject: name + ".in", Stream: name, Durable: durable}}
 }
 
-func (j *jetStream) close() {
-	if j.nc != nil {
-		j.nc.Close()
-	}
-	if j.srv != nil {
-		j.srv.Shutdown()
-		j.srv.WaitForShutdown()
-	}
-	if j.dir != "" {
-		_ = os.RemoveAll(j.dir)
-	}
-}
+func (j *jetStream) close() { j.Close() }
 
 // kafkaPartitions is how many partitions every benchmark topic has.
 const kafkaPartitions = 4
 
-// kafkaCluster is kfake, franz-go's in-process Kafka, on loopback, with a
-// franz-go client to produce.
+// kafkaCluster is kfake, franz-go's in-process Kafka, on loopback.
 type kafkaCluster struct {
-	c  *kfake.Cluster
-	cl *kgo.Client
+	*embedded.Kafka
 }
 
 func startKafka(topics ...string) (*kafkaCluster, error) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(kafkaPartitions, topics...))
+	k, err := embedded.StartKafka(kafkaPartitions, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("kfake: %w", err)
+		return nil, err
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(c.ListenAddrs()...),
-		kgo.ProducerLinger(5*time.Millisecond),
-		kgo.ProducerBatchMaxBytes(1<<20),
-		kgo.MaxBufferedRecords(100_000),
-		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
-	)
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("kgo: %w", err)
-	}
-	return &kafkaCluster{c: c, cl: cl}, nil
+	return &kafkaCluster{k}, nil
 }
 
 // publish produces n records to topic, round robin over its partitions,
 // and waits for every ack.
 func (k *kafkaCluster) publish(ctx context.Context, topic string, first, n int) error {
-	errc := make(chan error, 1)
-	for i := range n {
-		rec := &kgo.Record{Topic: topic, Key: []byte(strconv.Itoa(first + i)), Value: payload(first + i)}
-		k.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			if err != nil {
-				select {
-				case errc <- err:
-				default:
-				}
-			}
-		})
-	}
-	if err := k.cl.Flush(ctx); err != nil {
-		return err
-	}
-	select {
-	case err := <-errc:
-		return fmt.Errorf("kafka produce: %w", err)
-	default:
-		return nil
-	}
+	return k.Publish(ctx, topic, n, func(i int) ([]byte, []byte) {
+		return []byte(strconv.Itoa(first + i)), payload(first + i)
+	})
 }
 
 // sourceYAML is the source block of a `shaper run` config for topic and
@@ -190,27 +104,16 @@ func (k *kafkaCluster) sourceYAML(topic, group string, fast bool) string {
       kafka:
         brokers: [%q]
         topic: %s
-        group: %s%s`, k.c.ListenAddrs()[0], topic, group, timings)
+        group: %s%s`, k.Addrs()[0], topic, group, timings)
 }
 
 // sourceConfig is the in-process pipeline source config for topic and
 // group, with the fast group timings of sourceYAML.
 func (k *kafkaCluster) sourceConfig(topic, group string) config.Source {
-	return config.Source{Kafka: &sources.KafkaConfig{
-		Config:            kafkaconn.Config{Brokers: k.c.ListenAddrs()},
-		Topic:             topic,
-		Group:             group,
-		SessionTimeout:    6 * time.Second,
-		HeartbeatInterval: 100 * time.Millisecond,
-		RebalanceTimeout:  2 * time.Second,
-		MaxWait:           200 * time.Millisecond,
-	}}
+	return config.Source{Kafka: k.Source(topic, group)}
 }
 
-func (k *kafkaCluster) close() {
-	k.cl.Close()
-	k.c.Close()
-}
+func (k *kafkaCluster) close() { k.Close() }
 
 // redisServer is a real redis-server child process on a free loopback port.
 type redisServer struct {
