@@ -20,8 +20,9 @@ const maxAdminBody = 4 << 10
 
 // Admin returns the handler of the admin API (SPEC §5) over the pipelines
 // that list returns at each call (a reload changes them): /metrics from
-// gatherer, /healthz, /readyz, GET /v1/pipelines and
-// PUT /v1/pipelines/{name}/rate.
+// gatherer, /healthz, /readyz, GET /v1/pipelines, and the changes
+// PUT /v1/pipelines/{name}/rate, POST /v1/pipelines/{name}/pause and
+// POST /v1/pipelines/{name}/resume.
 //
 // Mutating calls need "Authorization: Bearer <token>" wherever the server
 // listens, loopback included: any process in the same pod or host could
@@ -60,17 +61,8 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("PUT /v1/pipelines/{name}/rate", func(w http.ResponseWriter, r *http.Request) {
-		if !authorized(w, r, token) {
-			return
-		}
-		var p *Pipeline
-		for _, q := range list() {
-			if q.Name() == r.PathValue("name") {
-				p = q
-			}
-		}
+		p := mutable(w, r, list, token)
 		if p == nil {
-			writeError(w, http.StatusNotFound, fmt.Errorf("no pipeline named %q", r.PathValue("name")))
 			return
 		}
 		body, err := decodeRate(http.MaxBytesReader(w, r.Body, maxAdminBody))
@@ -88,12 +80,41 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 			"old_limit", before.Limit, "limit", after.Limit, "old_burst", before.Burst, "burst", after.Burst)
 		writeJSON(w, http.StatusOK, after)
 	})
+	// pause and resume take no body; calling either twice is not an error
+	// (the answer is the status either way), and the log says what changed.
+	for action, do := range map[string]func(*Pipeline) bool{"pause": (*Pipeline).Pause, "resume": (*Pipeline).Resume} {
+		mux.HandleFunc("POST /v1/pipelines/{name}/"+action, func(w http.ResponseWriter, r *http.Request) {
+			p := mutable(w, r, list, token)
+			if p == nil {
+				return
+			}
+			if do(p) {
+				log.Warn("admin: pipeline "+action+"d", "pipeline", p.Name(), "remote", r.RemoteAddr)
+			}
+			writeJSON(w, http.StatusOK, p.Status())
+		})
+	}
 	return mux
 }
 
 // authorized reports whether r may mutate, and answers it when not: 403 when
 // no token is configured (mutations are off), 401 when the token is missing
 // or wrong.
+// mutable returns the pipeline a change names, once the caller is
+// authorized; otherwise it answers the request itself and returns nil.
+func mutable(w http.ResponseWriter, r *http.Request, list func() []*Pipeline, token string) *Pipeline {
+	if !authorized(w, r, token) {
+		return nil
+	}
+	for _, p := range list() {
+		if p.Name() == r.PathValue("name") {
+			return p
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Errorf("no pipeline named %q", r.PathValue("name")))
+	return nil
+}
+
 func authorized(w http.ResponseWriter, r *http.Request, token string) bool {
 	switch {
 	case token == "":

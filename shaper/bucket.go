@@ -23,6 +23,8 @@ type task struct {
 	due time.Time
 	// err is the error of the last attempt.
 	err error
+	// probe marks the attempt in flight as the circuit breaker's probe.
+	probe bool
 }
 
 // bucket holds messages between the source and the sink: a FIFO of new

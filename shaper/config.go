@@ -59,6 +59,30 @@ type RateConfig struct {
 	// Warmup ramps the limit from Limit/3 to Limit over this time after
 	// start. Default 0 (no ramp).
 	Warmup time.Duration `yaml:"warmup"`
+	// Adaptive, when set, lowers the limit in force when the sink pushes
+	// back and raises it again while it does not, between Adaptive.Min and
+	// Limit. Left out: the limit stays Limit.
+	Adaptive *AdaptiveConfig `yaml:"adaptive"`
+}
+
+// AdaptiveConfig is an additive-increase, multiplicative-decrease rate
+// (rate.adaptive): every push-back (a 429 or 503, or an attempt slower than
+// LatencyTarget when that is > 0) multiplies the limit in force by
+// Decrease, at most once per round trip and never below Min; each second
+// without push-back adds Increase requests per second, up to rate.limit.
+type AdaptiveConfig struct {
+	// Min is the lowest limit it goes to. Default 5, or rate.limit when
+	// that is lower.
+	Min float64 `yaml:"min"`
+	// Decrease multiplies the limit at a push-back: above 0, below 1.
+	// Default 0.8.
+	Decrease float64 `yaml:"decrease"`
+	// Increase is added to the limit each second without push-back, in
+	// requests per second: > 0. Default 2.
+	Increase float64 `yaml:"increase"`
+	// LatencyTarget, when > 0, counts an attempt slower than it as a
+	// push-back. Default 0 (latency is not watched).
+	LatencyTarget time.Duration `yaml:"latency_target"`
 }
 
 // DeliveryConfig is how the dispatcher treats a sink: concurrency, the
@@ -71,6 +95,25 @@ type DeliveryConfig struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// Retry is the retry policy.
 	Retry RetryConfig `yaml:"retry"`
+	// Breaker stops departures while the sink fails every request.
+	Breaker BreakerConfig `yaml:"breaker"`
+}
+
+// BreakerConfig is the circuit breaker of a sink (sink.http.breaker): after
+// Failures retryable failures in a row (a network error, a timeout, a 5xx,
+// a 429 without Retry-After) departures stop for OpenFor; then one probe
+// request goes. A success closes the breaker; a failure opens it again for
+// twice as long, up to MaxOpen. While it is open, messages wait in the
+// bucket and spend no attempts; max_queue_time still expires what waits
+// too long.
+type BreakerConfig struct {
+	// Failures is how many retryable failures in a row open the breaker.
+	// Default 5; 0 turns the breaker off.
+	Failures *int `yaml:"failures"`
+	// OpenFor is how long it stays open the first time. Default 1s.
+	OpenFor time.Duration `yaml:"open_for"`
+	// MaxOpen caps how long it stays open after failed probes. Default 30s.
+	MaxOpen time.Duration `yaml:"max_open"`
 }
 
 // RetryConfig configures retries of retryable failures.

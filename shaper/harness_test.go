@@ -183,6 +183,20 @@ func (r *running) counter(name string) float64 {
 	return sum
 }
 
+// gauge returns the sum of a gauge's values in the pipeline's registry.
+func (r *running) gauge(name string) float64 {
+	families, _ := r.registry.Gather() // in-process collectors do not fail
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
 // stop drains the pipeline and waits for Run to return; it is safe to call twice.
 func (r *running) stop(t testing.TB) {
 	t.Helper()

@@ -110,10 +110,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // liveCollector reads, at scrape time, what pipelines know better than any
-// counter could: the limit in force (it moves during warm-up and fallback),
-// whether a shared limiter has fallen back, and the source's lag.
+// counter could: the limit in force (it moves during warm-up, fallback and
+// with the adaptive rate), whether a shared limiter has fallen back, the
+// source's lag, and the gate: attempts throttled, breaker open, paused.
 type liveCollector struct {
 	rateLimit, maxQueueTime, fallback, lag, expired *prometheus.Desc
+	throttled, breakerOpen, paused                  *prometheus.Desc
 
 	mu        sync.Mutex
 	pipelines []*Pipeline
@@ -122,7 +124,13 @@ type liveCollector struct {
 func newLiveCollector() *liveCollector {
 	return &liveCollector{
 		rateLimit: prometheus.NewDesc("shaper_rate_limit",
-			"Rate limit in force, requests per second (after warm-up, a run-time change or a fallback).", []string{"pipeline"}, nil),
+			"Rate limit in force, requests per second (after warm-up, a run-time change, a fallback or the adaptive rate).", []string{"pipeline"}, nil),
+		throttled: prometheus.NewDesc("shaper_throttled_total",
+			"Attempts the sink answered 429 or 503 with Retry-After; they pause every departure and spend no attempt.", []string{"pipeline"}, nil),
+		breakerOpen: prometheus.NewDesc("shaper_breaker_open",
+			"1 while the circuit breaker holds departures (open, or one probe in flight), else 0.", []string{"pipeline"}, nil),
+		paused: prometheus.NewDesc("shaper_paused",
+			"1 while the pipeline is paused through the admin API, else 0.", []string{"pipeline"}, nil),
 		maxQueueTime: prometheus.NewDesc("shaper_max_queue_time_seconds",
 			"The bucket's max_queue_time in force, for alerts on queue wait approaching it.", []string{"pipeline"}, nil),
 		fallback: prometheus.NewDesc("shaper_limiter_fallback",
@@ -140,6 +148,9 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.fallback
 	ch <- c.lag
 	ch <- c.expired
+	ch <- c.throttled
+	ch <- c.breakerOpen
+	ch <- c.paused
 }
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -158,12 +169,24 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.GaugeValue, fallback, name)
 		_, expired := p.recent.counts(now)
 		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.GaugeValue, float64(expired)/recentWindow, name)
+		throttled, open, paused := p.gate.counts()
+		ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(throttled), name)
+		ch <- prometheus.MustNewConstMetric(c.breakerOpen, prometheus.GaugeValue, b2f(open), name)
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, b2f(paused), name)
 		if lr, ok := p.src.(LagReporter); ok {
 			for partition, lag := range lr.Lag() {
 				ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(lag), name, partition)
 			}
 		}
 	}
+}
+
+// b2f is a gauge's 1 for true, 0 for false.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (c *liveCollector) add(p *Pipeline) {

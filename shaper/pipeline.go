@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,9 +72,13 @@ type Pipeline struct {
 	attempting atomic.Int64
 	// recent counts what was sent and what expired lately, for the state.
 	recent recent
-	// rateChanged carries one pending wake-up to the scheduler waiting for
-	// a slot under the old rate.
-	rateChanged chan struct{}
+	// reschedule carries one pending wake-up to the scheduler waiting for
+	// a slot under the old rate, or for a hold of the gate that changed.
+	reschedule chan struct{}
+	// gate holds departures while paused, throttled or the breaker is
+	// open; adaptive (nil: off) moves the limit in force.
+	gate     gate
+	adaptive *adaptive
 	// drain is closed by Drain; draining mirrors it for cheap checks.
 	drain     chan struct{}
 	drainOnce sync.Once
@@ -109,8 +114,12 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		drainTimeout: parts.DrainTimeout,
 		inFlight:     newSemaphore(d.MaxInFlight),
 		drain:        make(chan struct{}),
-		rateChanged:  make(chan struct{}, 1),
+		reschedule:   make(chan struct{}, 1),
 		rate:         cfg.Rate,
+	}
+	p.gate = gate{log: p.log, changed: func() { signal(p.reschedule) }, waiting: p.bucket.Held}
+	if a := cfg.Rate.Adaptive; a != nil {
+		p.adaptive = newAdaptive(*a, cfg.Rate.Limit)
 	}
 	p.settings.Store(&settings{bucket: cfg.Bucket, delivery: d, policy: NewRetryPolicy(d.Retry)})
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
@@ -190,8 +199,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.log.Info("pipeline running", "mode", p.cfg.Rate.Mode, "limit", p.cfg.Rate.Limit, "burst", *p.cfg.Rate.Burst,
 		"capacity", p.bucket.Capacity(), "max_queue_time", p.cfg.Bucket.MaxQueueTime,
 		"max_in_flight", p.cfg.Delivery.MaxInFlight, "dead_letter", p.deadLetter != nil)
-	var wg sync.WaitGroup // the fetcher, the drain timer, attempts and settlements
+	var wg sync.WaitGroup // the fetcher, the drain timer, the adaptive rate, attempts and settlements
 	wg.Go(func() { p.fetch(fetchCtx) })
+	if p.adaptive != nil {
+		wg.Go(func() { p.adapt(schedCtx) })
+	}
 	wg.Go(func() {
 		select {
 		case <-p.drain:
@@ -352,12 +364,27 @@ func (p *Pipeline) departure(ctx, schedCtx context.Context, wg *sync.WaitGroup) 
 // send in it: t, or when t expired before its slot, the next ready task that
 // did not; nil when every ready task expired. It reports false, with the
 // task it held, when schedCtx ended first.
+//
+// While the gate holds departures (paused, throttled, breaker open) it
+// waits for the hold to end or for t's deadline, whichever comes first, and
+// expires t at its deadline: a hold whose end is not known never expires a
+// message early.
 func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitGroup) (*task, bool) {
 	for {
 		bucket := p.settings.Load().bucket
 		now := p.clock.Now()
-		at := p.lim.Next(now)
-		if bucket.OnExpire != OnExpireDeliver && at.After(t.queued.Add(bucket.MaxQueueTime)) {
+		deadline := t.queued.Add(bucket.MaxQueueTime)
+		expires := bucket.OnExpire != OnExpireDeliver
+		at, why := p.gate.shut(now)
+		if why == holdNone {
+			at = p.lim.Next(now)
+		} else if at.IsZero() || expires && deadline.Before(at) {
+			at = deadline // not known: look again at t's deadline
+			if !expires {
+				at = now.Add(time.Minute)
+			}
+		}
+		if expires && (at.After(deadline) || why != holdNone && !now.Before(deadline)) {
 			expired := t
 			wg.Go(func() { p.expire(ctx, expired) })
 			if t, _ = p.take(ctx, now); t == nil {
@@ -365,17 +392,22 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 			}
 			continue
 		}
-		switch sleepUntil(schedCtx, p.clock, at, p.rateChanged) {
+		switch sleepUntil(schedCtx, p.clock, at, p.reschedule) {
 		case woken:
-			continue // the rate changed: ask again
+			continue // the rate or a hold changed: ask again
 		case cancelled:
 			return t, false
 		}
+		if why != holdNone {
+			continue
+		}
 		// The slot has come: take it, unless the schedule moved since
 		// Next (a rate change in the last stretch of the sleep, a shared
-		// limiter's lease gone stale); then ask again, having taken
-		// nothing.
-		if p.lim.Allow(p.clock.Now()) {
+		// limiter's lease gone stale) or a hold began; then ask again,
+		// having taken nothing.
+		now = p.clock.Now()
+		if _, why := p.gate.shut(now); why == holdNone && p.lim.Allow(now) {
+			t.probe = p.gate.departing(now)
 			return t, true
 		}
 	}
@@ -446,6 +478,9 @@ func (p *Pipeline) attempt(ctx context.Context, t *task) {
 		t.first = start
 	}
 	t.attempts++
+	if p.pushedBack(t, start, end, err, set) {
+		t.attempts-- // a throttled attempt, or one in flight when the breaker opened, spends none
+	}
 	if err == nil {
 		p.ack(ctx, t, OutcomeDelivered)
 		return
@@ -635,11 +670,12 @@ var ErrNeedsRestart = errors.New("change needs a new pipeline")
 // the delivery settings (timeout, max_in_flight, retry). Messages held keep
 // going; the next departure uses the new settings. It returns
 // ErrNeedsRestart, changing nothing, when cfg differs in what the pipeline
-// was built with: its name or rate mode. The parts themselves (source, sink
-// target, dead letter) are the caller's to compare and reconfigure.
+// was built with: its name, rate mode or adaptive rate. The parts themselves
+// (source, sink target, dead letter) are the caller's to compare and
+// reconfigure.
 func (p *Pipeline) Reconfigure(cfg PipelineConfig) error {
-	if cfg.Name != p.cfg.Name || cfg.Rate.Mode != p.cfg.Rate.Mode {
-		return fmt.Errorf("%w: name or rate.mode changed", ErrNeedsRestart)
+	if cfg.Name != p.cfg.Name || cfg.Rate.Mode != p.cfg.Rate.Mode || !reflect.DeepEqual(cfg.Rate.Adaptive, p.cfg.Rate.Adaptive) {
+		return fmt.Errorf("%w: name, rate.mode or rate.adaptive changed", ErrNeedsRestart)
 	}
 	if err := checkRate(cfg.Rate.Mode, cfg.Rate.Limit, *cfg.Rate.Burst, cfg.Bucket.MaxQueueTime); err != nil {
 		return err

@@ -11,12 +11,15 @@ import (
 // Status is a pipeline's state, as GET /v1/pipelines shows it.
 type Status struct {
 	Name string `json:"name"`
-	// State is running, draining, or stalled: over the last 10s more
-	// messages expired than requests were sent (NotReady says more).
+	// State is running; paused (through the admin API); throttled
+	// (waiting out a sink's Retry-After); open (the circuit breaker holds
+	// departures); draining; or stalled: over the last 10s more messages
+	// expired than requests were sent (NotReady says more).
 	State string `json:"state"`
 	Mode  string `json:"mode"`
 	// Limit is the configured rate; LimitNow the rate in force (they differ
-	// during warm-up).
+	// during warm-up, a shared limiter's fallback, and while the adaptive
+	// rate holds it lower).
 	Limit    float64 `json:"limit"`
 	LimitNow float64 `json:"limit_now"`
 	Burst    int     `json:"burst"`
@@ -38,9 +41,12 @@ type Status struct {
 
 // States of Status.State.
 const (
-	StateRunning  = "running"
-	StateDraining = "draining"
-	StateStalled  = "stalled"
+	StateRunning   = "running"
+	StatePaused    = "paused"
+	StateThrottled = "throttled"
+	StateOpen      = "open"
+	StateDraining  = "draining"
+	StateStalled   = "stalled"
 )
 
 // Status returns the pipeline's current state.
@@ -67,9 +73,12 @@ func (p *Pipeline) Status() Status {
 
 		ExpiredPerSecond: float64(expired) / recentWindow,
 	}
+	_, hold := p.gate.shut(now)
 	switch {
 	case p.draining.Load():
 		s.State = StateDraining
+	case hold != holdNone:
+		s.State = string(hold)
 	case p.stalled(now) != nil:
 		s.State = StateStalled
 	}
@@ -126,8 +135,11 @@ func checkRate(mode string, limit float64, burst int, maxQueueTime time.Duration
 func (p *Pipeline) setRateLocked(limit float64, burst int) {
 	old := p.rate
 	p.lim.SetRate(limit, burst)
-	signal(p.rateChanged) // a scheduler waiting for a slot of the old rate asks again
+	signal(p.reschedule) // a scheduler waiting for a slot of the old rate asks again
 	p.rate.Limit, p.rate.Burst = limit, &burst
+	if p.adaptive != nil {
+		p.adaptive.setCeiling(limit) // the adaptive rate starts again from the new limit
+	}
 	p.bucket.SetCapacity(effectiveCapacity(p.settings.Load().bucket, limit))
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
 	p.log.Info("rate changed", "limit", limit, "burst", burst, "old_limit", old.Limit, "old_burst", *old.Burst, "capacity", p.bucket.Capacity())

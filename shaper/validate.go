@@ -19,6 +19,14 @@ const (
 	DefaultInitialBackoff = 200 * time.Millisecond
 	DefaultMaxBackoff     = 30 * time.Second
 	DefaultMaxElapsed     = 10 * time.Minute
+
+	DefaultBreakerFailures = 5
+	DefaultBreakerOpenFor  = time.Second
+	DefaultBreakerMaxOpen  = 30 * time.Second
+
+	DefaultAdaptiveMin      = 5.0
+	DefaultAdaptiveDecrease = 0.8
+	DefaultAdaptiveIncrease = 2.0
 )
 
 // SetDefaults fills every field left out with its default.
@@ -53,6 +61,17 @@ func (r *RateConfig) SetDefaults() {
 		}
 		r.Burst = &burst
 	}
+	if a := r.Adaptive; a != nil {
+		if a.Min == 0 {
+			a.Min = math.Min(DefaultAdaptiveMin, r.Limit)
+		}
+		if a.Decrease == 0 {
+			a.Decrease = DefaultAdaptiveDecrease
+		}
+		if a.Increase == 0 {
+			a.Increase = DefaultAdaptiveIncrease
+		}
+	}
 }
 
 // SetDefaults fills every field left out with its default.
@@ -75,6 +94,17 @@ func (d *DeliveryConfig) SetDefaults() {
 	}
 	if r.MaxElapsed == 0 {
 		r.MaxElapsed = DefaultMaxElapsed
+	}
+	b := &d.Breaker
+	if b.Failures == nil {
+		failures := DefaultBreakerFailures
+		b.Failures = &failures
+	}
+	if b.OpenFor == 0 {
+		b.OpenFor = DefaultBreakerOpenFor
+	}
+	if b.MaxOpen == 0 {
+		b.MaxOpen = max(DefaultBreakerMaxOpen, b.OpenFor)
 	}
 }
 
@@ -122,6 +152,27 @@ func (r RateConfig) Validate(path string, maxQueueTime time.Duration) error {
 	validateRate(path, r.Mode, r.Limit, r.Burst, maxQueueTime, &ps)
 	if r.Warmup < 0 {
 		ps.Add(path+".warmup", "must be >= 0, got %s", r.Warmup)
+	}
+	if a := r.Adaptive; a != nil {
+		ap := path + ".adaptive"
+		switch {
+		case !(a.Min > 0) || math.IsInf(a.Min, 0):
+			ps.Add(ap+".min", "must be a number > 0, got %v", a.Min)
+		case a.Min > r.Limit:
+			ps.Add(ap+".min", "must be <= rate.limit (%v), got %v", r.Limit, a.Min)
+		case maxQueueTime > 0 && a.Min*maxQueueTime.Seconds() < 1:
+			ps.Add(ap+".min", "must be >= %g, got %v: at a lower rate not one message can leave within bucket.max_queue_time (%s)",
+				1/maxQueueTime.Seconds(), a.Min, maxQueueTime)
+		}
+		if !(a.Decrease > 0 && a.Decrease < 1) {
+			ps.Add(ap+".decrease", "must be above 0 and below 1, got %v", a.Decrease)
+		}
+		if !(a.Increase > 0) || math.IsInf(a.Increase, 0) {
+			ps.Add(ap+".increase", "must be a number > 0, got %v", a.Increase)
+		}
+		if a.LatencyTarget < 0 {
+			ps.Add(ap+".latency_target", "must be >= 0, got %s", a.LatencyTarget)
+		}
 	}
 	return ps.Err()
 }
@@ -175,6 +226,16 @@ func (d DeliveryConfig) Validate(path string) error {
 	}
 	if r.MaxElapsed <= 0 {
 		ps.Add(rp+".max_elapsed", "must be > 0, got %s", r.MaxElapsed)
+	}
+	b, bp := d.Breaker, path+".breaker"
+	if b.Failures != nil && *b.Failures < 0 {
+		ps.Add(bp+".failures", "must be >= 0 (0 turns the breaker off), got %d", *b.Failures)
+	}
+	if b.OpenFor <= 0 {
+		ps.Add(bp+".open_for", "must be > 0, got %s", b.OpenFor)
+	}
+	if b.MaxOpen < b.OpenFor {
+		ps.Add(bp+".max_open", "must be >= open_for (%s), got %s", b.OpenFor, b.MaxOpen)
 	}
 	return ps.Err()
 }

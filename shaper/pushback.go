@@ -1,0 +1,390 @@
+package shaper
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// This file holds what makes a pipeline yield when its sink pushes back
+// (SPEC §9.1): the gate that holds every departure while the operator has
+// paused the pipeline, the sink asked to wait (Retry-After) or the circuit
+// breaker is open, and the adaptive rate that lowers the limit in force at
+// each push-back and raises it again while there is none.
+
+// gate holds departures back. The scheduler asks it before every departure
+// (shut) and tells it when one goes (departing); every attempt reports its
+// result (result), and a 429 or 503 with Retry-After throttles it. Each
+// hold is logged once when it starts and once when it ends.
+type gate struct {
+	log *slog.Logger
+	// changed wakes the scheduler when a hold ends or changes.
+	changed func()
+	// waiting counts the messages held, for the log line at a hold's end.
+	waiting func() int
+
+	mu     sync.Mutex
+	paused time.Time // when the operator paused; zero: not paused
+	// throttledUntil is when the sink's Retry-After ends; throttledSince
+	// when the current throttle began (zero: none).
+	throttledUntil, throttledSince time.Time
+	throttled                      int64 // attempts throttled, ever
+
+	failures  int // retryable failures in a row
+	breaker   breakerState
+	openUntil time.Time     // while open: when the probe may go
+	openFor   time.Duration // the current opening's length
+	openSince time.Time     // when the breaker opened (zero: closed)
+}
+
+type breakerState int
+
+const (
+	breakerClosed  breakerState = iota
+	breakerOpen                 // no departure until openUntil
+	breakerProbing              // one probe in flight; no other departure
+)
+
+// hold is why the gate is shut, for the pipeline's state.
+type hold string
+
+const (
+	holdNone      hold = ""
+	holdPaused    hold = StatePaused
+	holdOpen      hold = StateOpen
+	holdThrottled hold = StateThrottled
+)
+
+// shut reports whether departures must wait at now, why, and until when
+// (zero when the end is not known: a pause, a probe in flight). A
+// throttle that has ended is logged here.
+func (g *gate) shut(now time.Time) (until time.Time, why hold) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.throttledSince.IsZero() && !now.Before(g.throttledUntil) {
+		g.log.Info("sink throttle over: departures resume", "throttled_for", now.Sub(g.throttledSince).Round(time.Millisecond), "waiting", g.waiting())
+		g.throttledSince = time.Time{}
+	}
+	switch {
+	case !g.paused.IsZero():
+		return time.Time{}, holdPaused
+	case g.breaker == breakerProbing:
+		return time.Time{}, holdOpen
+	case g.breaker == breakerOpen && now.Before(g.openUntil):
+		return later(g.openUntil, g.throttledUntil), holdOpen
+	case now.Before(g.throttledUntil):
+		return g.throttledUntil, holdThrottled
+	}
+	return time.Time{}, holdNone
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// departing tells the gate a request goes at now, and reports whether it is
+// the breaker's probe.
+func (g *gate) departing(now time.Time) (probe bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.breaker == breakerOpen && !now.Before(g.openUntil) {
+		g.breaker = breakerProbing
+		return true
+	}
+	return false
+}
+
+// result takes the outcome of an attempt that ended at now (probe: it was
+// the breaker's probe), under breaker settings b, and reports whether the
+// attempt was in flight when the breaker opened, so that it must not use
+// up one of the message's attempts. The attempt that opens the breaker and
+// every probe count: each is a request the sink refused, and a message the
+// sink refuses on its own (a poison message, while nothing else is sent)
+// must still end, as exhausted.
+func (g *gate) result(now time.Time, err error, probe bool, b BreakerConfig) (inFlightAtOpen bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !breakerFailure(err) {
+		// The sink answered (a success, a permanent refusal, a
+		// throttle): whatever the breaker feared is over.
+		g.failures = 0
+		if g.breaker != breakerClosed && (probe || g.breaker == breakerOpen) {
+			g.log.Info("circuit breaker closed: the sink answers again", "open_for", now.Sub(g.openSince).Round(time.Millisecond), "waiting", g.waiting())
+			g.breaker, g.openSince = breakerClosed, time.Time{}
+			g.changed()
+		}
+		return false
+	}
+	g.failures++
+	switch {
+	case probe:
+		g.openFor = min(2*g.openFor, b.MaxOpen)
+		g.breaker, g.openUntil = breakerOpen, now.Add(g.openFor)
+		g.changed()
+	case g.breaker != breakerClosed:
+		return true
+	case b.Failures != nil && *b.Failures > 0 && g.failures >= *b.Failures:
+		g.breaker, g.openFor, g.openSince = breakerOpen, b.OpenFor, now
+		g.openUntil = now.Add(g.openFor)
+		g.log.Warn("circuit breaker open: the sink fails every request; departures stop, messages wait in the bucket",
+			"failures_in_a_row", g.failures, "probe_in", g.openFor, "err", err)
+		g.changed()
+	}
+	return false
+}
+
+// breakerFailure reports whether err counts toward the breaker: a network
+// error, a timeout, a 5xx, or a 429 without Retry-After.
+func breakerFailure(err error) bool {
+	if err == nil || errors.Is(err, ErrMalformed) {
+		return false
+	}
+	var status *StatusError
+	if !errors.As(err, &status) {
+		return true
+	}
+	if throttle(status) {
+		return false
+	}
+	return status.Code == 429 || status.Code >= 500
+}
+
+// throttle reports whether a sink's answer asks every departure to wait: a
+// 429 or a 503 that carries Retry-After.
+func throttle(status *StatusError) bool {
+	return (status.Code == 429 || status.Code == 503) && !status.RetryAfter.IsZero()
+}
+
+// throttle holds departures until until (a Retry-After, already capped).
+func (g *gate) throttle(now, until time.Time, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.throttled++
+	if !until.After(g.throttledUntil) {
+		return
+	}
+	if g.throttledSince.IsZero() {
+		g.throttledSince = now
+		g.log.Warn("sink throttles (Retry-After): departures pause", "until", until, "err", err)
+	}
+	g.throttledUntil = until
+	g.changed()
+}
+
+// pause holds departures until resume; it reports false when already paused.
+func (g *gate) pause(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.paused.IsZero() {
+		return false
+	}
+	g.paused = now
+	return true
+}
+
+// resume ends a pause, and returns how long it lasted (false: not paused).
+func (g *gate) resume(now time.Time) (time.Duration, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused.IsZero() {
+		return 0, false
+	}
+	d := now.Sub(g.paused)
+	g.paused = time.Time{}
+	g.changed()
+	return d, true
+}
+
+// counts returns the attempts throttled ever, and whether the breaker is
+// open (or probing) and the pipeline paused now.
+func (g *gate) counts() (throttled int64, open, paused bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.throttled, g.breaker != breakerClosed, !g.paused.IsZero()
+}
+
+// adaptive is the limit in force of rate.adaptive: it falls by Decrease at
+// a push-back, at most once per round trip, and rises by Increase each
+// second without one, between Min and the ceiling (rate.limit).
+type adaptive struct {
+	cfg AdaptiveConfig
+
+	mu      sync.Mutex
+	ceiling float64
+	limit   float64
+	// decreased is when the limit last fell: a push-back to an attempt
+	// that started before it answers the old limit, already lowered.
+	decreased time.Time
+	// pushed is whether a push-back came since the last tick; lowSince
+	// when the limit first fell below the ceiling (zero: at the ceiling).
+	pushed   bool
+	lowSince time.Time
+}
+
+func newAdaptive(cfg AdaptiveConfig, ceiling float64) *adaptive {
+	return &adaptive{cfg: cfg, ceiling: ceiling, limit: ceiling}
+}
+
+// pushback takes a push-back to an attempt that started at start, at now,
+// with the limit in force cur, and returns the new limit (false: unchanged).
+func (a *adaptive) pushback(start, now time.Time, cur float64) (float64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pushed = true
+	if start.Before(a.decreased) {
+		return 0, false
+	}
+	next := max(a.cfg.Min, cur*a.cfg.Decrease)
+	a.decreased = now
+	if a.lowSince.IsZero() {
+		a.lowSince = now
+	}
+	a.limit = next
+	return next, true
+}
+
+// tick is called every second with the limit in force cur; it returns the
+// new limit (false: unchanged), and when the limit is back at the ceiling,
+// how long it was below it.
+func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool, recovered time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pushed {
+		a.pushed = false
+		return 0, false, 0
+	}
+	if cur >= a.ceiling {
+		return 0, false, 0
+	}
+	a.limit = min(a.ceiling, cur+a.cfg.Increase)
+	if a.limit >= a.ceiling && !a.lowSince.IsZero() {
+		recovered = now.Sub(a.lowSince)
+		a.lowSince = time.Time{}
+	}
+	return a.limit, true, recovered
+}
+
+// hold skips the next increase, as a push-back does.
+func (a *adaptive) hold() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pushed = true
+}
+
+// setCeiling changes the ceiling (a new rate.limit), which is also the
+// limit in force from now.
+func (a *adaptive) setCeiling(limit float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ceiling, a.limit, a.lowSince = limit, limit, time.Time{}
+}
+
+// pushedBack tells the gate and the adaptive rate how an attempt of t that
+// ran from start to end under set ended with err, and reports whether the
+// attempt must not count toward max_attempts: it was throttled, or in
+// flight when the breaker opened.
+func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *settings) bool {
+	probe := t.probe
+	t.probe = false
+	inFlightAtOpen := p.gate.result(end, err, probe, set.delivery.Breaker)
+	var status *StatusError
+	isStatus := errors.As(err, &status)
+	throttled := isStatus && throttle(status)
+	if throttled {
+		until := status.RetryAfter
+		if limit := end.Add(set.delivery.Retry.MaxBackoff); until.After(limit) {
+			until = limit
+		}
+		p.gate.throttle(end, until, err)
+	}
+	if p.adaptive != nil {
+		target := p.adaptive.cfg.LatencyTarget
+		if isStatus && (status.Code == 429 || status.Code == 503) || target > 0 && end.Sub(start) > target {
+			p.lowerLimit(start, end)
+		}
+	}
+	return throttled || inFlightAtOpen
+}
+
+// lowerLimit lowers the limit in force at a push-back to an attempt that
+// started at start.
+func (p *Pipeline) lowerLimit(start, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur := p.lim.Limit(now)
+	first := cur >= p.rate.Limit
+	limit, ok := p.adaptive.pushback(start, now, cur)
+	if !ok || limit >= cur {
+		return
+	}
+	p.applyLimitLocked(limit)
+	if first {
+		p.log.Warn("adaptive rate: the sink pushes back; the limit in force goes down", "limit", limit, "rate_limit", p.rate.Limit, "min", p.adaptive.cfg.Min)
+	}
+}
+
+// adapt raises the limit in force each second without push-back (and
+// without a hold of the gate), until ctx ends.
+func (p *Pipeline) adapt(ctx context.Context) {
+	for {
+		timer := p.clock.NewTimer(time.Second)
+		select {
+		case <-timer.C():
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		}
+		now := p.clock.Now()
+		if _, why := p.gate.shut(now); why != holdNone {
+			// A second in which nothing could be sent says nothing
+			// about what the sink takes: no increase.
+			p.adaptive.hold()
+			continue
+		}
+		p.mu.Lock()
+		limit, changed, recovered := p.adaptive.tick(now, p.lim.Limit(now))
+		if changed {
+			p.applyLimitLocked(limit)
+		}
+		if recovered > 0 {
+			p.log.Info("adaptive rate: back at rate.limit", "limit", limit, "below_for", recovered.Round(time.Millisecond), "waiting", p.bucket.Held())
+		}
+		p.mu.Unlock()
+	}
+}
+
+// applyLimitLocked puts a limit in force from now without changing the
+// configured rate: the limiter, a scheduler waiting under the old limit,
+// and the bucket capacity, which follows it. It requires that p.mu is held.
+func (p *Pipeline) applyLimitLocked(limit float64) {
+	p.lim.SetRate(limit, *p.rate.Burst)
+	signal(p.reschedule)
+	p.bucket.SetCapacity(effectiveCapacity(p.settings.Load().bucket, limit))
+	p.m.capacity.Set(float64(p.bucket.Capacity()))
+}
+
+// Pause holds every departure until Resume; requests in flight finish.
+// Messages wait in the bucket (the source stops when it is full), and
+// max_queue_time still expires what waits too long. It reports false when
+// the pipeline was paused already.
+func (p *Pipeline) Pause() bool {
+	if !p.gate.pause(p.clock.Now()) {
+		return false
+	}
+	p.log.Warn("pipeline paused: no departures until resumed", "waiting", p.bucket.Held())
+	return true
+}
+
+// Resume ends a pause. It reports false when the pipeline was not paused.
+func (p *Pipeline) Resume() bool {
+	d, ok := p.gate.resume(p.clock.Now())
+	if ok {
+		p.log.Info("pipeline resumed", "paused_for", d.Round(time.Millisecond), "waiting", p.bucket.Held())
+	}
+	return ok
+}
