@@ -1,7 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -10,6 +14,7 @@ import (
 	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
+	"github.com/shaper-dev/shaper/shaper"
 )
 
 // sharedRun is startJetStream's stream of n messages, a sink that answers
@@ -83,5 +88,88 @@ func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T
 		if code := c.Wait(15 * time.Second); code != exitOK {
 			t.Errorf("replica exit code = %d; want 0; stderr:\n%s", code, c.Stderr)
 		}
+	}
+}
+
+// admitting returns a sink rule that admits admits requests in any one
+// second and answers 429 with Retry-After: 1 above it, as a partner API
+// with a quota does.
+func admitting(admits int) sinktest.Rule {
+	var mu sync.Mutex
+	var admitted []time.Time
+	return func(*http.Request, int) sinktest.Action {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		for len(admitted) > 0 && now.Sub(admitted[0]) >= time.Second {
+			admitted = admitted[1:]
+		}
+		if len(admitted) >= admits {
+			return sinktest.Action{Status: http.StatusTooManyRequests, RetryAfter: "1"}
+		}
+		admitted = append(admitted, now)
+		return sinktest.Action{}
+	}
+}
+
+// Three replicas share limit 100 through Redis with the adaptive rate, in
+// front of a sink that admits 40 requests a second: the limit in force is
+// the shared one, so they slow down together and the requests reaching the
+// sink settle near its capacity, not at three times anything.
+func TestThreeReplicasWithASharedAdaptiveRateSettleWithinTheSinksCapacity(t *testing.T) {
+	const admits = 40
+	natsURL := startJetStream(t, 5000)
+	sink := sinktest.Start(t, admitting(admits))
+	redis := redistest.Start(t)
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Drain:  time.Second,
+		Source: natsSource(natsURL),
+		Bucket: "{capacity: 200, max_queue_time: 5m}",
+		Rate: fmt.Sprintf(`{limit: 100, adaptive: {min: 5}, shared: {redis: {addr: "%s"}, key: "shaper:test:adaptive", fallback_limit: 30}}`,
+			redis.Addr),
+		Sink: httpSink(sink.URL, 4),
+	}.YAML())
+	var admins []string
+	for range 3 {
+		admins = append(admins, startChild(t, config).Admin())
+	}
+	testwait.For(t, 30*time.Second, "deliveries to start", func() bool { return sink.DeliveredCount() >= 100 })
+	from := time.Now().Add(15 * time.Second)
+	time.Sleep(time.Until(from) + 15*time.Second)
+
+	var ok, throttled int
+	for _, r := range sink.Between(from, from.Add(15*time.Second)) {
+		switch r.Status {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+			throttled++
+		}
+	}
+	requests, delivered := float64(ok+throttled)/15, float64(ok)/15
+	t.Logf("3 replicas, 15s in steady state: %.1f requests/s reach the sink (it admits %d/s), %.1f/s delivered, %.1f%% throttled",
+		requests, admits, delivered, 100*float64(throttled)/float64(ok+throttled))
+	if requests > admits*1.15 {
+		t.Errorf("%.1f requests/s reach the sink; want at most its capacity %d/s + 15%%", requests, admits)
+	}
+	if delivered < admits*0.5 {
+		t.Errorf("%.1f/s delivered; want at least half the sink's capacity %d/s", delivered, admits)
+	}
+	if share := float64(throttled) / float64(ok+throttled); share > 0.05 {
+		t.Errorf("%.1f%% of requests throttled; want at most 5%% (7%% was measured without rate.adaptive)", 100*share)
+	}
+	// Every replica has the one shared limit in force, well below 100.
+	var limits []float64
+	for _, admin := range admins {
+		code, body, err := childtest.Get(admin, "/v1/pipelines")
+		var list []shaper.Status
+		if err != nil || code != http.StatusOK || json.Unmarshal([]byte(body), &list) != nil || len(list) != 1 {
+			t.Fatalf("GET /v1/pipelines = %d %s, %v", code, body, err)
+		}
+		limits = append(limits, list[0].LimitNow)
+	}
+	t.Logf("limit in force on each replica: %v", limits)
+	if lo, hi := slices.Min(limits), slices.Max(limits); hi > 3*admits/2 || hi-lo > 10 {
+		t.Errorf("limits in force %v; want one shared limit, near the sink's %d/s (not 100, not one per replica)", limits, admits)
 	}
 }
