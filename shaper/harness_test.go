@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/gather"
 	"github.com/shaper-dev/shaper/internal/natstest"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
@@ -169,33 +170,9 @@ func (r *running) serveAdmin(t testing.TB, token string, log *slog.Logger) *http
 	return srv
 }
 
-// counter returns the sum of a counter's values in the pipeline's registry.
-func (r *running) counter(name string) float64 {
-	families, _ := r.registry.Gather() // in-process collectors do not fail
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-// gauge returns the sum of a gauge's values in the pipeline's registry.
-func (r *running) gauge(name string) float64 {
-	families, _ := r.registry.Gather() // in-process collectors do not fail
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
+// metric returns the sum of a counter's or gauge's values in the
+// pipeline's registry.
+func (r *running) metric(name string) float64 { return gather.Sum(r.registry, name) }
 
 // stop drains the pipeline and waits for Run to return; it is safe to call twice.
 func (r *running) stop(t testing.TB) {
@@ -212,6 +189,19 @@ func (r *running) stop(t testing.TB) {
 		t.Fatal("pipeline did not drain within 30s")
 	}
 	r.cancel()
+}
+
+// noDeadLetters fails the test for every dead letter received so far.
+func (e *env) noDeadLetters() {
+	e.t.Helper()
+	for {
+		select {
+		case m := <-e.dead:
+			e.t.Errorf("dead letter %s (%s); want none", m.Header.Get("Shaper-Source"), m.Header.Get("Shaper-Reason"))
+		default:
+			return
+		}
+	}
 }
 
 // deadLetters collects n dead letters, failing the test after timeout.

@@ -328,7 +328,7 @@ func TestAnUnreachableSinkIsRetriedThenDeadLetteredAsExhausted(t *testing.T) {
 		}
 	}
 	testwait.For(t, 10*time.Second, "acks", func() bool { return e.consumer("shaper-test").AckFloor.Stream == 2 })
-	if got := p.counter("shaper_retries_total"); got != 4 {
+	if got := p.metric("shaper_retries_total"); got != 4 {
 		t.Errorf("shaper_retries_total = %v; want 4 (2 messages × 2 retries)", got)
 	}
 }

@@ -77,11 +77,7 @@ func TestAnOutageOpensTheBreakerAndLosesNothing(t *testing.T) {
 			t.Errorf("%s delivered %d times; want once", key, times)
 		}
 	}
-	select {
-	case m := <-e.dead:
-		t.Errorf("dead letter %s (%s); want none", m.Header.Get("Shaper-Source"), m.Header.Get("Shaper-Reason"))
-	default:
-	}
+	e.noDeadLetters()
 	if got := p.Status().Outcomes[shaper.OutcomeDelivered]; got != n {
 		t.Errorf("delivered outcomes = %d; want %d", got, n)
 	}
@@ -138,14 +134,10 @@ func TestARetryAfterPausesEveryDeparture(t *testing.T) {
 	if after := rateIn(rec, resumed.Add(200*time.Millisecond), time.Second); after < limit*0.9 || after > limit*1.1 {
 		t.Errorf("rate after the hold = %.1f/s; want %v ± 10%%", after, limit)
 	}
-	if got := p.counter("shaper_throttled_total"); got != 1 {
+	if got := p.metric("shaper_throttled_total"); got != 1 {
 		t.Errorf("shaper_throttled_total = %v; want 1", got)
 	}
-	select {
-	case m := <-e.dead:
-		t.Errorf("dead letter %s (%s); want none: a throttled attempt spends none", m.Header.Get("Shaper-Source"), m.Header.Get("Shaper-Reason"))
-	default:
-	}
+	e.noDeadLetters() // a throttled attempt spends none
 }
 
 // A sink that admits 40 requests in any second and answers 429 with
@@ -156,22 +148,8 @@ func TestTheAdaptiveRateFollowsAThrottlingSink(t *testing.T) {
 	t.Parallel()
 	const n, admits = 2500, 40
 	e := newEnv(t)
-	var mu sync.Mutex
-	var admitted []time.Time
 	rec := sinktest.StartLean(t)
-	rec.SetRule(func(*http.Request, int) sinktest.Action {
-		mu.Lock()
-		defer mu.Unlock()
-		now := time.Now()
-		for len(admitted) > 0 && now.Sub(admitted[0]) >= time.Second {
-			admitted = admitted[1:]
-		}
-		if len(admitted) >= admits {
-			return sinktest.Action{Status: http.StatusTooManyRequests, RetryAfter: "1"}
-		}
-		admitted = append(admitted, now)
-		return sinktest.Action{}
-	})
+	rec.SetRule(sinktest.Admitting(sinktest.Quota(admits)))
 	e.publish(n)
 	start := time.Now()
 	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
@@ -199,11 +177,7 @@ func TestTheAdaptiveRateFollowsAThrottlingSink(t *testing.T) {
 	if share > 0.10 {
 		t.Errorf("%.1f%% of requests throttled over seconds 15-40; want at most 10%%", 100*share)
 	}
-	select {
-	case m := <-e.dead:
-		t.Errorf("dead letter %s (%s); want none", m.Header.Get("Shaper-Source"), m.Header.Get("Shaper-Reason"))
-	default:
-	}
+	e.noDeadLetters()
 }
 
 // Pause and resume through the admin API under load: nothing is sent while
@@ -229,7 +203,7 @@ func TestPauseAndResumeThroughTheAdminAPI(t *testing.T) {
 		t.Fatalf("pause = %d %s, state %q; want 200 and paused", code, body, p.Status().State)
 	}
 	time.Sleep(2 * time.Second)
-	if got := p.gauge("shaper_paused"); got != 1 {
+	if got := p.metric("shaper_paused"); got != 1 {
 		t.Errorf("shaper_paused = %v while paused; want 1", got)
 	}
 	// A request already in flight at the pause may still arrive.

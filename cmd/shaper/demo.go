@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/gather"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
 )
@@ -185,7 +186,7 @@ func (o demoOptions) report(ctx context.Context, stdout io.Writer, d *daemon, si
 		wait := queueWait(d)
 		sunk := sink.requests.Load()
 		fmt.Fprintf(stdout, "%5.0fs %9.0f %10d %6d %9s %8d/s\n",
-			time.Since(start).Seconds(), counterValue(d, "shaper_messages_received_total"),
+			time.Since(start).Seconds(), gather.Sum(d.registry, "shaper_messages_received_total"),
 			st.Outcomes[shaper.OutcomeDelivered], st.Depth, p99(prevWait, wait), sunk-prevSink)
 		prevWait, prevSink = wait, sunk
 		if st.Outcomes[shaper.OutcomeDelivered] >= int64(o.messages) || o.duration > 0 && time.Since(start) >= o.duration {
@@ -203,20 +204,6 @@ func (s *demoSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	s.requests.Add(1)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// counterValue sums a counter of the daemon's registry.
-func counterValue(d *daemon, name string) float64 {
-	families, _ := d.registry.Gather() // in-process collectors do not fail
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 // queueWait returns the queue-wait histogram of the demo's pipeline.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -91,27 +90,6 @@ func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T
 	}
 }
 
-// admitting returns a sink rule that admits admits requests in any one
-// second and answers 429 with Retry-After: 1 above it, as a partner API
-// with a quota does.
-func admitting(admits int) sinktest.Rule {
-	var mu sync.Mutex
-	var admitted []time.Time
-	return func(*http.Request, int) sinktest.Action {
-		mu.Lock()
-		defer mu.Unlock()
-		now := time.Now()
-		for len(admitted) > 0 && now.Sub(admitted[0]) >= time.Second {
-			admitted = admitted[1:]
-		}
-		if len(admitted) >= admits {
-			return sinktest.Action{Status: http.StatusTooManyRequests, RetryAfter: "1"}
-		}
-		admitted = append(admitted, now)
-		return sinktest.Action{}
-	}
-}
-
 // Three replicas share limit 100 through Redis with the adaptive rate, in
 // front of a sink that admits 40 requests a second: the limit in force is
 // the shared one, so they slow down together and the requests reaching the
@@ -119,7 +97,7 @@ func admitting(admits int) sinktest.Rule {
 func TestThreeReplicasWithASharedAdaptiveRateSettleWithinTheSinksCapacity(t *testing.T) {
 	const admits = 40
 	natsURL := startJetStream(t, 5000)
-	sink := sinktest.Start(t, admitting(admits))
+	sink := sinktest.Start(t, sinktest.Admitting(sinktest.Quota(admits)))
 	redis := redistest.Start(t)
 	config := childtest.WriteConfig(t, childtest.Pipeline{
 		Drain:  time.Second,

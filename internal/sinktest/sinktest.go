@@ -39,6 +39,30 @@ type Rule func(r *http.Request, attempt int) Action
 // OK answers every request 200 at once.
 func OK(*http.Request, int) Action { return Action{} }
 
+// Admitting returns a rule that admits admits requests in any one second
+// and answers 429 with Retry-After: 1 above it, as a partner API with a
+// quota does. Its quota may change: admits is read at every request.
+func Admitting(admits func() int) Rule {
+	var mu sync.Mutex
+	var admitted []time.Time
+	return func(*http.Request, int) Action {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		for len(admitted) > 0 && now.Sub(admitted[0]) >= time.Second {
+			admitted = admitted[1:]
+		}
+		if len(admitted) >= admits() {
+			return Action{Status: http.StatusTooManyRequests, RetryAfter: "1"}
+		}
+		admitted = append(admitted, now)
+		return Action{}
+	}
+}
+
+// Quota is a constant quota for Admitting.
+func Quota(n int) func() int { return func() int { return n } }
+
 // Request is one request as the sink received it.
 type Request struct {
 	At, End time.Time // arrival; when the handler was done (answered, or the client gave up)
