@@ -146,6 +146,12 @@ func TestRenderSVGIsWellFormedXML(t *testing.T) {
 		{Limiter: implFixed, Label: "fixed", In: []int{0, 20, 0, 0}, Out: []int{0, 20, 0, 0}, Max100ms: 20, Took: 0.1},
 	}}
 	svg := renderSVG(sec)
+	checkSVG(t, "renderSVG", svg, "leaky &lt;mode&gt; &amp; co", "requests per second", "seconds")
+}
+
+// checkSVG fails the test unless svg is well-formed XML holding every want.
+func checkSVG(t *testing.T, name, svg string, want ...string) {
+	t.Helper()
 	d := xml.NewDecoder(strings.NewReader(svg))
 	for {
 		_, err := d.Token()
@@ -153,12 +159,12 @@ func TestRenderSVGIsWellFormedXML(t *testing.T) {
 			break
 		}
 		if err != nil {
-			t.Fatalf("renderSVG: not well-formed XML: %v\n%s", err, svg)
+			t.Fatalf("%s: not well-formed XML: %v\n%s", name, err, svg)
 		}
 	}
-	for _, want := range []string{"leaky &lt;mode&gt; &amp; co", "requests per second", "seconds"} {
-		if !strings.Contains(svg, want) {
-			t.Errorf("renderSVG lacks %q", want)
+	for _, w := range want {
+		if !strings.Contains(svg, w) {
+			t.Errorf("%s lacks %q", name, w)
 		}
 	}
 }
@@ -173,4 +179,103 @@ func TestThousandsGroupsDigitsByThree(t *testing.T) {
 			t.Errorf("thousands(%d) = %q; want %q", tt.give, got, tt.want)
 		}
 	}
+}
+
+var pushbackSteps = []PushbackStep{{At: 0, Capacity: 3}, {At: 2, Capacity: 1}}
+
+func TestSlidingContractAdmitsTheCapacityOfItsStepInAnySecond(t *testing.T) {
+	c := &slidingContract{steps: pushbackSteps}
+	tests := []struct {
+		give float64 // ms from the first request
+		want bool
+	}{
+		{0, true}, {100, true}, {200, true},
+		{300, false},    // a fourth within the second
+		{999, false},    // the first is not a second old yet
+		{1000, true},    // it is now
+		{1050, false},   // 100, 200 and 1000 fill the window again
+		{1200, true},    // 100 has left it
+		{2100, false},   // step 2: one per second, and 1200 is still within it
+		{2250, true},    // 1200 has left
+		{2500, false},   // 2250 fills it
+		{3250, true},    // 2250 has left
+		{3250.5, false}, // and it is full again
+	}
+	for _, tt := range tests {
+		if got := c.admit(t0.Add(time.Duration(tt.give * float64(time.Millisecond)))); got != tt.want {
+			t.Errorf("admit(%vms) = %v; want %v", tt.give, got, tt.want)
+		}
+	}
+	if !c.start().Equal(t0) {
+		t.Errorf("start() = %v; want the first request's time", c.start())
+	}
+}
+
+func TestFollowTimeIsWhenTheRateStaysWithinTenPercentForTwoSeconds(t *testing.T) {
+	samples := func(delivered ...float64) []PushbackSample {
+		out := make([]PushbackSample, len(delivered))
+		for i, d := range delivered {
+			out[i] = PushbackSample{T: float64(i) * 0.5, Delivered: d}
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		give []PushbackSample
+		want float64
+	}{
+		{"at once", samples(30, 30, 30, 30, 30, 30, 30), 0},
+		{"within the band at 27 and 33", samples(50, 33, 27, 30, 33, 27, 30), 0.5},
+		{"a dip restarts the hold", samples(30, 30, 20, 30, 30, 30, 30, 30, 30), 1.5},
+		{"never", samples(50, 40, 35, 34, 50, 50, 50), -1},
+		{"not held long enough before the next step", samples(50, 50, 50, 50, 30, 30, 30), -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := followTime(tt.give, 0, float64(len(tt.give)-1)*0.5, 30); got != tt.want {
+				t.Errorf("followTime = %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMeasurePushbackCountsEachStepsSteadyState(t *testing.T) {
+	sec := &PushbackSection{Steps: pushbackSteps, Seconds: 4, SettleSeconds: 1, SampleMs: 500}
+	// Step 1 (0-2 s, steady from 1 s): 2xx at 1.1 1.4 1.7, a 429 at 1.8.
+	// Step 2 (2-4 s, steady from 3 s): 2xx at 2.5 3.5, 429s at 2.6 3.6.
+	ok := at(100, 400, 1100, 1400, 1700, 2500, 3500)
+	refused := at(1800, 2600, 3600)
+	var limits []limitAt
+	for ms := 500.0; ms <= 4000; ms += 500 {
+		limits = append(limits, limitAt{at: at(ms)[0], limit: 3})
+	}
+	run := measurePushback(sec, t0, ok, refused, limits)
+	if len(run.Samples) != 8 || run.Samples[3].T != 2 || run.Samples[3].Delivered != 3 || run.Samples[3].Capacity != 1 || run.Samples[3].Throttled != 1 {
+		t.Errorf("sample at 2 s = %+v of %d; want 3 delivered in (1 s, 2 s], capacity 1, one 429", run.Samples[3], len(run.Samples))
+	}
+	if run.Requests != 10 || run.Throttled != 3 || run.Delivered != 7 || run.Admissible != 8 {
+		t.Errorf("run: %d requests, %d 429s, %d delivered of %d; want 10, 3, 7 of 8", run.Requests, run.Throttled, run.Delivered, run.Admissible)
+	}
+	want := []PushbackFollow{
+		{At: 0, Capacity: 3, SteadyRate: 3, SteadyRequests: 4, SteadyThrottled: 1, SteadyThrottledPct: 25},
+		{At: 2, Capacity: 1, SteadyRate: 1, SteadyRequests: 2, SteadyThrottled: 1, SteadyThrottledPct: 50},
+	}
+	for i, w := range want {
+		got := run.Steps[i]
+		got.FollowSeconds = 0
+		if got != w {
+			t.Errorf("step %d = %+v; want %+v", i, got, w)
+		}
+	}
+	if run.SteadyRequests != 6 || run.SteadyThrottled != 2 {
+		t.Errorf("steady states: %d requests, %d 429s; want 6, 2", run.SteadyRequests, run.SteadyThrottled)
+	}
+}
+
+func TestRenderPushbackSVGIsWellFormedXML(t *testing.T) {
+	sec := &PushbackSection{Limit: 100, Steps: pushbackSteps, Seconds: 4, Runs: []PushbackRun{
+		{Name: "adaptive", Label: "adaptive <min 5> & co", Samples: []PushbackSample{{T: 0.5, Limit: 100, Capacity: 3, Delivered: 3}, {T: 1, Limit: 80, Capacity: 3, Delivered: 2, Throttled: 1}}},
+		{Name: "fixed", Label: "fixed", Samples: []PushbackSample{{T: 0.5, Limit: 100, Capacity: 3, Delivered: 3}}},
+	}}
+	checkSVG(t, "renderPushbackSVG", renderPushbackSVG(sec), "adaptive &lt;min 5&gt; &amp; co", "limit in force", "sink capacity", "requests per second")
 }

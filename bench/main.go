@@ -2,8 +2,9 @@
 // `make bench` runs) measures, side by side in one run, the shaping
 // precision of the real pipeline beside two baselines, the overhead of the
 // limiter and of a running daemon, the throughput ceiling, memory under a
-// large backlog and the Redis-shared limiter, and writes
-// docs/benchmarks.md, docs/benchmarks.json and docs/shaping.svg.
+// large backlog, the Redis-shared limiter and how the rate follows a sink
+// that pushes back, and writes docs/benchmarks.md, docs/benchmarks.json,
+// docs/shaping.svg and docs/pushback.svg.
 //
 // It reports against the project's goals and never fails on a missed one:
 // the figures are for people to read. It needs the Go toolchain (it builds
@@ -52,17 +53,17 @@ type options struct {
 	tmp        string // configs, logs and the shaper binary of this run
 }
 
-var sections = []string{"precision", "overhead", "throughput", "scale", "picture"}
+var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback"}
 
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &options{}
-	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and shaping.svg, relative to the module root")
+	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json, shaping.svg and pushback.svg, relative to the module root")
 	only := fs.String("only", "", "comma-separated sections to run (default all): "+strings.Join(sections, ", "))
 	fs.BoolVar(&o.quick, "quick", false, "short runs, to check the harness itself; the figures are not for publishing")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines of precision and picture, the brokers, the sinks) to this file")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines of precision, picture and pushback, the brokers, the sinks) to this file")
 	fs.StringVar(&o.shaper, "shaper", "", "use this shaper binary for the `shaper run` children instead of building ./cmd/shaper")
-	render := fs.String("render", "", "measure nothing: write benchmarks.md and shaping.svg again from this benchmarks.json")
+	render := fs.String("render", "", "measure nothing: write benchmarks.md and the pictures again from this benchmarks.json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -137,9 +138,13 @@ func realMain(ctx context.Context, args []string) error {
 		run("throughput", func() (err error) { rep.Throughput, err = runThroughput(ctx, o, env); return }),
 		run("scale", func() (err error) { rep.Scale, err = runScale(ctx, o, env); return }),
 		run("picture", func() (err error) { rep.Picture, err = runPicture(ctx, o, env); return }),
+		run("pushback", func() (err error) { rep.Pushback, err = runPushback(ctx, o, env); return }),
 	)
 	if ctx.Err() != nil {
 		return ctx.Err() // interrupted: nothing worth writing
+	}
+	if rep.Pushback != nil {
+		rep.Pushback.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Machine.LoadEnd = loadAverage()
@@ -214,7 +219,7 @@ func (e *environment) close() {
 	}
 }
 
-// rerender writes the markdown and the picture again from a report's JSON,
+// rerender writes the markdown and the pictures again from a report's JSON,
 // measuring nothing: for changes to how figures are shown.
 func rerender(path, out string) error {
 	data, err := os.ReadFile(path)

@@ -37,15 +37,21 @@ type pipelineSpec struct {
 	limiter     shaper.Limiter
 	maxInFlight int
 	capacity    int
+	// maxQueueTime is bucket.max_queue_time; 0 means a minute.
+	maxQueueTime time.Duration
 }
 
 func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
+	// A minute of queueing by default: nothing in these runs may expire,
+	// and the capacity, not limit × max_queue_time, bounds the bucket.
+	maxQueueTime := spec.maxQueueTime
+	if maxQueueTime == 0 {
+		maxQueueTime = time.Minute
+	}
 	cfg := config.File{Pipelines: []config.Pipeline{{
 		Name:   spec.name,
 		Source: spec.source,
-		// A minute of queueing: nothing in these runs may expire, and the
-		// capacity, not limit × max_queue_time, bounds the bucket.
-		Bucket: shaper.BucketConfig{Capacity: spec.capacity, MaxQueueTime: time.Minute},
+		Bucket: shaper.BucketConfig{Capacity: spec.capacity, MaxQueueTime: maxQueueTime},
 		Rate:   config.Rate{RateConfig: spec.rate},
 		Sink: config.Sink{HTTP: &sinks.HTTPConfig{
 			URL:            spec.sinkURL,

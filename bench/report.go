@@ -26,6 +26,7 @@ type Report struct {
 	Throughput *ThroughputSection `json:"throughput,omitempty"`
 	Scale      *ScaleSection      `json:"scale,omitempty"`
 	Picture    *PictureSection    `json:"picture,omitempty"`
+	Pushback   *PushbackSection   `json:"pushback,omitempty"`
 
 	written []string
 }
@@ -115,6 +116,27 @@ func evaluateGoals(r *Report) []Goal {
 			add("≥ 20 000 msg/s Kafka → HTTP with no limit on 2 cores", best >= 20000, "%.0f msg/s (max_in_flight %d)", best, inFlight)
 		}
 	}
+	if s := r.Pushback; s != nil && len(s.Runs) > 0 {
+		// The goals hold the adaptive run to them at the steps (the
+		// start is not a step), and in every step's steady state.
+		a := s.Runs[0]
+		met := true
+		var follow []string
+		for _, f := range a.Steps[1:] {
+			if f.FollowSeconds < 0 || f.FollowSeconds > 5 {
+				met = false
+			}
+			follow = append(follow, fmt.Sprintf("→ %d/s: %s", f.Capacity, followText(f.FollowSeconds)))
+		}
+		add("push-back, adaptive: delivered rate within 10% of the sink's capacity ≤ 5 s after each step", met, "%s", strings.Join(follow, ", "))
+		worstPct, at := 0.0, 0
+		for _, f := range a.Steps {
+			if f.SteadyThrottledPct >= worstPct {
+				worstPct, at = f.SteadyThrottledPct, f.Capacity
+			}
+		}
+		add("push-back, adaptive: < 5% of requests throttled (429) in steady state", worstPct < 5, "worst step %.1f%% (at %d/s); all steady states %.1f%%", worstPct, at, a.SteadyThrottledPct)
+	}
 	if s := r.Scale; s != nil {
 		for _, b := range s.Backlog {
 			if b.Backlog >= 1_000_000 {
@@ -134,8 +156,8 @@ func findPrecision(p *PrecisionSection, impl string, limit float64) (PrecisionCa
 	return PrecisionCase{}, false
 }
 
-// write writes benchmarks.json, benchmarks.md and, when the picture ran,
-// shaping.svg into dir.
+// write writes benchmarks.json, benchmarks.md and, when the picture and
+// the push-back sections ran, shaping.svg and pushback.svg into dir.
 func (r *Report) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -151,7 +173,10 @@ func (r *Report) write(dir string) error {
 	if r.Picture != nil {
 		files["shaping.svg"] = []byte(renderSVG(r.Picture))
 	}
-	for _, name := range []string{"benchmarks.md", "benchmarks.json", "shaping.svg"} {
+	if r.Pushback != nil {
+		files["pushback.svg"] = []byte(renderPushbackSVG(r.Pushback))
+	}
+	for _, name := range []string{"benchmarks.md", "benchmarks.json", "shaping.svg", "pushback.svg"} {
 		data, ok := files[name]
 		if !ok {
 			continue
@@ -177,10 +202,10 @@ func (r *Report) markdown() string {
 	p("%s", r.Command)
 	p("```")
 	p("")
-	p("(`make bench` runs the same.) This run: %s, %.0f s%s. Flags: `-only precision,overhead,throughput,scale,picture`", r.Date, r.Seconds, map[bool]string{true: ", **-quick: short runs, not for publishing**"}[r.Quick])
+	p("(`make bench` runs the same.) This run: %s, %.0f s%s. Flags: `-only precision,overhead,throughput,scale,picture,pushback`", r.Date, r.Seconds, map[bool]string{true: ", **-quick: short runs, not for publishing**"}[r.Quick])
 	p("runs some sections; `-quick` checks the harness in a minute or two; `-cpuprofile FILE` profiles the harness")
 	p("process (the in-process pipelines); `-shaper BIN` uses a prebuilt binary for the `shaper run` children;")
-	p("`-render benchmarks.json` rewrites this page and the picture from saved figures, measuring nothing. To see")
+	p("`-render benchmarks.json` rewrites this page and the pictures from saved figures, measuring nothing. To see")
 	p("where a delivered message's CPU goes, profile the same path in one process:")
 	p("")
 	p("```")
@@ -394,6 +419,10 @@ func (r *Report) markdown() string {
 		}
 		p("")
 	}
+
+	if s := r.Pushback; s != nil {
+		r.pushbackMarkdown(p, s)
+	}
 	return b.String()
 }
 
@@ -436,4 +465,90 @@ func runsOf(l []LimiterBench) int {
 		return 0
 	}
 	return l[0].Runs
+}
+
+// pushbackMarkdown writes the push-back section.
+func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
+	p("## When the sink pushes back")
+	p("")
+	p("![The limit in force, the sink's capacity and the delivered rate over time, with rate.adaptive and with a fixed rate](pushback.svg)")
+	p("")
+	p("A sink that admits *capacity* requests in any sliding second and answers 429 with `Retry-After: 1` above it;")
+	p("its capacity steps %s (at %s s from its first request, %.0f s in all). Two pipelines", scheduleText(s.Steps), stepTimes(s.Steps), s.Seconds)
+	p("run through the same schedule one after the other (embedded JetStream → shaper.Pipeline → HTTP sink, in the")
+	p("harness process; %d messages published first, bucket capacity 500, max_in_flight 8, max_queue_time 5m, so the", s.Messages)
+	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8,", s.Limit)
+	p("increase 2/s), and a fixed %g/s without adaptive: today's daemon, which pauses every departure for a", s.Limit)
+	p("`Retry-After` but keeps its limit. Every %d ms the harness samples the limit in force (`Status().LimitNow`)", s.SampleMs)
+	p("and the 2xx of the second before.")
+	if m := s.MeasuredBy; m.Command != "" {
+		p("Measured by `%s` (%s, commit %s).", m.Command, m.Date, orDash(m.Commit))
+	}
+	p("")
+	p("- *follows in*: from the step until the delivered rate is within 10%% of the new capacity and stays so for 2 s")
+	p("  (—: not before the next step).")
+	p("- *steady state*: from %.0f s after the step to the next one: the delivered rate, and the share of requests", s.SettleSeconds)
+	p("  answered 429.")
+	p("")
+	p("%s", loadLine(s.Load))
+	p("")
+	p("| run | capacity | follows in (goal ≤ 5 s) | delivered, steady state | 429s, steady state (goal < 5%%) |")
+	p("|---|---:|---:|---:|---:|")
+	for _, run := range s.Runs {
+		for i, f := range run.Steps {
+			follow := followText(f.FollowSeconds)
+			if f.FollowSeconds < 0 {
+				follow = "—"
+			}
+			if i == 0 {
+				follow += " (start)"
+			} else {
+				follow = mark(follow, f.FollowSeconds < 0 || f.FollowSeconds > 5)
+			}
+			p("| %s | %d/s from %g s | %s | %.1f/s (%.0f%% of capacity) | %s |", run.Name, f.Capacity, f.At, follow,
+				f.SteadyRate, 100*f.SteadyRate/float64(f.Capacity),
+				mark(fmt.Sprintf("%.1f%% (%d of %d)", f.SteadyThrottledPct, f.SteadyThrottled, f.SteadyRequests), f.SteadyThrottledPct >= 5))
+		}
+	}
+	p("")
+	p("Over the whole run (*delivered*: the 2xx, against what the sink's capacity admits over the %.0f s):", s.Seconds)
+	p("")
+	p("| run | delivered | requests | 429s | share of requests |")
+	p("|---|---:|---:|---:|---:|")
+	for _, run := range s.Runs {
+		p("| %s | %d of %d (%.0f%%) | %d | %d | %.1f%% |", run.Label, run.Delivered, run.Admissible,
+			100*float64(run.Delivered)/math.Max(float64(run.Admissible), 1), run.Requests, run.Throttled, run.ThrottledPct)
+	}
+	p("")
+	if a, f, ok := adaptiveAndFixed(s); ok && a.Throttled > 0 {
+		p("The fixed rate drew %.1f× as many 429s as the adaptive one (%d against %d), %.1f× the share of its requests.",
+			float64(f.Throttled)/float64(a.Throttled), f.Throttled, a.Throttled, f.ThrottledPct/math.Max(a.ThrottledPct, 1e-9))
+		p("")
+	}
+}
+
+// adaptiveAndFixed returns the push-back section's two runs.
+func adaptiveAndFixed(s *PushbackSection) (adaptive, fixed PushbackRun, ok bool) {
+	var fa, ff bool
+	for _, r := range s.Runs {
+		switch r.Name {
+		case "adaptive":
+			adaptive, fa = r, true
+		case "fixed":
+			fixed, ff = r, true
+		}
+	}
+	return adaptive, fixed, fa && ff
+}
+
+// stepTimes writes the steps' times as "0, 30 and 60".
+func stepTimes(steps []PushbackStep) string {
+	var ts []string
+	for _, s := range steps {
+		ts = append(ts, fmt.Sprint(s.At))
+	}
+	if len(ts) < 2 {
+		return strings.Join(ts, "")
+	}
+	return strings.Join(ts[:len(ts)-1], ", ") + " and " + ts[len(ts)-1]
 }

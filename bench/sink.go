@@ -12,25 +12,41 @@ import (
 )
 
 // sink is a real HTTP server on 127.0.0.1 that answers 204 to every
-// request, counts them and, when asked, records when each arrived.
+// request, counts them and, when asked, records when each arrived. A
+// throttling sink (startThrottlingSink) answers 429 to the requests its
+// admission rule refuses instead, and records those apart.
 type sink struct {
 	URL    string
 	srv    *http.Server
 	wg     sync.WaitGroup
-	count  atomic.Int64
+	count  atomic.Int64 // requests answered 204
 	record bool
+	// admit, when set, decides each request at its arrival: false is
+	// answered 429 with Retry-After: 1, and not counted.
+	admit func(at time.Time) bool
 
-	mu    sync.Mutex
-	times []time.Time
+	mu      sync.Mutex
+	times   []time.Time // arrivals answered 204
+	refused []time.Time // arrivals answered 429
 }
 
 // startSink starts a sink; with record it keeps every arrival time.
 func startSink(record bool) (*sink, error) {
+	return serveSink(&sink{record: record})
+}
+
+// startThrottlingSink starts a recording sink that answers 429 with
+// Retry-After: 1 to every request admit refuses.
+func startThrottlingSink(admit func(at time.Time) bool) (*sink, error) {
+	return serveSink(&sink{record: true, admit: admit})
+}
+
+func serveSink(s *sink) (*sink, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &sink{URL: "http://" + ln.Addr().String() + "/callback", record: record}
+	s.URL = "http://" + ln.Addr().String() + "/callback"
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	s.wg.Go(func() {
 		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -45,6 +61,14 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the moment the sink would start counting it against its contract.
 	at := time.Now()
 	_, _ = io.Copy(io.Discard, r.Body)
+	if s.admit != nil && !s.admit(at) {
+		s.mu.Lock()
+		s.refused = append(s.refused, at)
+		s.mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
 	if s.record {
 		s.mu.Lock()
 		s.times = append(s.times, at)
@@ -54,7 +78,18 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// arrivals returns the recorded arrival times, in order.
+// refusals returns the arrival times of the requests answered 429, in
+// order.
+func (s *sink) refusals() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := append([]time.Time(nil), s.refused...)
+	sortTimes(out)
+	return out
+}
+
+// arrivals returns the recorded arrival times of the requests answered
+// 204, in order.
 func (s *sink) arrivals() []time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
