@@ -101,8 +101,8 @@ type DeliveryConfig struct {
 
 // BreakerConfig is the circuit breaker of a sink (sink.http.breaker): after
 // Failures retryable failures in a row (a network error, a timeout, a 5xx,
-// a 429 without Retry-After) departures stop for OpenFor; then one probe
-// request goes. A success closes the breaker; a failure opens it again for
+// a 429 without Retry-After) departures stop for OpenFor (plus up to a
+// tenth at random); then one probe request goes. A success closes the breaker; a failure opens it again for
 // twice as long, up to MaxOpen. While it is open, messages wait in the
 // bucket and spend no attempts; max_queue_time still expires what waits
 // too long.

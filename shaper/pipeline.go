@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
@@ -117,7 +118,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		reschedule:   make(chan struct{}, 1),
 		rate:         cfg.Rate,
 	}
-	p.gate = gate{log: p.log, changed: func() { signal(p.reschedule) }, waiting: p.bucket.Held}
+	p.gate = gate{log: p.log, changed: func() { signal(p.reschedule) }, waiting: p.bucket.Held, jitter: rand.Int64N}
 	if a := cfg.Rate.Adaptive; a != nil {
 		p.adaptive = newAdaptive(*a, cfg.Rate.Limit)
 	}

@@ -24,6 +24,8 @@ type gate struct {
 	changed func()
 	// waiting counts the messages held, for the log line at a hold's end.
 	waiting func() int
+	// jitter returns a uniform value in [0, n): rand.Int64N.
+	jitter func(n int64) int64
 
 	mu     sync.Mutex
 	paused time.Time // when the operator paused; zero: not paused
@@ -124,18 +126,26 @@ func (g *gate) result(now time.Time, err error, probe bool, b BreakerConfig) (in
 	switch {
 	case probe:
 		g.openFor = min(2*g.openFor, b.MaxOpen)
-		g.breaker, g.openUntil = breakerOpen, now.Add(g.openFor)
+		g.breaker, g.openUntil = breakerOpen, now.Add(g.stretch(g.openFor))
 		g.changed()
 	case g.breaker != breakerClosed:
 		return true
 	case b.Failures != nil && *b.Failures > 0 && g.failures >= *b.Failures:
 		g.breaker, g.openFor, g.openSince = breakerOpen, b.OpenFor, now
-		g.openUntil = now.Add(g.openFor)
+		g.openUntil = now.Add(g.stretch(g.openFor))
 		g.log.Warn("circuit breaker open: the sink fails every request; departures stop, messages wait in the bucket",
 			"failures_in_a_row", g.failures, "probe_in", g.openFor, "err", err)
 		g.changed()
 	}
 	return false
+}
+
+// stretch lengthens an opening of the breaker by up to a tenth, at random:
+// probes at exact multiples of open_for would keep landing in the same
+// phase of a sink that fails periodically, and replicas that opened
+// together would keep probing together. It is never shorter than d.
+func (g *gate) stretch(d time.Duration) time.Duration {
+	return d + time.Duration(g.jitter(int64(d/10)+1))
 }
 
 // breakerFailure reports whether err counts toward the breaker: a network
