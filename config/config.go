@@ -3,9 +3,9 @@
 // defaults and their rules, next to the code that uses them:
 //
 //   - source.kafka, source.nats: [sources.KafkaConfig], [sources.NATSConfig];
-//   - bucket, rate and the delivery keys of every sink (timeout,
-//     max_in_flight, retry): [shaper.BucketConfig], [shaper.RateConfig],
-//     [shaper.DeliveryConfig];
+//   - bucket, rate (with rate.adaptive) and the delivery keys of every sink
+//     (timeout, max_in_flight, retry, breaker): [shaper.BucketConfig],
+//     [shaper.RateConfig], [shaper.DeliveryConfig];
 //   - rate.shared: [limiter.SharedOptions];
 //   - sink.http, sink.nats, sink.kafka and dead_letter: [sinks.HTTPConfig],
 //     [sinks.NATSConfig], [sinks.KafkaConfig], [sinks.NATSPublisherConfig],
