@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/quota"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -321,34 +322,27 @@ func pct(n, of int) float64 {
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
 // slidingContract is the admission rule of the push-back sink: it admits
-// capacity(t) requests in any sliding second, t from its first request
-// (the rule of internal/sinktest's Admitting, which the core's push-back
-// tests use, with a schedule of capacities and the time passed in; the
-// harness does not link test support). It is safe for concurrent use.
+// capacity(t) requests in any sliding second (package quota, as the core's
+// push-back tests do), t from its first request. It is safe for concurrent
+// use.
 type slidingContract struct {
 	steps []PushbackStep
+	quota quota.Window
 
-	mu       sync.Mutex
-	origin   time.Time   // the first request; zero: none yet
-	admitted []time.Time // admitted within the last second
+	mu     sync.Mutex
+	origin time.Time // the first request; zero: none yet
 }
 
 // admit reports whether a request arriving at now is admitted, and counts
 // it if so.
 func (c *slidingContract) admit(now time.Time) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.origin.IsZero() {
 		c.origin = now
 	}
-	for len(c.admitted) > 0 && now.Sub(c.admitted[0]) >= time.Second {
-		c.admitted = c.admitted[1:]
-	}
-	if len(c.admitted) >= capacityAt(c.steps, now.Sub(c.origin).Seconds()) {
-		return false
-	}
-	c.admitted = append(c.admitted, now)
-	return true
+	origin := c.origin
+	c.mu.Unlock()
+	return c.quota.Admit(now, capacityAt(c.steps, now.Sub(origin).Seconds()))
 }
 
 // start returns when the first request came (zero: none yet).

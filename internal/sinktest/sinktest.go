@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/quota"
 	"github.com/shaper-dev/shaper/internal/window"
 )
 
@@ -39,23 +40,16 @@ type Rule func(r *http.Request, attempt int) Action
 // OK answers every request 200 at once.
 func OK(*http.Request, int) Action { return Action{} }
 
-// Admitting returns a rule that admits admits requests in any one second
+// Admitting returns a rule that admits admits() requests in any one second
 // and answers 429 with Retry-After: 1 above it, as a partner API with a
-// quota does. Its quota may change: admits is read at every request.
+// quota does (package quota). admits is read at every request, so the
+// quota may change.
 func Admitting(admits func() int) Rule {
-	var mu sync.Mutex
-	var admitted []time.Time
+	var w quota.Window
 	return func(*http.Request, int) Action {
-		mu.Lock()
-		defer mu.Unlock()
-		now := time.Now()
-		for len(admitted) > 0 && now.Sub(admitted[0]) >= time.Second {
-			admitted = admitted[1:]
-		}
-		if len(admitted) >= admits() {
+		if !w.Admit(time.Now(), admits()) {
 			return Action{Status: http.StatusTooManyRequests, RetryAfter: "1"}
 		}
-		admitted = append(admitted, now)
 		return Action{}
 	}
 }
