@@ -218,7 +218,7 @@ func (g *gate) counts() (throttled int64, open, paused bool) {
 	return g.throttled, g.breaker != breakerClosed, !g.paused.IsZero()
 }
 
-// adaptive is the limit in force of rate.adaptive: it falls by Decrease at
+// adaptive decides the limit in force of rate.adaptive: it falls by Decrease at
 // a push-back, at most once per round trip, and rises by Increase each
 // second without one, between Min and the ceiling (rate.limit).
 type adaptive struct {
@@ -226,7 +226,6 @@ type adaptive struct {
 
 	mu      sync.Mutex
 	ceiling float64
-	limit   float64
 	// decreased is when the limit last fell: a push-back to an attempt
 	// that started before it answers the old limit, already lowered.
 	decreased time.Time
@@ -237,7 +236,7 @@ type adaptive struct {
 }
 
 func newAdaptive(cfg AdaptiveConfig, ceiling float64) *adaptive {
-	return &adaptive{cfg: cfg, ceiling: ceiling, limit: ceiling}
+	return &adaptive{cfg: cfg, ceiling: ceiling}
 }
 
 // pushback takes a push-back to an attempt that started at start, at now,
@@ -254,7 +253,6 @@ func (a *adaptive) pushback(start, now time.Time, cur float64) (float64, bool) {
 	if a.lowSince.IsZero() {
 		a.lowSince = now
 	}
-	a.limit = next
 	return next, true
 }
 
@@ -271,12 +269,12 @@ func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool
 	if cur >= a.ceiling {
 		return 0, false, 0
 	}
-	a.limit = min(a.ceiling, cur+a.cfg.Increase)
-	if a.limit >= a.ceiling && !a.lowSince.IsZero() {
+	limit = min(a.ceiling, cur+a.cfg.Increase)
+	if limit >= a.ceiling && !a.lowSince.IsZero() {
 		recovered = now.Sub(a.lowSince)
 		a.lowSince = time.Time{}
 	}
-	return a.limit, true, recovered
+	return limit, true, recovered
 }
 
 // hold skips the next increase, as a push-back does.
@@ -286,12 +284,12 @@ func (a *adaptive) hold() {
 	a.pushed = true
 }
 
-// setCeiling changes the ceiling (a new rate.limit), which is also the
-// limit in force from now.
+// setCeiling changes the ceiling (a new rate.limit); the caller puts it in
+// force.
 func (a *adaptive) setCeiling(limit float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.ceiling, a.limit, a.lowSince = limit, limit, time.Time{}
+	a.ceiling, a.lowSince = limit, time.Time{}
 }
 
 // pushedBack tells the gate and the adaptive rate how an attempt of t that
