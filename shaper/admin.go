@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,9 @@ import (
 
 // maxAdminBody bounds the body of a mutating admin call.
 const maxAdminBody = 4 << 10
+
+// maxTop bounds GET /v1/pipelines/{name}/keys?top=N.
+const maxTop = 1000
 
 // Admin returns the handler of the admin API (SPEC §5) over the pipelines
 // that list returns at each call (a reload changes them): /metrics from
@@ -59,6 +63,28 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 			out = append(out, p.Status())
 		}
 		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /v1/pipelines/{name}/keys", func(w http.ResponseWriter, r *http.Request) {
+		var p *Pipeline
+		for _, q := range list() {
+			if q.Name() == r.PathValue("name") {
+				p = q
+			}
+		}
+		if p == nil {
+			writeError(w, http.StatusNotFound, fmt.Errorf("no pipeline named %q", r.PathValue("name")))
+			return
+		}
+		top := 10
+		if v := r.URL.Query().Get("top"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxTop {
+				writeError(w, http.StatusBadRequest, fmt.Errorf("top: want a number from 1 to %d, got %q", maxTop, v))
+				return
+			}
+			top = n
+		}
+		writeJSON(w, http.StatusOK, p.Keys(top))
 	})
 	mux.HandleFunc("PUT /v1/pipelines/{name}/rate", func(w http.ResponseWriter, r *http.Request) {
 		p := mutable(w, r, list, token)

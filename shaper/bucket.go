@@ -1,8 +1,11 @@
 package shaper
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,14 +28,48 @@ type task struct {
 	err error
 	// probe marks the attempt in flight as the circuit breaker's probe.
 	probe bool
+	// lane is the lane of the message's key, which holds it until it is
+	// settled.
+	lane *lane
 }
 
-// bucket holds messages between the source and the sink: a FIFO of new
-// messages and a heap of messages waiting for a retry, bounded together
+// lane is the part of the bucket one key holds: its queued messages in
+// source order, and how many it holds in all (queued, retrying, in
+// flight). A lane is made when its key's first message is admitted and
+// forgotten once it holds nothing.
+type lane struct {
+	key  string
+	fifo []*task
+	head int // fifo[head:] are queued
+	held int
+	// inRing is whether the lane is in the bucket's ring of lanes with a
+	// message queued.
+	inRing bool
+}
+
+func (l *lane) queued() int { return len(l.fifo) - l.head }
+
+// pop removes and returns the lane's oldest queued task.
+func (l *lane) pop() *task {
+	t := l.fifo[l.head]
+	l.fifo[l.head] = nil
+	l.head++
+	if l.head == len(l.fifo) || l.head > 1024 && l.head*2 > len(l.fifo) {
+		l.fifo = append(l.fifo[:0], l.fifo[l.head:]...)
+		l.head = 0
+	}
+	return t
+}
+
+// bucket holds messages between the source and the sink: one lane per key
+// (one lane in all without key.from), each a FIFO of new messages, taken
+// in turn, and one heap of messages waiting for a retry, bounded together
 // with the messages in flight. A message is held from admission until its
 // outcome is settled, so memory is bounded by the capacity whatever the
 // backlog in the broker; when the bucket is full the source is not asked for
-// more, and the broker keeps the rest.
+// more, and the broker keeps the rest. A lane holds at most perKey
+// messages: admit hands back those of a full lane, for the source to
+// redeliver later, so that one key's flood leaves room for the others.
 //
 // One goroutine takes (the scheduler) and one adds (the fetcher); settling
 // may happen anywhere. bucket is safe for concurrent use.
@@ -40,9 +77,16 @@ type bucket struct {
 	mu       sync.Mutex
 	capacity int
 	held     int // queued + waiting for retry + in flight
-	fifo     []*task
-	head     int // fifo[head:] are queued; the slice is compacted as it drains
+	queued   int // in every lane's FIFO
 	retries  retryHeap
+
+	perKey, maxKeys int
+	lanes           map[string]*lane
+	// ring holds the lanes with a message queued, in the order they are
+	// taken; next is the ring position of the next lane's turn.
+	ring     []*lane
+	next     int
+	overflow int64 // messages put in the "" lane because maxKeys lanes existed
 
 	// ready and room carry one pending wake-up each (size one, so a signal
 	// sent while nobody waits is kept and repeated signals coalesce).
@@ -50,10 +94,15 @@ type bucket struct {
 	room  chan struct{} // to the fetcher: a held task was released
 }
 
-// newBucket returns an empty bucket holding at most capacity messages.
-func newBucket(capacity int) *bucket {
+// newBucket returns an empty bucket holding at most capacity messages, at
+// most perKey of one key (0: no bound but the capacity), in at most maxKeys
+// lanes (0: no bound).
+func newBucket(capacity, perKey, maxKeys int) *bucket {
 	return &bucket{
 		capacity: max(capacity, 1),
+		perKey:   perKey,
+		maxKeys:  maxKeys,
+		lanes:    map[string]*lane{},
 		ready:    make(chan struct{}, 1),
 		room:     make(chan struct{}, 1),
 	}
@@ -115,23 +164,57 @@ func (b *bucket) Held() int {
 func (b *bucket) Queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.fifo) - b.head + len(b.retries)
+	return b.queued + len(b.retries)
 }
 
-// admit adds newly fetched messages at the back of the FIFO. It admits them
-// even past the capacity: they were fetched within the room given, and a
-// message fetched is never thrown away.
-func (b *bucket) admit(now time.Time, msgs []*Message) {
+// admit adds newly fetched messages at the back of their key's lane (key
+// nil: one lane), and returns those of a lane that holds perKey already,
+// not admitted: the caller hands them back to the source. It admits the
+// others even past the capacity: they were fetched within the room given,
+// and a message fetched is never thrown away.
+func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string) (full []*Message) {
 	if len(msgs) == 0 {
-		return
+		return nil
 	}
 	b.mu.Lock()
 	for _, m := range msgs {
-		b.fifo = append(b.fifo, &task{msg: m, queued: now})
+		k := ""
+		if key != nil {
+			k = key(m)
+		}
+		l := b.laneLocked(k)
+		if b.perKey > 0 && l.held >= b.perKey {
+			full = append(full, m)
+			continue
+		}
+		l.fifo = append(l.fifo, &task{msg: m, queued: now, lane: l})
+		l.held++
+		b.held++
+		b.queued++
+		if !l.inRing {
+			l.inRing = true
+			b.ring = append(b.ring, l)
+		}
 	}
-	b.held += len(msgs)
 	b.mu.Unlock()
 	signal(b.ready)
+	return full
+}
+
+// laneLocked returns the lane of key k, made if need be; past maxKeys
+// lanes a new key goes to the "" lane, and is counted. It requires that
+// b.mu is held.
+func (b *bucket) laneLocked(k string) *lane {
+	if l, ok := b.lanes[k]; ok {
+		return l
+	}
+	if b.maxKeys > 0 && len(b.lanes) >= b.maxKeys && k != "" {
+		b.overflow++
+		return b.laneLocked("")
+	}
+	l := &lane{key: k}
+	b.lanes[k] = l
+	return l
 }
 
 // retry puts a task that was in flight into the retry heap, due at due.
@@ -144,9 +227,10 @@ func (b *bucket) retry(t *task, due time.Time) {
 }
 
 // take removes and returns the next task to send at now: a retry that is due
-// (retries are older than anything in the FIFO), else the FIFO's head. When
-// none is ready it returns nil and the time the next retry falls due, or the
-// zero time if there is none.
+// (retries are older than anything queued), else the oldest message of the
+// lane whose turn it is; lanes take turns (round robin). When none is ready
+// it returns nil and the time the next retry falls due, or the zero time if
+// there is none.
 func (b *bucket) take(now time.Time) (*task, time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -155,13 +239,17 @@ func (b *bucket) take(now time.Time) (*task, time.Time) {
 		t.queued = t.due
 		return t, time.Time{}
 	}
-	if b.head < len(b.fifo) {
-		t := b.fifo[b.head]
-		b.fifo[b.head] = nil
-		b.head++
-		if b.head == len(b.fifo) || b.head > 1024 && b.head*2 > len(b.fifo) {
-			b.fifo = append(b.fifo[:0], b.fifo[b.head:]...)
-			b.head = 0
+	if len(b.ring) > 0 {
+		b.next %= len(b.ring)
+		l := b.ring[b.next]
+		t := l.pop()
+		b.queued--
+		if l.queued() == 0 {
+			// Out of the ring; the next lane moves into this turn.
+			l.inRing = false
+			b.ring = slices.Delete(b.ring, b.next, b.next+1)
+		} else {
+			b.next++
 		}
 		return t, time.Time{}
 	}
@@ -175,18 +263,63 @@ func (b *bucket) take(now time.Time) (*task, time.Time) {
 func (b *bucket) drain() []*task {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := append([]*task(nil), b.fifo[b.head:]...)
+	var out []*task
+	for _, l := range b.ring {
+		out = append(out, l.fifo[l.head:]...)
+		l.fifo, l.head, l.inRing = nil, 0, false
+	}
 	out = append(out, b.retries...)
-	b.fifo, b.head, b.retries = nil, 0, nil
+	b.ring, b.retries, b.queued = nil, nil, 0
 	return out
 }
 
-// release marks a task as settled, making room for another.
-func (b *bucket) release() {
+// release marks t as settled, making room for another; a lane that holds
+// nothing more is forgotten.
+func (b *bucket) release(t *task) {
 	b.mu.Lock()
 	b.held--
+	if l := t.lane; l != nil {
+		l.held--
+		if l.held == 0 && !l.inRing {
+			delete(b.lanes, l.key)
+		}
+	}
 	b.mu.Unlock()
 	signal(b.room)
+}
+
+// keys returns how many lanes exist, and how many messages went to the ""
+// lane because max_keys lanes existed.
+func (b *bucket) keys() (active int, overflow int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.lanes), b.overflow
+}
+
+// KeyStatus is one lane, as GET /v1/pipelines/{name}/keys shows it.
+type KeyStatus struct {
+	Key string `json:"key"`
+	// Depth is every message the key holds (queued, retrying, in flight).
+	Depth int `json:"depth"`
+	// OldestWait is how long its oldest queued message has waited, in
+	// seconds (0 when none is queued).
+	OldestWait float64 `json:"oldest_wait_seconds"`
+}
+
+// top returns the n deepest lanes, deepest first, at now.
+func (b *bucket) top(n int, now time.Time) []KeyStatus {
+	b.mu.Lock()
+	out := make([]KeyStatus, 0, len(b.lanes))
+	for _, l := range b.lanes {
+		ks := KeyStatus{Key: l.key, Depth: l.held}
+		if l.queued() > 0 {
+			ks.OldestWait = now.Sub(l.fifo[l.head].queued).Seconds()
+		}
+		out = append(out, ks)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(out, func(a, b KeyStatus) int { return cmp.Or(b.Depth-a.Depth, strings.Compare(a.Key, b.Key)) })
+	return out[:min(n, len(out))]
 }
 
 // retryHeap orders tasks waiting for a retry by due time.

@@ -17,8 +17,8 @@ func msgs(n int) []*Message {
 
 func TestBucketIsFIFOWithDueRetriesFirst(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := newBucket(10)
-	b.admit(now, msgs(3))
+	b := newBucket(10, 0, 0)
+	b.admit(now, msgs(3), nil)
 	first, _ := b.take(now)
 	b.retry(first, now.Add(time.Second))
 
@@ -44,8 +44,8 @@ func TestBucketIsFIFOWithDueRetriesFirst(t *testing.T) {
 
 func TestBucketTakeReportsWhenTheNextRetryIsDue(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := newBucket(10)
-	b.admit(now, msgs(1))
+	b := newBucket(10, 0, 0)
+	b.admit(now, msgs(1), nil)
 	tk, _ := b.take(now)
 	b.retry(tk, now.Add(3*time.Second))
 	if got, due := b.take(now); got != nil || !due.Equal(now.Add(3*time.Second)) {
@@ -55,16 +55,16 @@ func TestBucketTakeReportsWhenTheNextRetryIsDue(t *testing.T) {
 
 func TestBucketRoomCountsEveryHeldMessageUntilReleased(t *testing.T) {
 	now := time.Now()
-	b := newBucket(5)
-	b.admit(now, msgs(3))
+	b := newBucket(5, 0, 0)
+	b.admit(now, msgs(3), nil)
 	if got := b.Room(); got != 2 {
 		t.Fatalf("Room() = %d; want 2", got)
 	}
-	b.take(now) // in flight: still held
+	inFlight, _ := b.take(now) // in flight: still held
 	if got := b.Room(); got != 2 {
 		t.Fatalf("Room() with one in flight = %d; want 2", got)
 	}
-	b.release()
+	b.release(inFlight)
 	if got := b.Room(); got != 3 {
 		t.Fatalf("Room() after release = %d; want 3", got)
 	}
@@ -75,11 +75,12 @@ func TestBucketRoomCountsEveryHeldMessageUntilReleased(t *testing.T) {
 }
 
 func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
-	b := newBucket(1)
-	b.admit(time.Now(), msgs(1))
+	b := newBucket(1, 0, 0)
+	b.admit(time.Now(), msgs(1), nil)
+	held, _ := b.take(time.Now())
 	done := make(chan int)
 	go func() { done <- b.WaitRoom(context.Background()) }()
-	b.release()
+	b.release(held)
 	select {
 	case n := <-done:
 		if n != 1 {
@@ -89,7 +90,7 @@ func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
 		t.Fatal("WaitRoom did not wake on release")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b.admit(time.Now(), msgs(1))
+	b.admit(time.Now(), msgs(1), nil)
 	cancel()
 	if n := b.WaitRoom(ctx); n != 0 {
 		t.Errorf("WaitRoom(cancelled) = %d; want 0", n)
@@ -98,8 +99,8 @@ func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
 
 func TestBucketDrainReturnsEveryQueuedTask(t *testing.T) {
 	now := time.Now()
-	b := newBucket(100)
-	b.admit(now, msgs(10))
+	b := newBucket(100, 0, 0)
+	b.admit(now, msgs(10), nil)
 	for range 4 {
 		tk, _ := b.take(now)
 		b.retry(tk, now.Add(time.Hour))

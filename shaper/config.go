@@ -16,6 +16,25 @@ type PipelineConfig struct {
 	Rate RateConfig
 	// Delivery is how the dispatcher treats the sink.
 	Delivery DeliveryConfig
+	// Key, when set, gives each message a key, and each key a lane of the
+	// bucket; lanes take turns. Nil: one lane.
+	Key *KeyConfig
+}
+
+// KeyConfig selects each message's key (key:), and so its lane.
+type KeyConfig struct {
+	// From is where the key is: header:NAME (a message header, the first
+	// value), kafka_key (the Kafka record key), or json:a.b.c (a dot path
+	// into a JSON object payload; a string is the key as it is, a number
+	// or a boolean its JSON text). Required.
+	From string `yaml:"from"`
+	// Missing is the key of a message without one; they share its lane.
+	// Default "".
+	Missing string `yaml:"missing"`
+	// MaxKeys bounds the lanes held at once; beyond it, messages of a new
+	// key go to the "" lane and are counted (shaper_key_overflow_total).
+	// Default 100000.
+	MaxKeys int `yaml:"max_keys"`
 }
 
 // BucketConfig configures the bounded leaky bucket.
@@ -30,6 +49,10 @@ type BucketConfig struct {
 	// OnExpire is what happens to a message that would wait longer:
 	// dead_letter (default), drop (ack without delivery), or deliver (send late).
 	OnExpire string `yaml:"on_expire"`
+	// PerKeyCapacity is the most messages one key holds (with key:).
+	// Further messages of a full key are handed back to the source to come
+	// again later, so that other keys still get in. Default: Capacity.
+	PerKeyCapacity int `yaml:"per_key_capacity"`
 }
 
 // Modes of RateConfig.Mode.

@@ -79,6 +79,20 @@ func (e *env) publish(n int) {
 	}
 }
 
+// publishKeyed puts n messages with header Merchant-Id: key and bodies
+// key+"-0".. into the stream.
+func (e *env) publishKeyed(key string, n int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		m := &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%s-%d", key, i), Header: nats.Header{"Merchant-Id": {key}}}
+		if _, err := e.js.PublishMsg(ctx, m); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 // consumer returns the durable consumer's state: what was delivered and acked.
 func (e *env) consumer(name string) *jetstream.ConsumerInfo {
 	e.t.Helper()

@@ -34,6 +34,7 @@ const (
 	NackRevoked          NackReason = "revoked"            // the source took it back (a rebalance)
 	NackNoDeadLetter     NackReason = "no_dead_letter"     // it failed and there is no dead-letter target
 	NackDeadLetterFailed NackReason = "dead_letter_failed" // it failed and so did its dead letter
+	NackLaneFull         NackReason = "lane_full"          // its key's lane held per_key_capacity already
 )
 
 // RequestCode is the code label of shaper_requests_total for what a Send
@@ -116,6 +117,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 type liveCollector struct {
 	rateLimit, maxQueueTime, fallback, lag, expired *prometheus.Desc
 	throttled, breakerOpen, paused                  *prometheus.Desc
+	keysActive, keyOverflow                         *prometheus.Desc
 
 	mu        sync.Mutex
 	pipelines []*Pipeline
@@ -129,6 +131,10 @@ func newLiveCollector() *liveCollector {
 			"Attempts the sink answered 429 or 503 with Retry-After; they pause every departure and spend no attempt.", []string{"pipeline"}, nil),
 		breakerOpen: prometheus.NewDesc("shaper_breaker_open",
 			"1 while the circuit breaker holds departures (open, or one probe in flight), else 0.", []string{"pipeline"}, nil),
+		keysActive: prometheus.NewDesc("shaper_keys_active",
+			"Lanes held now: keys with a message in the bucket (1 without key:).", []string{"pipeline"}, nil),
+		keyOverflow: prometheus.NewDesc("shaper_key_overflow_total",
+			"Messages of a new key put in the \"\" lane because key.max_keys lanes were held.", []string{"pipeline"}, nil),
 		paused: prometheus.NewDesc("shaper_paused",
 			"1 while the pipeline is paused through the admin API, else 0.", []string{"pipeline"}, nil),
 		maxQueueTime: prometheus.NewDesc("shaper_max_queue_time_seconds",
@@ -151,6 +157,8 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.throttled
 	ch <- c.breakerOpen
 	ch <- c.paused
+	ch <- c.keysActive
+	ch <- c.keyOverflow
 }
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -173,6 +181,9 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(throttled), name)
 		ch <- prometheus.MustNewConstMetric(c.breakerOpen, prometheus.GaugeValue, b2f(open), name)
 		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, b2f(paused), name)
+		active, overflow := p.bucket.keys()
+		ch <- prometheus.MustNewConstMetric(c.keysActive, prometheus.GaugeValue, float64(active), name)
+		ch <- prometheus.MustNewConstMetric(c.keyOverflow, prometheus.CounterValue, float64(overflow), name)
 		if lr, ok := p.src.(LagReporter); ok {
 			for partition, lag := range lr.Lag() {
 				ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(lag), name, partition)

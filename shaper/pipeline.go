@@ -55,6 +55,7 @@ type Pipeline struct {
 	lim          Limiter
 	clock        Clock
 	bucket       *bucket
+	keyOf        func(*Message) string // nil: no keys, one lane
 	metrics      *Metrics
 	m            *pipelineMetrics
 	log          *slog.Logger
@@ -108,7 +109,8 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		deadLetter:   parts.DeadLetter,
 		lim:          parts.Limiter,
 		clock:        clock,
-		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit)),
+		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), perKeyCapacity(cfg), maxKeys(cfg)),
+		keyOf:        keyFunc(cfg.Key),
 		metrics:      parts.Metrics,
 		m:            parts.Metrics.forPipeline(cfg.Name),
 		log:          log.With("pipeline", cfg.Name),
@@ -127,6 +129,41 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	parts.Metrics.live.add(p)
 	return p
 }
+
+// perKeyCapacity is the most messages one key's lane holds (0: no bound
+// beyond the capacity, without keys).
+func perKeyCapacity(cfg PipelineConfig) int {
+	if cfg.Key == nil {
+		return 0
+	}
+	return cfg.Bucket.PerKeyCapacity
+}
+
+// maxKeys is the most lanes (0: no bound, without keys).
+func maxKeys(cfg PipelineConfig) int {
+	if cfg.Key == nil {
+		return 0
+	}
+	return cfg.Key.MaxKeys
+}
+
+// handBack returns to their source the messages of a key whose lane is
+// full, to come again after laneFullDelay: this is no attempt, and other
+// keys get in meanwhile.
+func (p *Pipeline) handBack(ctx context.Context, msgs []*Message) {
+	for _, m := range msgs {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		if err := m.Receipt.Nack(sctx, laneFullDelay); err != nil {
+			p.log.Error("nack failed; the source redelivers after its own timeout", "id", m.ID, "err", err)
+		}
+		cancel()
+		p.m.nacked.WithLabelValues(string(NackLaneFull)).Inc()
+	}
+}
+
+// laneFullDelay is how long a message handed back by a full lane stays
+// with its source before it comes again.
+const laneFullDelay = time.Second
 
 // effectiveCapacity holds the bucket to limit × max_queue_time, so that
 // admission alone keeps the wait of a full bucket within max_queue_time.
@@ -279,7 +316,8 @@ func (p *Pipeline) fetch(ctx context.Context) {
 			return
 		}
 		msgs, err := p.src.Fetch(ctx, room)
-		p.bucket.admit(p.clock.Now(), msgs) // even alongside an error: a fetched message is never lost
+		full := p.bucket.admit(p.clock.Now(), msgs, p.keyOf) // even alongside an error: a fetched message is never lost
+		p.handBack(ctx, full)
 		p.m.received.Add(float64(len(msgs)))
 		p.m.depth.Set(float64(p.bucket.Held()))
 		if dc, ok := p.src.(DropCounter); ok {
@@ -631,7 +669,7 @@ func (p *Pipeline) ack(ctx context.Context, t *task, outcome Outcome) {
 			p.count[i].Add(1)
 		}
 	}
-	p.released()
+	p.released(t)
 }
 
 // nack hands a task back to its source for redelivery after delay.
@@ -642,11 +680,11 @@ func (p *Pipeline) nack(ctx context.Context, t *task, reason NackReason, delay t
 		p.log.Error("nack failed; the source redelivers after its own timeout", "id", t.msg.ID, "err", err)
 	}
 	p.m.nacked.WithLabelValues(string(reason)).Inc()
-	p.released()
+	p.released(t)
 }
 
-func (p *Pipeline) released() {
-	p.bucket.release()
+func (p *Pipeline) released(t *task) {
+	p.bucket.release(t)
 	p.m.depth.Set(float64(p.bucket.Held()))
 	if p.draining.Load() {
 		signal(p.bucket.ready) // the scheduler checks whether the drain is done

@@ -97,6 +97,11 @@ func (p *Pipeline) Status() Status {
 	return s
 }
 
+// Keys returns the n deepest lanes of the bucket, deepest first.
+func (p *Pipeline) Keys(n int) []KeyStatus {
+	return p.bucket.top(n, p.clock.Now())
+}
+
 // ErrInvalidRate is returned by SetRate for a limit or burst it refuses.
 var ErrInvalidRate = errors.New("invalid rate")
 

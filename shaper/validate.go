@@ -3,6 +3,8 @@ package shaper
 import (
 	"math"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/check"
@@ -29,8 +31,41 @@ const (
 	DefaultAdaptiveIncrease = 2.0
 )
 
+// DefaultMaxKeys is key.max_keys's default.
+const DefaultMaxKeys = 100_000
+
+// SetDefaults fills every field left out with its default.
+func (k *KeyConfig) SetDefaults() {
+	if k.MaxKeys == 0 {
+		k.MaxKeys = DefaultMaxKeys
+	}
+}
+
+// Validate reports every problem of a defaulted k at key path path.
+func (k *KeyConfig) Validate(path string) error {
+	var ps check.Problems
+	switch kind, arg, _ := strings.Cut(k.From, ":"); {
+	case k.From == "":
+		ps.Add(path+".from", "required: header:NAME, kafka_key or json:a.b.c")
+	case k.From == "kafka_key":
+	case kind == "header" && arg != "" && !strings.ContainsAny(arg, " \t\r\n:"):
+	case kind == "json" && arg != "" && !slices.Contains(strings.Split(arg, "."), ""):
+	case k.From == "host":
+		ps.Add(path+".from", "host needs sink.http.url_from, which is not built yet")
+	default:
+		ps.Add(path+".from", "want header:NAME, kafka_key or json:a.b.c (a dot path), got %q", k.From)
+	}
+	if k.MaxKeys < 1 {
+		ps.Add(path+".max_keys", "must be >= 1, got %d", k.MaxKeys)
+	}
+	return ps.Err()
+}
+
 // SetDefaults fills every field left out with its default.
 func (p *PipelineConfig) SetDefaults() {
+	if p.Key != nil {
+		p.Key.SetDefaults()
+	}
 	p.Bucket.SetDefaults()
 	p.Rate.SetDefaults()
 	p.Delivery.SetDefaults()
@@ -46,6 +81,9 @@ func (b *BucketConfig) SetDefaults() {
 	}
 	if b.OnExpire == "" {
 		b.OnExpire = OnExpireDeadLetter
+	}
+	if b.PerKeyCapacity == 0 {
+		b.PerKeyCapacity = b.Capacity
 	}
 }
 
@@ -136,6 +174,9 @@ func (b BucketConfig) Validate(path string) error {
 	case OnExpireDeadLetter, OnExpireDrop, OnExpireDeliver:
 	default:
 		ps.Add(path+".on_expire", "want dead_letter, drop or deliver, got %q", b.OnExpire)
+	}
+	if b.PerKeyCapacity < 1 || b.PerKeyCapacity > b.Capacity {
+		ps.Add(path+".per_key_capacity", "must be >= 1 and <= capacity (%d), got %d", b.Capacity, b.PerKeyCapacity)
 	}
 	return ps.Err()
 }

@@ -1,0 +1,80 @@
+package shaper
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+)
+
+// keyFunc returns the function that gives a message its key under k (nil:
+// no keys, one lane).
+func keyFunc(k *KeyConfig) func(*Message) string {
+	if k == nil {
+		return nil
+	}
+	kind, arg, _ := strings.Cut(k.From, ":")
+	var of func(*Message) (string, bool)
+	switch kind {
+	case "kafka_key":
+		of = func(m *Message) (string, bool) { return string(m.Key), len(m.Key) > 0 }
+	case "header":
+		of = func(m *Message) (string, bool) { return headerValue(m.Header, arg) }
+	case "json":
+		path := strings.Split(arg, ".")
+		of = func(m *Message) (string, bool) { return jsonValue(m.Payload, path) }
+	}
+	return func(m *Message) string {
+		if key, ok := of(m); ok {
+			return key
+		}
+		return k.Missing
+	}
+}
+
+// headerValue returns the first value of header name, matched exactly or,
+// failing that, in any case (HTTP and NATS header names differ in case).
+func headerValue(h map[string][]string, name string) (string, bool) {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0], true
+	}
+	for k, vs := range h {
+		if strings.EqualFold(k, name) && len(vs) > 0 {
+			return vs[0], true
+		}
+	}
+	return "", false
+}
+
+// jsonValue returns the value at path in a JSON object payload: a string
+// as it is, a number or a boolean as its JSON text; false for anything
+// else (no such path, null, an object, an array, a payload that is not
+// JSON).
+func jsonValue(payload []byte, path []string) (string, bool) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return "", false
+	}
+	for _, step := range path {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		if v, ok = obj[step]; !ok {
+			return "", false
+		}
+	}
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case json.Number:
+		return v.String(), true
+	case bool:
+		if v {
+			return "true", true
+		}
+		return "false", true
+	}
+	return "", false
+}
