@@ -166,3 +166,18 @@ type Revocable interface {
 	// Revoked reports whether the message now belongs to someone else.
 	Revoked() bool
 }
+
+// Pausable is implemented by receipts whose source can stop delivering
+// what follows the message from the same place (a Kafka partition) while
+// the message's key has no room in the bucket. The pipeline admits such a
+// message even into a full lane, since the source keeps its order, and
+// calls Pause; once the lane has room it calls the returned resume, once.
+// Pauses nest: the place stays paused until every resume has been called.
+// Other places keep flowing. A source without Pausable receipts gets a full
+// lane's messages back with a Nack instead (JetStream: a delayed nak, which
+// is not an attempt).
+type Pausable interface {
+	// Pause stops fetching from the message's place and returns the
+	// function that lets it go on.
+	Pause() (resume func())
+}
