@@ -101,6 +101,24 @@ type Rate struct {
 	Shared *limiter.SharedOptions `yaml:"shared"`
 }
 
+// KeyLimiter returns what makes one key's own limiter under a defaulted,
+// validated rate.per_key, or nil without one. Each replica limits its own
+// keys: a per-key limit is not shared through Redis.
+func (r Rate) KeyLimiter() func(now time.Time) shaper.Limiter {
+	pk := r.PerKey
+	if pk == nil {
+		return nil
+	}
+	cfg := limiter.Config{Mode: limiter.Mode(r.Mode), Limit: pk.Limit, Burst: *pk.Burst}
+	return func(now time.Time) shaper.Limiter {
+		l, err := limiter.New(cfg, now)
+		if err != nil {
+			panic("config: rate.per_key was not validated: " + err.Error())
+		}
+		return l
+	}
+}
+
 // Sink selects the sink of a pipeline.
 type Sink struct {
 	// HTTP sends each message as one HTTP request.
@@ -126,6 +144,47 @@ const (
 	// MinAdminToken is the shortest admin.token accepted, in bytes.
 	MinAdminToken = 16
 )
+
+// validateKey checks key: against the parts it needs: the source that
+// carries the key, and one that can take a full key's messages back.
+func (p *Pipeline) validateKey(path string) error {
+	var ps check.Problems
+	handsBack := p.Bucket.PerKeyCapacity < p.Bucket.Capacity
+	k := p.Key
+	if k == nil {
+		if handsBack {
+			ps.Add(path+".bucket.per_key_capacity", "needs key: (which messages share a lane)")
+		}
+		if p.Rate.PerKey != nil {
+			ps.Add(path+".rate.per_key", "needs key: (what a key is)")
+		}
+		return ps.Err()
+	}
+	ps.Also(k.Validate(path + ".key"))
+	nats := p.Source.NATS
+	if k.From == "kafka_key" && nats != nil {
+		ps.Add(path+".key.from", "kafka_key needs source.kafka: NATS messages have no key; use header:NAME or json:a.b.c")
+	}
+	switch {
+	case !handsBack || nats == nil:
+	case nats.Stream == "":
+		ps.Add(path+".bucket.per_key_capacity", "needs a source that takes messages back (source.kafka, or source.nats with stream): core NATS would lose a full key's messages")
+	case k.Ordered:
+		ps.Add(path+".bucket.per_key_capacity", "with key.ordered on JetStream would reorder a key's messages (those handed back come again after newer ones): leave it out (it is then the capacity)")
+	}
+	return ps.Err()
+}
+
+// Pending is how many messages the source may have out, unsettled: the
+// bucket's capacity, or -1 (no bound) when full lanes hand messages back
+// to a JetStream source, which keeps them pending while other keys' messages
+// get past them. Shaper's memory stays bounded by the capacity either way.
+func (p Pipeline) Pending() int {
+	if p.Key != nil && p.Bucket.PerKeyCapacity < p.Bucket.Capacity {
+		return -1
+	}
+	return p.Bucket.Capacity
+}
 
 // Core is the pipeline's config for shaper.New: name, bucket, rate and the
 // delivery settings of its sink.
@@ -249,15 +308,7 @@ func (p *Pipeline) Validate(path string) error {
 	}
 
 	ps.Also(p.Bucket.Validate(path + ".bucket"))
-	if k := p.Key; k != nil {
-		ps.Also(k.Validate(path + ".key"))
-		if p.Source.Kafka != nil && p.Bucket.PerKeyCapacity < p.Bucket.Capacity {
-			// A full lane hands its messages back to the source; the Kafka
-			// source would buffer them without bound until it can pause
-			// only the partition that carries them.
-			ps.Add(path+".bucket.per_key_capacity", "is not supported with source.kafka yet: leave it out (it is then the capacity)")
-		}
-	}
+	ps.Also(p.validateKey(path))
 	ps.Also(p.Rate.Validate(path+".rate", p.Bucket.MaxQueueTime))
 	if sh := p.Rate.Shared; sh != nil {
 		ps.Also(sh.Validate(path+".rate.shared", p.Rate.Limit))

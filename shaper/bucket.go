@@ -33,43 +33,17 @@ type task struct {
 	lane *lane
 }
 
-// lane is the part of the bucket one key holds: its queued messages in
-// source order, and how many it holds in all (queued, retrying, in
-// flight). A lane is made when its key's first message is admitted and
-// forgotten once it holds nothing.
-type lane struct {
-	key  string
-	fifo []*task
-	head int // fifo[head:] are queued
-	held int
-	// inRing is whether the lane is in the bucket's ring of lanes with a
-	// message queued.
-	inRing bool
-}
-
-func (l *lane) queued() int { return len(l.fifo) - l.head }
-
-// pop removes and returns the lane's oldest queued task.
-func (l *lane) pop() *task {
-	t := l.fifo[l.head]
-	l.fifo[l.head] = nil
-	l.head++
-	if l.head == len(l.fifo) || l.head > 1024 && l.head*2 > len(l.fifo) {
-		l.fifo = append(l.fifo[:0], l.fifo[l.head:]...)
-		l.head = 0
-	}
-	return t
-}
-
-// bucket holds messages between the source and the sink: one lane per key
-// (one lane in all without key.from), each a FIFO of new messages, taken
-// in turn, and one heap of messages waiting for a retry, bounded together
-// with the messages in flight. A message is held from admission until its
-// outcome is settled, so memory is bounded by the capacity whatever the
+// bucket holds messages between the source and the sink, in lanes: one
+// per key (one in all without key.from), each with its new messages in
+// source order and its messages waiting for a retry. Lanes whose message is
+// ready take turns (round robin); a lane under rate.per_key is ready only
+// when its own slot has come. Everything held counts against the capacity,
+// in flight included, so memory is bounded by the capacity whatever the
 // backlog in the broker; when the bucket is full the source is not asked for
 // more, and the broker keeps the rest. A lane holds at most perKey
-// messages: admit hands back those of a full lane, for the source to
-// redeliver later, so that one key's flood leaves room for the others.
+// messages: admit pauses the source of a full key's further messages where
+// it can (Pausable), or hands them back, so that one key's flood leaves
+// room for the others.
 //
 // One goroutine takes (the scheduler) and one adds (the fetcher); settling
 // may happen anywhere. bucket is safe for concurrent use.
@@ -77,15 +51,12 @@ type bucket struct {
 	mu       sync.Mutex
 	capacity int
 	held     int // queued + waiting for retry + in flight
-	queued   int // in every lane's FIFO
-	retries  retryHeap
+	queued   int // queued + waiting for retry
+	opt      laneOptions
 
-	perKey, maxKeys int
-	lanes           map[string]*lane
-	// ring holds the lanes with a message queued, in the order they are
-	// taken; next is the ring position of the next lane's turn.
-	ring     []*lane
-	next     int
+	lanes    map[string]*lane
+	ring     ring  // lanes that may have a message ready, taking turns
+	timed    timed // lanes ready at a known time, or to be forgotten then
 	overflow int64 // messages put in the "" lane because maxKeys lanes existed
 
 	// ready and room carry one pending wake-up each (size one, so a signal
@@ -94,14 +65,25 @@ type bucket struct {
 	room  chan struct{} // to the fetcher: a held task was released
 }
 
-// newBucket returns an empty bucket holding at most capacity messages, at
-// most perKey of one key (0: no bound but the capacity), in at most maxKeys
-// lanes (0: no bound).
-func newBucket(capacity, perKey, maxKeys int) *bucket {
+// laneOptions shape a bucket's lanes.
+type laneOptions struct {
+	// perKey is the most messages one lane holds (0: no bound but the
+	// capacity); maxKeys the most lanes (0: no bound).
+	perKey, maxKeys int
+	// ordered lets one message of a lane out at a time (key.ordered).
+	ordered bool
+	// limiter makes a lane's own limiter (rate.per_key; nil: none), and
+	// idle is how long after its last slot such a limiter is as new.
+	limiter func(now time.Time) Limiter
+	idle    time.Duration
+}
+
+// newBucket returns an empty bucket holding at most capacity messages,
+// with lanes shaped by o.
+func newBucket(capacity int, o laneOptions) *bucket {
 	return &bucket{
 		capacity: max(capacity, 1),
-		perKey:   perKey,
-		maxKeys:  maxKeys,
+		opt:      o,
 		lanes:    map[string]*lane{},
 		ready:    make(chan struct{}, 1),
 		room:     make(chan struct{}, 1),
@@ -164,15 +146,25 @@ func (b *bucket) Held() int {
 func (b *bucket) Queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.queued + len(b.retries)
+	return b.queued
+}
+
+// handBack is a message admit did not take, because its key's lane was
+// full; backlog is roughly how many of its key are ahead of it (held, and
+// handed back before it), for the caller to choose when it comes again.
+type handBack struct {
+	msg     *Message
+	backlog int
 }
 
 // admit adds newly fetched messages at the back of their key's lane (key
-// nil: one lane), and returns those of a lane that holds perKey already,
-// not admitted: the caller hands them back to the source. It admits the
-// others even past the capacity: they were fetched within the room given,
-// and a message fetched is never thrown away.
-func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string) (full []*Message) {
+// nil: one lane). A message whose lane holds perKey already is admitted all
+// the same if its source can pause the place it came from (Pausable), which
+// admit does; otherwise it is returned, not admitted, for the caller to
+// hand back to the source. It admits the others even past the capacity:
+// they were fetched within the room given, and a message fetched is never
+// thrown away. Pause is called under the bucket's lock: it must not block.
+func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string) (full []handBack) {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -182,19 +174,23 @@ func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string
 		if key != nil {
 			k = key(m)
 		}
-		l := b.laneLocked(k)
-		if b.perKey > 0 && l.held >= b.perKey {
-			full = append(full, m)
-			continue
+		l := b.laneLocked(k, now)
+		if b.opt.perKey > 0 && l.held >= b.opt.perKey {
+			p, ok := m.Receipt.(Pausable)
+			if !ok {
+				l.handedBack++
+				full = append(full, handBack{msg: m, backlog: l.held + l.handedBack})
+				continue
+			}
+			l.resumes = append(l.resumes, p.Pause())
+		} else if l.handedBack > 0 {
+			l.handedBack--
 		}
 		l.fifo = append(l.fifo, &task{msg: m, queued: now, lane: l})
 		l.held++
 		b.held++
 		b.queued++
-		if !l.inRing {
-			l.inRing = true
-			b.ring = append(b.ring, l)
-		}
+		b.touchLocked(l)
 	}
 	b.mu.Unlock()
 	signal(b.ready)
@@ -204,59 +200,100 @@ func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string
 // laneLocked returns the lane of key k, made if need be; past maxKeys
 // lanes a new key goes to the "" lane, and is counted. It requires that
 // b.mu is held.
-func (b *bucket) laneLocked(k string) *lane {
+func (b *bucket) laneLocked(k string, now time.Time) *lane {
 	if l, ok := b.lanes[k]; ok {
 		return l
 	}
-	if b.maxKeys > 0 && len(b.lanes) >= b.maxKeys && k != "" {
+	if b.opt.maxKeys > 0 && len(b.lanes) >= b.opt.maxKeys && k != "" {
 		b.overflow++
-		return b.laneLocked("")
+		return b.laneLocked("", now)
 	}
-	l := &lane{key: k}
+	l := &lane{key: k, index: -1}
+	if b.opt.limiter != nil {
+		l.lim = b.opt.limiter(now)
+	}
 	b.lanes[k] = l
 	return l
 }
 
-// retry puts a task that was in flight into the retry heap, due at due.
+// touchLocked puts l in the ring, out of the timed heap, for take to look
+// at: something changed that may make its message ready. It requires that
+// b.mu is held.
+func (b *bucket) touchLocked(l *lane) {
+	b.timed.remove(l)
+	b.ring.add(l)
+}
+
+// retry puts a task that was in flight back into its lane, to be sent again
+// once due.
 func (b *bucket) retry(t *task, due time.Time) {
 	b.mu.Lock()
 	t.due = due
-	heap.Push(&b.retries, t)
+	heap.Push(&t.lane.retries, t)
+	b.queued++
+	b.touchLocked(t.lane)
 	b.mu.Unlock()
 	signal(b.ready)
 }
 
-// take removes and returns the next task to send at now: a retry that is due
-// (retries are older than anything queued), else the oldest message of the
-// lane whose turn it is; lanes take turns (round robin). When none is ready
-// it returns nil and the time the next retry falls due, or the zero time if
-// there is none.
+// take removes and returns the next task to send at now: the ready message
+// of the lane whose turn it is; lanes with a ready message take turns
+// (round robin). When none is ready it returns nil and the time the next
+// lane's message becomes ready (a retry falls due, a per-key slot comes),
+// or the zero time if none will by itself. Each call costs O(log lanes),
+// amortised.
 func (b *bucket) take(now time.Time) (*task, time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.retries) > 0 && !b.retries[0].due.After(now) {
-		t := heap.Pop(&b.retries).(*task)
-		t.queued = t.due
-		return t, time.Time{}
+	for len(b.timed) > 0 && !b.timed[0].at.After(now) {
+		b.ring.add(heap.Pop(&b.timed).(*lane))
 	}
-	if len(b.ring) > 0 {
-		b.next %= len(b.ring)
-		l := b.ring[b.next]
-		t := l.pop()
-		b.queued--
-		if l.queued() == 0 {
-			// Out of the ring; the next lane moves into this turn.
-			l.inRing = false
-			b.ring = slices.Delete(b.ring, b.next, b.next+1)
-		} else {
-			b.next++
+	for b.ring.cursor != nil {
+		l := b.ring.cursor
+		at, ok := l.ready(now, b.opt.ordered)
+		if ok && !at.After(now) {
+			t := l.take(now, b.opt.ordered)
+			b.queued--
+			b.ring.cursor = l.next // the turn passes on
+			return t, time.Time{}
 		}
-		return t, time.Time{}
+		b.ring.remove(l)
+		b.parkLocked(l, now, at, ok)
 	}
-	if len(b.retries) > 0 {
-		return nil, b.retries[0].due
+	if len(b.timed) > 0 {
+		return nil, b.timed[0].at
 	}
 	return nil, time.Time{}
+}
+
+// parkLocked files a lane out of the ring at now (zero: not known): in the
+// timed heap when its next message is ready at at (ok), nowhere while its
+// one message is in flight, and when it holds nothing, forgotten, or kept
+// in the timed heap until its limiter is as new. It requires that b.mu is
+// held.
+func (b *bucket) parkLocked(l *lane, now, at time.Time, ok bool) {
+	idle := l.lastSlot.Add(b.opt.idle)
+	switch {
+	case ok:
+		b.timed.set(l, at)
+	case l.held > 0:
+	case l.lim != nil && (now.IsZero() || idle.After(now)):
+		b.timed.set(l, idle)
+	default:
+		b.timed.remove(l)
+		delete(b.lanes, l.key)
+	}
+}
+
+// spend takes the slot of t's lane under rate.per_key, at now, as t
+// departs: take returned t only once that slot had come.
+func (b *bucket) spend(t *task, now time.Time) {
+	b.mu.Lock()
+	if l := t.lane; l.lim != nil {
+		l.lim.Allow(now)
+		l.lastSlot = now
+	}
+	b.mu.Unlock()
 }
 
 // drain removes and returns every queued task, for nacking at shutdown.
@@ -264,28 +301,44 @@ func (b *bucket) drain() []*task {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []*task
-	for _, l := range b.ring {
+	for _, l := range b.lanes {
 		out = append(out, l.fifo[l.head:]...)
-		l.fifo, l.head, l.inRing = nil, 0, false
+		out = append(out, l.retries...)
+		l.fifo, l.head, l.retries = nil, 0, nil
+		b.ring.remove(l)
+		b.timed.remove(l)
 	}
-	out = append(out, b.retries...)
-	b.ring, b.retries, b.queued = nil, nil, 0
+	b.queued = 0
 	return out
 }
 
-// release marks t as settled, making room for another; a lane that holds
-// nothing more is forgotten.
+// release marks t as settled, making room for another. The sources paused
+// for t's key go on once its lane has room; an ordered key's next message
+// may go; a lane that holds nothing is forgotten (under rate.per_key, once
+// its limiter is as new).
 func (b *bucket) release(t *task) {
+	var resumes []func()
 	b.mu.Lock()
 	b.held--
-	if l := t.lane; l != nil {
-		l.held--
-		if l.held == 0 && !l.inRing {
-			delete(b.lanes, l.key)
-		}
+	l := t.lane
+	l.held--
+	if len(l.resumes) > 0 && l.held < b.opt.perKey {
+		resumes, l.resumes = l.resumes, nil
+	}
+	if l.held == 0 {
+		b.ring.remove(l)
+		b.parkLocked(l, time.Time{}, time.Time{}, false)
+	} else if b.opt.ordered {
+		b.touchLocked(l)
 	}
 	b.mu.Unlock()
+	for _, resume := range resumes {
+		resume()
+	}
 	signal(b.room)
+	if b.opt.ordered {
+		signal(b.ready)
+	}
 }
 
 // keys returns how many lanes exist, and how many messages went to the ""
@@ -304,6 +357,8 @@ type KeyStatus struct {
 	// OldestWait is how long its oldest queued message has waited, in
 	// seconds (0 when none is queued).
 	OldestWait float64 `json:"oldest_wait_seconds"`
+	// Limit is the key's own limit in force (rate.per_key), if any.
+	Limit float64 `json:"limit,omitempty"`
 }
 
 // top returns the n deepest lanes, deepest first, at now.
@@ -311,28 +366,19 @@ func (b *bucket) top(n int, now time.Time) []KeyStatus {
 	b.mu.Lock()
 	out := make([]KeyStatus, 0, len(b.lanes))
 	for _, l := range b.lanes {
+		if l.held == 0 {
+			continue // only remembered for its per-key limit
+		}
 		ks := KeyStatus{Key: l.key, Depth: l.held}
 		if l.queued() > 0 {
 			ks.OldestWait = now.Sub(l.fifo[l.head].queued).Seconds()
+		}
+		if l.lim != nil {
+			ks.Limit = l.lim.Limit(now)
 		}
 		out = append(out, ks)
 	}
 	b.mu.Unlock()
 	slices.SortFunc(out, func(a, b KeyStatus) int { return cmp.Or(b.Depth-a.Depth, strings.Compare(a.Key, b.Key)) })
 	return out[:min(n, len(out))]
-}
-
-// retryHeap orders tasks waiting for a retry by due time.
-type retryHeap []*task
-
-func (h retryHeap) Len() int           { return len(h) }
-func (h retryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *retryHeap) Push(x any)        { *h = append(*h, x.(*task)) }
-func (h *retryHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return t
 }

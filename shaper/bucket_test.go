@@ -17,7 +17,7 @@ func msgs(n int) []*Message {
 
 func TestBucketIsFIFOWithDueRetriesFirst(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := newBucket(10, 0, 0)
+	b := newBucket(10, laneOptions{})
 	b.admit(now, msgs(3), nil)
 	first, _ := b.take(now)
 	b.retry(first, now.Add(time.Second))
@@ -44,7 +44,7 @@ func TestBucketIsFIFOWithDueRetriesFirst(t *testing.T) {
 
 func TestBucketTakeReportsWhenTheNextRetryIsDue(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := newBucket(10, 0, 0)
+	b := newBucket(10, laneOptions{})
 	b.admit(now, msgs(1), nil)
 	tk, _ := b.take(now)
 	b.retry(tk, now.Add(3*time.Second))
@@ -55,7 +55,7 @@ func TestBucketTakeReportsWhenTheNextRetryIsDue(t *testing.T) {
 
 func TestBucketRoomCountsEveryHeldMessageUntilReleased(t *testing.T) {
 	now := time.Now()
-	b := newBucket(5, 0, 0)
+	b := newBucket(5, laneOptions{})
 	b.admit(now, msgs(3), nil)
 	if got := b.Room(); got != 2 {
 		t.Fatalf("Room() = %d; want 2", got)
@@ -75,7 +75,7 @@ func TestBucketRoomCountsEveryHeldMessageUntilReleased(t *testing.T) {
 }
 
 func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
-	b := newBucket(1, 0, 0)
+	b := newBucket(1, laneOptions{})
 	b.admit(time.Now(), msgs(1), nil)
 	held, _ := b.take(time.Now())
 	done := make(chan int)
@@ -99,7 +99,7 @@ func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
 
 func TestBucketDrainReturnsEveryQueuedTask(t *testing.T) {
 	now := time.Now()
-	b := newBucket(100, 0, 0)
+	b := newBucket(100, laneOptions{})
 	b.admit(now, msgs(10), nil)
 	for range 4 {
 		tk, _ := b.take(now)

@@ -35,6 +35,10 @@ type KeyConfig struct {
 	// key go to the "" lane and are counted (shaper_key_overflow_total).
 	// Default 100000.
 	MaxKeys int `yaml:"max_keys"`
+	// Ordered sends a key's messages in source order, one at a time: the
+	// next waits until the one before is settled (a retry waits too, and
+	// holds back only its own key). Default false.
+	Ordered bool `yaml:"ordered"`
 }
 
 // BucketConfig configures the bounded leaky bucket.
@@ -86,6 +90,19 @@ type RateConfig struct {
 	// back and raises it again while it does not, between Adaptive.Min and
 	// Limit. Left out: the limit stays Limit.
 	Adaptive *AdaptiveConfig `yaml:"adaptive"`
+	// PerKey, with key:, is each key's own limit under Limit, in Mode.
+	// Left out: keys share Limit in turns, with no limit of their own.
+	PerKey *PerKeyRate `yaml:"per_key"`
+}
+
+// PerKeyRate is each key's own limit (rate.per_key), in the pipeline's
+// rate.mode.
+type PerKeyRate struct {
+	// Limit is requests per second for one key. Required.
+	Limit float64 `yaml:"limit"`
+	// Burst is as rate.burst, for one key. Default 1 in leaky mode, one
+	// second's worth in token mode.
+	Burst *int `yaml:"burst"`
 }
 
 // AdaptiveConfig is an additive-increase, multiplicative-decrease rate

@@ -146,7 +146,7 @@ func (e *env) start(cfg config.Pipeline) *running {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	src, err := sources.NewJetStream(*cfg.Source.NATS, cfg.Bucket.Capacity, "test", nil)
+	src, err := sources.NewJetStream(*cfg.Source.NATS, cfg.Pending(), "test", nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func (e *env) start(cfg config.Pipeline) *running {
 	}
 	reg := prometheus.NewRegistry()
 	p := shaper.New(cfg.Core(), shaper.Parts{
-		Source: src, Sink: sink, DeadLetter: dl, Limiter: lim,
+		Source: src, Sink: sink, DeadLetter: dl, Limiter: lim, KeyLimiter: cfg.Rate.KeyLimiter(),
 		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
 	})
 	ctx, cancel := context.WithCancel(context.Background())

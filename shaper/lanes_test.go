@@ -19,7 +19,7 @@ func keyed(key string, n int) []*Message {
 // another key's messages behind it, and each key keeps its source order.
 func TestLanesTakeTurnsAndKeepEachKeysOrder(t *testing.T) {
 	now := time.Now()
-	b := newBucket(100, 0, 0)
+	b := newBucket(100, laneOptions{})
 	key := keyFunc(&KeyConfig{From: "header:Key"})
 	b.admit(now, keyed("A", 6), key)
 	b.admit(now, keyed("B", 2), key)
@@ -41,7 +41,7 @@ func TestLanesTakeTurnsAndKeepEachKeysOrder(t *testing.T) {
 // max_keys new keys go to the "" lane, counted.
 func TestALaneIsBoundedForgottenWhenEmptyAndMaxKeysOverflowsToTheEmptyKey(t *testing.T) {
 	now := time.Now()
-	b := newBucket(100, 3, 2)
+	b := newBucket(100, laneOptions{perKey: 3, maxKeys: 2})
 	key := keyFunc(&KeyConfig{From: "header:Key"})
 	if full := b.admit(now, keyed("A", 5), key); len(full) != 2 {
 		t.Errorf("admit 5 of A with per_key_capacity 3 handed back %d; want 2", len(full))

@@ -28,6 +28,9 @@ type Parts struct {
 	// configured, and such messages are nacked for redelivery and logged.
 	DeadLetter Sink
 	Limiter    Limiter
+	// KeyLimiter makes one key's own limiter, starting at now, under
+	// rate.per_key; nil when there is none.
+	KeyLimiter func(now time.Time) Limiter
 	// Clock is the time the pipeline runs on; nil is the machine's clock.
 	Clock   Clock
 	Metrics *Metrics
@@ -109,7 +112,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		deadLetter:   parts.DeadLetter,
 		lim:          parts.Limiter,
 		clock:        clock,
-		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), perKeyCapacity(cfg), maxKeys(cfg)),
+		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanesOf(cfg, parts.KeyLimiter)),
 		keyOf:        keyFunc(cfg.Key),
 		metrics:      parts.Metrics,
 		m:            parts.Metrics.forPipeline(cfg.Name),
@@ -130,40 +133,50 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	return p
 }
 
-// perKeyCapacity is the most messages one key's lane holds (0: no bound
-// beyond the capacity, without keys).
-func perKeyCapacity(cfg PipelineConfig) int {
-	if cfg.Key == nil {
-		return 0
+// lanesOf shapes the bucket's lanes for cfg: without key: there is one
+// lane, bound by nothing but the capacity.
+func lanesOf(cfg PipelineConfig, limiter func(time.Time) Limiter) laneOptions {
+	k := cfg.Key
+	if k == nil {
+		return laneOptions{}
 	}
-	return cfg.Bucket.PerKeyCapacity
-}
-
-// maxKeys is the most lanes (0: no bound, without keys).
-func maxKeys(cfg PipelineConfig) int {
-	if cfg.Key == nil {
-		return 0
+	o := laneOptions{perKey: cfg.Bucket.PerKeyCapacity, maxKeys: k.MaxKeys, ordered: k.Ordered}
+	if pk := cfg.Rate.PerKey; pk != nil && limiter != nil {
+		o.limiter = limiter
+		o.idle = time.Duration(float64(*pk.Burst) / pk.Limit * float64(time.Second))
 	}
-	return cfg.Key.MaxKeys
+	return o
 }
 
 // handBack returns to their source the messages of a key whose lane is
-// full, to come again after laneFullDelay: this is no attempt, and other
-// keys get in meanwhile.
-func (p *Pipeline) handBack(ctx context.Context, msgs []*Message) {
-	for _, m := range msgs {
+// full (a source that cannot pause: JetStream), with a delay that grows
+// with how many of the key are ahead: about the time they take to leave,
+// between minHandBack and maxHandBack. This is no attempt, and other keys
+// get in meanwhile.
+func (p *Pipeline) handBack(ctx context.Context, full []handBack) {
+	now := p.clock.Now()
+	rate := p.lim.Limit(now)
+	if pk := p.cfg.Rate.PerKey; pk != nil {
+		rate = min(rate, pk.Limit)
+	}
+	for _, h := range full {
+		delay := time.Duration(float64(h.backlog) / rate * float64(time.Second))
+		delay = min(max(delay, minHandBack), maxHandBack)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		if err := m.Receipt.Nack(sctx, laneFullDelay); err != nil {
-			p.log.Error("nack failed; the source redelivers after its own timeout", "id", m.ID, "err", err)
+		if err := h.msg.Receipt.Nack(sctx, delay); err != nil {
+			p.log.Error("nack failed; the source redelivers after its own timeout", "id", h.msg.ID, "err", err)
 		}
 		cancel()
 		p.m.nacked.WithLabelValues(string(NackLaneFull)).Inc()
 	}
 }
 
-// laneFullDelay is how long a message handed back by a full lane stays
-// with its source before it comes again.
-const laneFullDelay = time.Second
+// minHandBack and maxHandBack bound how long a message handed back by a
+// full lane stays with its source.
+const (
+	minHandBack = time.Second
+	maxHandBack = time.Minute
+)
 
 // effectiveCapacity holds the bucket to limit × max_queue_time, so that
 // admission alone keeps the wait of a full bucket within max_queue_time.
@@ -446,6 +459,7 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		// having taken nothing.
 		now = p.clock.Now()
 		if _, why := p.gate.shut(now); why == holdNone && p.lim.Allow(now) {
+			p.bucket.spend(t, now)
 			t.probe = p.gate.departing(now)
 			return t, true
 		}
@@ -713,8 +727,10 @@ var ErrNeedsRestart = errors.New("change needs a new pipeline")
 // (source, sink target, dead letter) are the caller's to compare and
 // reconfigure.
 func (p *Pipeline) Reconfigure(cfg PipelineConfig) error {
-	if cfg.Name != p.cfg.Name || cfg.Rate.Mode != p.cfg.Rate.Mode || !reflect.DeepEqual(cfg.Rate.Adaptive, p.cfg.Rate.Adaptive) {
-		return fmt.Errorf("%w: name, rate.mode or rate.adaptive changed", ErrNeedsRestart)
+	if cfg.Name != p.cfg.Name || cfg.Rate.Mode != p.cfg.Rate.Mode || !reflect.DeepEqual(cfg.Rate.Adaptive, p.cfg.Rate.Adaptive) ||
+		!reflect.DeepEqual(cfg.Key, p.cfg.Key) || !reflect.DeepEqual(cfg.Rate.PerKey, p.cfg.Rate.PerKey) ||
+		cfg.Bucket.PerKeyCapacity != p.cfg.Bucket.PerKeyCapacity {
+		return fmt.Errorf("%w: name, rate.mode, rate.adaptive, key, rate.per_key or bucket.per_key_capacity changed", ErrNeedsRestart)
 	}
 	if err := checkRate(cfg.Rate.Mode, cfg.Rate.Limit, *cfg.Rate.Burst, cfg.Bucket.MaxQueueTime); err != nil {
 		return err

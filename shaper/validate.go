@@ -99,6 +99,13 @@ func (r *RateConfig) SetDefaults() {
 		}
 		r.Burst = &burst
 	}
+	if k := r.PerKey; k != nil && k.Burst == nil {
+		burst := 1
+		if r.Mode == ModeToken && k.Limit > 1 {
+			burst = int(math.Min(k.Limit, math.MaxInt32))
+		}
+		k.Burst = &burst
+	}
 	if a := r.Adaptive; a != nil {
 		if a.Min == 0 {
 			a.Min = math.Min(DefaultAdaptiveMin, r.Limit)
@@ -175,7 +182,7 @@ func (b BucketConfig) Validate(path string) error {
 	default:
 		ps.Add(path+".on_expire", "want dead_letter, drop or deliver, got %q", b.OnExpire)
 	}
-	if b.PerKeyCapacity < 1 || b.PerKeyCapacity > b.Capacity {
+	if b.Capacity >= 1 && (b.PerKeyCapacity < 1 || b.PerKeyCapacity > b.Capacity) {
 		ps.Add(path+".per_key_capacity", "must be >= 1 and <= capacity (%d), got %d", b.Capacity, b.PerKeyCapacity)
 	}
 	return ps.Err()
@@ -191,6 +198,9 @@ func (r RateConfig) Validate(path string, maxQueueTime time.Duration) error {
 		ps.Add(path+".mode", "want leaky or token, got %q", r.Mode)
 	}
 	validateRate(path, r.Mode, r.Limit, r.Burst, maxQueueTime, &ps)
+	if k := r.PerKey; k != nil {
+		validateRate(path+".per_key", r.Mode, k.Limit, k.Burst, maxQueueTime, &ps)
+	}
 	if r.Warmup < 0 {
 		ps.Add(path+".warmup", "must be >= 0, got %s", r.Warmup)
 	}

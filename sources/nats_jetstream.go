@@ -74,16 +74,19 @@ var _ shaper.Source = (*JetStream)(nil)
 // NewJetStream connects to cfg.URL and returns a source for cfg.Subject on
 // the durable consumer cfg.Durable of stream cfg.Stream. cfg must have been
 // validated and defaulted (Stream set; Durable, AckWait). capacity is the
-// pipeline's bucket capacity, the consumer's MaxAckPending. name is the NATS
-// client name.
+// consumer's MaxAckPending: the pipeline's bucket capacity, so that the
+// server hands out no more than the bucket holds, or -1 (no bound) for a
+// pipeline whose full lanes hand messages back (bucket.per_key_capacity):
+// those stay pending in JetStream, and other keys' messages must get past
+// them. name is the NATS client name.
 //
 // A server that is down does not fail NewJetStream: the connection keeps
 // retrying in the background and Ready says why the source is not ready.
 // Neither does a missing stream: Fetch and Ready report it, and recover on
 // their own once the stream exists.
 func NewJetStream(cfg NATSConfig, capacity int, name string, log *slog.Logger) (*JetStream, error) {
-	if capacity < 1 {
-		return nil, fmt.Errorf("nats: capacity %d: must be >= 1", capacity)
+	if capacity < 1 && capacity != -1 {
+		return nil, fmt.Errorf("nats: capacity %d: must be >= 1, or -1", capacity)
 	}
 	if cfg.Stream == "" {
 		return nil, errors.New("nats: no stream: a core NATS source, not JetStream")
@@ -121,7 +124,6 @@ func newJetStream(conn *natsConn, cfg NATSConfig, capacity int) *JetStream {
 			FilterSubject: cfg.Subject,
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       ackWait,
-			// The server hands out no more than the bucket can hold.
 			MaxAckPending: capacity,
 			// Redelivered until acked: only the pipeline decides a
 			// message's fate (dead letters are its business).

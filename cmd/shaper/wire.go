@@ -29,7 +29,8 @@ func buildParts(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err e
 			return parts, fmt.Errorf("dead_letter: %w", err)
 		}
 	}
-	if parts.Source, err = buildSource(pc.Source, pc.Bucket.Capacity, name, log.With("pipeline", pc.Name)); err != nil {
+	parts.KeyLimiter = pc.Rate.KeyLimiter()
+	if parts.Source, err = buildSource(pc, name, log.With("pipeline", pc.Name)); err != nil {
 		return parts, fmt.Errorf("source: %w", err)
 	}
 	return parts, nil
@@ -89,12 +90,13 @@ func buildDeadLetter(cfg config.DeadLetter, name string) (shaper.Sink, error) {
 
 // buildSource picks the source by config: Kafka; NATS with a stream is
 // JetStream (at-least-once); NATS without one is core NATS (at-most-once).
-func buildSource(cfg config.Source, capacity int, name string, log *slog.Logger) (shaper.Source, error) {
+func buildSource(pc config.Pipeline, name string, log *slog.Logger) (shaper.Source, error) {
+	cfg, capacity := pc.Source, pc.Bucket.Capacity
 	switch {
 	case cfg.Kafka != nil:
 		return sourceOrNil(sources.NewKafka(*cfg.Kafka, capacity, name, log))
 	case cfg.NATS.Stream != "":
-		return sourceOrNil(sources.NewJetStream(*cfg.NATS, capacity, name, log))
+		return sourceOrNil(sources.NewJetStream(*cfg.NATS, pc.Pending(), name, log))
 	default:
 		return sourceOrNil(sources.NewCoreNATS(*cfg.NATS, capacity, name, log))
 	}
