@@ -2,6 +2,11 @@ package shaper_test
 
 import (
 	"bytes"
+	"hash/crc32"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +67,106 @@ func TestAFloodingKeyDoesNotHoldBackAnotherOnJetStream(t *testing.T) {
 	testwait.For(t, 60*time.Second, "every message delivered", func() bool { return rec.DeliveredCount() == flood+few })
 	if dup := rec.Duplicates(); len(dup) > 0 {
 		t.Errorf("sent more than once: %v", dup)
+	}
+	e.noDeadLetters()
+}
+
+// bodiesByKey returns, per key (the body's prefix before "-"), the index
+// in the body of each request, in arrival order; ok: only answered 2xx.
+func bodiesByKey(reqs []sinktest.Request, ok bool) map[string][]int {
+	out := map[string][]int{}
+	for _, r := range reqs {
+		if ok && r.Status != 200 {
+			continue
+		}
+		key, n, _ := strings.Cut(string(r.Body), "-")
+		i, _ := strconv.Atoi(n)
+		out[key] = append(out[key], i)
+	}
+	return out
+}
+
+// The two-level limit: 100/s for the pipeline and 10/s for each key. Three
+// keys of 60 messages each go at 10/s each, side by side, never two of one
+// key closer than the per-key interval allows.
+func TestEachKeyKeepsItsOwnLimitUnderThePipelines(t *testing.T) {
+	t.Parallel()
+	const each = 60
+	e := newEnv(t)
+	rec := sinktest.Start(t, sinktest.OK)
+	for _, k := range []string{"A", "B", "C"} {
+		e.publishKeyed(k, each)
+	}
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
+		c.Rate.Limit = 100
+		c.Rate.PerKey = &shaper.PerKeyRate{Limit: 10}
+		c.Key = &shaper.KeyConfig{From: "header:Merchant-Id"}
+	}))
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool { return rec.DeliveredCount() == 3*each })
+	byKey := map[string][]time.Time{}
+	for _, r := range rec.Requests() {
+		k, _, _ := strings.Cut(string(r.Body), "-")
+		byKey[k] = append(byKey[k], r.At)
+	}
+	for _, k := range []string{"A", "B", "C"} {
+		at := byKey[k]
+		rate := float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds()
+		most := sinktest.MaxInWindow(at, 100*time.Millisecond)
+		t.Logf("key %s: %d requests at %.2f/s, at most %d in any 100ms", k, len(at), rate, most)
+		if rate < 9.5 || rate > 10.5 {
+			t.Errorf("key %s went at %.2f/s; want 10/s ± 5%%", k, rate)
+		}
+		if most > 2 {
+			t.Errorf("key %s: %d requests in one 100ms window; want at most 2", k, most)
+		}
+	}
+	if keys := p.Keys(10); len(keys) != 0 {
+		t.Errorf("lanes after every message was settled: %v; want none listed", keys)
+	}
+	e.noDeadLetters()
+}
+
+// key.ordered: five keys of 40 messages, a sink that refuses a fifth of
+// first attempts with 503. Each key's requests, retries included, come in
+// source order: a retry holds back its own key, and only its key.
+func TestAnOrderedKeySendsInSourceOrderThroughRetries(t *testing.T) {
+	t.Parallel()
+	const keys, each = 5, 40
+	e := newEnv(t)
+	rec := sinktest.Start(t, func(r *http.Request, attempt int) sinktest.Action {
+		if attempt == 1 && crc32.ChecksumIEEE([]byte(r.Header.Get("Idempotency-Key")))%5 == 0 {
+			return sinktest.Action{Status: http.StatusServiceUnavailable}
+		}
+		return sinktest.Action{}
+	})
+	for k := range keys {
+		e.publishKeyed(string(rune('A'+k)), each)
+	}
+	e.start(e.config(rec.URL, func(c *config.Pipeline) {
+		c.Rate.Limit = 100
+		c.Key = &shaper.KeyConfig{From: "header:Merchant-Id", Ordered: true}
+		c.Sink.HTTP.Retry = shaper.RetryConfig{InitialBackoff: 50 * time.Millisecond}
+	}))
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool { return rec.DeliveredCount() == keys*each })
+	refused := 0
+	for _, r := range rec.Requests() {
+		if r.Status == http.StatusServiceUnavailable {
+			refused++
+		}
+	}
+	for key, seq := range bodiesByKey(rec.Requests(), false) {
+		if !slices.IsSorted(seq) {
+			t.Errorf("key %s: requests in order %v; want source order (a retry first)", key, seq)
+		}
+	}
+	for key, seq := range bodiesByKey(rec.Requests(), true) {
+		if len(seq) != each || !slices.IsSorted(seq) {
+			t.Errorf("key %s: delivered %v; want 0..%d in order", key, seq, each-1)
+		}
+	}
+	t.Logf("%d requests, %d refused with 503 and retried; every key in source order", len(rec.Requests()), refused)
+	if refused == 0 {
+		t.Error("the sink refused nothing: the test proves nothing")
 	}
 	e.noDeadLetters()
 }
