@@ -1,9 +1,12 @@
 package shaper
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/limiter"
 )
 
 // keyed returns messages with ids key+"/"+i, the key in header Key.
@@ -88,5 +91,85 @@ func TestTheKeyOfAMessage(t *testing.T) {
 	}
 	if got := keyFunc(&KeyConfig{From: "json:a", Missing: "none"})(&Message{Payload: []byte("not json")}); got != "none" {
 		t.Errorf("key of a payload that is not JSON = %q; want the missing key", got)
+	}
+}
+
+// perKeyLimiter is a leaky limiter of limit per second, as the config
+// package makes for rate.per_key, on the test's own times.
+func perKeyLimiter(limit float64) func(time.Time) Limiter {
+	return func(now time.Time) Limiter {
+		l, err := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1}, now)
+		if err != nil {
+			panic(err)
+		}
+		return l
+	}
+}
+
+// Under rate.per_key a lane is ready only once its own slot has come; take
+// says when the next lane's slot comes, and lanes still take turns.
+func TestALaneWaitsForItsOwnSlotAndIsForgottenOnceItsLimiterIsAsNew(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newBucket(100, laneOptions{limiter: perKeyLimiter(10), idle: 100 * time.Millisecond})
+	key := keyFunc(&KeyConfig{From: "header:Key"})
+	b.admit(now, keyed("A", 3), key)
+	b.admit(now, keyed("B", 1), key)
+	var got []string
+	at := now
+	for len(got) < 4 {
+		tk, due := b.take(at)
+		if tk == nil {
+			if due.IsZero() || !due.After(at) {
+				t.Fatalf("take(%v) = nil, %v; want a later time to wake", at.Sub(now), due)
+			}
+			at = due
+			continue
+		}
+		b.spend(tk, at)
+		got = append(got, fmt.Sprintf("%s@%v", tk.msg.Header["Key"][0], at.Sub(now)))
+		b.release(tk)
+	}
+	if want := []string{"A@0s", "B@0s", "A@100ms", "A@200ms"}; !slices.Equal(got, want) {
+		t.Errorf("departures %v; want %v", got, want)
+	}
+	if active, _ := b.keys(); active != 1 {
+		t.Errorf("%d lanes right after the last departure; want 1 (A's limiter is not as new yet)", active)
+	}
+	if tk, due := b.take(at.Add(99 * time.Millisecond)); tk != nil || !due.Equal(at.Add(100*time.Millisecond)) {
+		t.Errorf("take = %v, %v; want nil and A's idle time", tk, due)
+	}
+	b.take(at.Add(100 * time.Millisecond))
+	if active, _ := b.keys(); active != 0 {
+		t.Errorf("%d lanes once A's limiter is as new; want 0", active)
+	}
+}
+
+// key.ordered: one message of a key out at a time; its retry goes before
+// the key's next message, and holds back only its key.
+func TestAnOrderedLaneLetsOneMessageOutAtATime(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newBucket(100, laneOptions{ordered: true})
+	key := keyFunc(&KeyConfig{From: "header:Key"})
+	b.admit(now, keyed("A", 3), key)
+	b.admit(now, keyed("B", 2), key)
+	a0, _ := b.take(now)
+	b0, _ := b.take(now)
+	if tk, _ := b.take(now); tk != nil {
+		t.Fatalf("took %s while A and B each have one in flight; want nothing", tk.msg.ID)
+	}
+	b.retry(a0, now.Add(time.Second)) // A's first waits for a retry
+	b.release(b0)
+	if tk, _ := b.take(now); tk == nil || tk.msg.Header["Key"][0] != "B" {
+		t.Fatalf("take = %v; want B's second (A is held by its retry)", tk)
+	}
+	if tk, due := b.take(now); tk != nil || !due.Equal(now.Add(time.Second)) {
+		t.Fatalf("take = %v, %v; want nil until A's retry is due", tk, due)
+	}
+	if tk, _ := b.take(now.Add(time.Second)); tk != a0 {
+		t.Fatalf("take at the retry's due time = %v; want A's first again", tk)
+	}
+	b.release(a0)
+	if tk, _ := b.take(now.Add(time.Second)); tk == nil || tk.msg.ID != "A/1" {
+		t.Fatalf("take after A's first settled = %v; want A/1", tk)
 	}
 }
