@@ -200,6 +200,7 @@ type Pipeline struct {
 	Source     string        // the value of source:, such as `{nats: {...}}`
 	Bucket     string        // the value of bucket:; "": {capacity: 1000, max_queue_time: 1m}
 	Rate       string        // the value of rate:
+	Key        string        // the value of key:; "": none
 	Sink       string        // the value of sink:
 	DeadLetter string        // the value of dead_letter:; "": none
 }
@@ -219,6 +220,9 @@ func (p Pipeline) YAML() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "admin: {listen: \"127.0.0.1:0\"}\nshutdown: {drain_timeout: %s}\npipelines:\n  - name: %s\n", p.Drain, p.Name)
 	fmt.Fprintf(&b, "    source: %s\n    bucket: %s\n    rate: %s\n    sink: %s\n", p.Source, p.Bucket, p.Rate, p.Sink)
+	if p.Key != "" {
+		fmt.Fprintf(&b, "    key: %s\n", p.Key)
+	}
 	if p.DeadLetter != "" {
 		fmt.Fprintf(&b, "    dead_letter: %s\n", p.DeadLetter)
 	}
