@@ -107,6 +107,14 @@ var errKafkaClosed = errors.New("kafka: source closed")
 // committed offset has not passed its mark; otherwise it is revoked and read
 // again from the committed offset.
 //
+// # Pauses
+//
+// A receipt's Pause (shaper.Pausable) stops its partition's reader handing
+// out messages until every pause of the partition has been resumed, while
+// the other partitions keep flowing; kafka-go stops fetching the partition
+// once the reader's queue is full. Commits go on, and a rebalance ends the
+// paused reader as any other.
+//
 // # Redelivery
 //
 // Nack(delay) redelivers by itself: the message waits in the session's
@@ -139,6 +147,7 @@ var (
 	_ shaper.Source      = (*Kafka)(nil)
 	_ shaper.LagReporter = (*Kafka)(nil)
 	_ shaper.Revocable   = (*kafkaDelivery)(nil)
+	_ shaper.Pausable    = (*kafkaDelivery)(nil)
 )
 
 // NewKafka returns a source that consumes cfg.Topic in group cfg.Group. cfg
@@ -444,6 +453,21 @@ func (d *kafkaDelivery) Nack(_ context.Context, delay time.Duration) error {
 // assigns it to another member.
 func (d *kafkaDelivery) Revoked() bool {
 	return d.claim.state.Load() != claimOwned
+}
+
+// Pause stops the reader of the message's partition handing Fetch more of
+// it until the returned resume is called; other partitions keep flowing.
+// Pauses nest: the partition stays paused until every resume has been
+// called, and calling one resume again does nothing. What still comes of the
+// partition while it is paused: the one message its reader may be handing
+// over as Pause is called, and its nacked messages once their delay has
+// passed. A pause holds back neither commits, Ack and Nack, nor a
+// rebalance: a partition the member keeps stays paused, and the pause of a
+// revoked partition holds back nothing.
+func (d *kafkaDelivery) Pause() (resume func()) {
+	d.claim.pause()
+	var once sync.Once
+	return func() { once.Do(d.claim.resume) }
 }
 
 // notify wakes the waiter on ch, a channel of size 1, unless it is woken

@@ -72,10 +72,30 @@ func (f *partitionFetcher) read(ctx context.Context, g *kafkaGeneration, c *kafk
 			f.skip(g, c, m)
 			continue
 		}
-		select {
-		case f.incoming <- kafkaFetched{gen: g, claim: c, msg: m}:
-		case <-ctx.Done():
+		if !f.hand(ctx, kafkaFetched{gen: g, claim: c, msg: m}) {
 			return // m was not handed out: the partition's next reader reads it again
+		}
+	}
+}
+
+// hand hands fm to Fetch, and reports whether it did: not when ctx ends
+// first. While fm's claim is paused it waits, without handing fm over, until
+// the claim is resumed; a pause that comes while it waits for Fetch stops
+// the handover. Meanwhile kafka-go fills the reader's queue (the reader's
+// share of kafkaQueueMax) and then stops fetching.
+func (f *partitionFetcher) hand(ctx context.Context, fm kafkaFetched) bool {
+	for {
+		paused, changed := fm.claim.pauseState()
+		incoming := f.incoming
+		if paused {
+			incoming = nil // never ready: wait for changed or ctx
+		}
+		select {
+		case incoming <- fm:
+			return true
+		case <-changed:
+		case <-ctx.Done():
+			return false
 		}
 	}
 }

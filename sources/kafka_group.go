@@ -254,12 +254,56 @@ type kafkaClaim struct {
 	// lag is how many messages lay behind the last one fetched from the
 	// partition, as of that fetch; -1 before the first.
 	lag atomic.Int64
+
+	pauseMu sync.Mutex
+	// paused counts the pauses of the partition not yet resumed
+	// (kafkaDelivery.Pause): its reader hands out nothing while it is above
+	// zero. It is guarded by pauseMu.
+	paused int
+	// pauseChanged is closed, and replaced, whenever paused goes from zero
+	// to one or back, so that the reader can wait for the change in a
+	// select with its ctx. It is guarded by pauseMu.
+	pauseChanged chan struct{}
 }
 
 func newKafkaClaim(partition int) *kafkaClaim {
-	c := &kafkaClaim{partition: partition}
+	c := &kafkaClaim{partition: partition, pauseChanged: make(chan struct{})}
 	c.lag.Store(-1)
 	return c
+}
+
+// pause stops c's reader handing out messages until every pause has been
+// resumed.
+func (c *kafkaClaim) pause() {
+	c.pauseMu.Lock()
+	defer c.pauseMu.Unlock()
+	if c.paused++; c.paused == 1 {
+		c.pauseFlippedLocked()
+	}
+}
+
+// resume takes back one pause; the last one lets c's reader go on.
+func (c *kafkaClaim) resume() {
+	c.pauseMu.Lock()
+	defer c.pauseMu.Unlock()
+	if c.paused--; c.paused == 0 {
+		c.pauseFlippedLocked()
+	}
+}
+
+// pauseState reports whether c is paused, and returns a channel that is
+// closed when that changes.
+func (c *kafkaClaim) pauseState() (bool, <-chan struct{}) {
+	c.pauseMu.Lock()
+	defer c.pauseMu.Unlock()
+	return c.paused > 0, c.pauseChanged
+}
+
+// pauseFlippedLocked wakes whoever waits for c's pause state to change. It
+// requires that c.pauseMu is held.
+func (c *kafkaClaim) pauseFlippedLocked() {
+	close(c.pauseChanged)
+	c.pauseChanged = make(chan struct{})
 }
 
 // kafkaGeneration is one generation of the group as this member runs it.
