@@ -2,6 +2,7 @@ package shaper_test
 
 import (
 	"bytes"
+	"fmt"
 	"hash/crc32"
 	"net/http"
 	"slices"
@@ -167,6 +168,36 @@ func TestAnOrderedKeySendsInSourceOrderThroughRetries(t *testing.T) {
 	t.Logf("%d requests, %d refused with 503 and retried; every key in source order", len(rec.Requests()), refused)
 	if refused == 0 {
 		t.Error("the sink refused nothing: the test proves nothing")
+	}
+	e.noDeadLetters()
+}
+
+// key.max_keys bounds the lanes: past it, messages of new keys share the
+// "" lane, counted in shaper_key_overflow_total, and still all go.
+func TestKeysPastMaxKeysShareTheEmptyKeysLaneAndAreCounted(t *testing.T) {
+	t.Parallel()
+	const keys, each, maxKeys = 50, 2, 10
+	e := newEnv(t)
+	rec := sinktest.Start(t, sinktest.OK)
+	for k := range keys {
+		e.publishKeyed(fmt.Sprintf("K%02d", k), each)
+	}
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
+		c.Rate.Limit = 200
+		c.Key = &shaper.KeyConfig{From: "header:Merchant-Id", MaxKeys: maxKeys}
+	}))
+	most := 0
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool {
+		most = max(most, int(p.metric("shaper_keys_active")))
+		return rec.DeliveredCount() == keys*each
+	})
+	overflow := p.metric("shaper_key_overflow_total")
+	t.Logf("%d messages of %d keys with max_keys %d: at most %d lanes seen, %v messages in the \"\" lane", keys*each, keys, maxKeys, most, overflow)
+	if overflow == 0 {
+		t.Error("shaper_key_overflow_total = 0; want the messages past max_keys counted")
+	}
+	if most > maxKeys+1 {
+		t.Errorf("%d lanes at once; want at most max_keys (%d) and the \"\" lane", most, maxKeys)
 	}
 	e.noDeadLetters()
 }
