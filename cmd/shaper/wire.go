@@ -30,6 +30,10 @@ func buildParts(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err e
 		}
 	}
 	parts.KeyLimiter = pc.Rate.KeyLimiter()
+	if pc.Rate.PerKey != nil && pc.Rate.Shared != nil && !(pc.Source.Kafka != nil && pc.Key.From == "kafka_key") {
+		log.Warn("rate.per_key is held by each replica on its own, not shared through Redis: N replicas may send one key up to N times its limit",
+			"pipeline", pc.Name, "per_key_limit", pc.Rate.PerKey.Limit)
+	}
 	if parts.Source, err = buildSource(pc, name, log.With("pipeline", pc.Name)); err != nil {
 		return parts, fmt.Errorf("source: %w", err)
 	}
