@@ -10,7 +10,14 @@
 //     bucket, the rate and the delivery settings), its defaults and its
 //     rules, each problem with its key path. The whole file, and every
 //     part's keys, are package config's and the parts' own;
-//   - bucket.go: the bounded FIFO and retry heap, and back-pressure;
+//   - bucket.go, lanes.go, keys.go: the bounded bucket and back-pressure:
+//     one lane per key (key.from; one lane in all without it), each a FIFO
+//     of new messages and a heap of retries, with its own limiter under
+//     rate.per_key; lanes whose message is ready take turns in a ring, the
+//     others wait in a heap by the time they are ready; a full lane pauses
+//     its source (Pausable) or hands messages back;
+//   - pushback.go: the gate (a pause, a sink's Retry-After, the circuit
+//     breaker) that holds every departure, and the adaptive rate;
 //   - pipeline.go: fetcher, scheduler, dispatcher, expiry, dead letters,
 //     acks and the graceful drain — the whole life of a message, top to bottom;
 //   - sleep.go: the Clock a pipeline runs on (Parts.Clock; the machine's by
