@@ -2,8 +2,8 @@
 // `make bench` runs) measures, side by side in one run, the shaping
 // precision of the real pipeline beside two baselines, the overhead of the
 // limiter and of a running daemon, the throughput ceiling, memory under a
-// large backlog, the Redis-shared limiter and how the rate follows a sink
-// that pushes back, and writes docs/benchmarks.md, docs/benchmarks.json,
+// large backlog, the Redis-shared limiter, how the rate follows a sink
+// that pushes back and what keys cost (lanes), and writes docs/benchmarks.md, docs/benchmarks.json,
 // docs/shaping.svg and docs/pushback.svg.
 //
 // It reports against the project's goals and never fails on a missed one:
@@ -53,7 +53,7 @@ type options struct {
 	tmp        string // configs, logs and the shaper binary of this run
 }
 
-var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback"}
+var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes"}
 
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -139,12 +139,16 @@ func realMain(ctx context.Context, args []string) error {
 		run("scale", func() (err error) { rep.Scale, err = runScale(ctx, o, env); return }),
 		run("picture", func() (err error) { rep.Picture, err = runPicture(ctx, o, env); return }),
 		run("pushback", func() (err error) { rep.Pushback, err = runPushback(ctx, o, env); return }),
+		run("lanes", func() (err error) { rep.Lanes, err = runLanes(ctx, o, env); return }),
 	)
 	if ctx.Err() != nil {
 		return ctx.Err() // interrupted: nothing worth writing
 	}
 	if rep.Pushback != nil {
 		rep.Pushback.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
+	}
+	if rep.Lanes != nil {
+		rep.Lanes.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Machine.LoadEnd = loadAverage()
@@ -192,7 +196,8 @@ func setup(ctx context.Context, o *options) (_ *environment, err error) {
 	if env.js, err = startJetStream(); err != nil {
 		return nil, err
 	}
-	if env.kafka, err = startKafka(topicSteady, topicIdle, topicThroughput, topicBacklog100k, topicBacklog1M); err != nil {
+	if env.kafka, err = startKafka(topicSteady, topicIdle, topicThroughput, topicBacklog100k, topicBacklog1M,
+		topicLanesOne, topicLanesMany, topicLanesBacklog); err != nil {
 		return nil, err
 	}
 	need := func(s string) bool { return len(o.only) == 0 || o.only[s] }

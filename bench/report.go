@@ -27,6 +27,7 @@ type Report struct {
 	Scale      *ScaleSection      `json:"scale,omitempty"`
 	Picture    *PictureSection    `json:"picture,omitempty"`
 	Pushback   *PushbackSection   `json:"pushback,omitempty"`
+	Lanes      *LanesSection      `json:"lanes,omitempty"`
 
 	written []string
 }
@@ -144,6 +145,9 @@ func evaluateGoals(r *Report) []Goal {
 			}
 		}
 	}
+	if s := r.Lanes; s != nil {
+		goals = append(goals, s.goals()...)
+	}
 	return goals
 }
 
@@ -202,7 +206,7 @@ func (r *Report) markdown() string {
 	p("%s", r.Command)
 	p("```")
 	p("")
-	p("(`make bench` runs the same.) This run: %s, %.0f s%s. Flags: `-only precision,overhead,throughput,scale,picture,pushback`", r.Date, r.Seconds, map[bool]string{true: ", **-quick: short runs, not for publishing**"}[r.Quick])
+	p("(`make bench` runs the same.) This run: %s, %.0f s%s. Flags: `-only %s`", r.Date, r.Seconds, map[bool]string{true: ", **-quick: short runs, not for publishing**"}[r.Quick], strings.Join(sections, ","))
 	p("runs some sections; `-quick` checks the harness in a minute or two; `-cpuprofile FILE` profiles the harness")
 	p("process (the in-process pipelines); `-shaper BIN` uses a prebuilt binary for the `shaper run` children;")
 	p("`-render benchmarks.json` rewrites this page and the pictures from saved figures, measuring nothing. To see")
@@ -422,6 +426,9 @@ func (r *Report) markdown() string {
 
 	if s := r.Pushback; s != nil {
 		r.pushbackMarkdown(p, s)
+	}
+	if s := r.Lanes; s != nil {
+		s.markdown(p)
 	}
 	return b.String()
 }
