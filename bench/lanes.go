@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/shaper-dev/shaper/shaper"
 )
 
 // LanesSection is what keys cost (key.from: a lane of the bucket per key,
@@ -68,18 +72,28 @@ type LaneCPU struct {
 // Backlog messages over Keys keys, with key.max_keys MaxKeys, for Seconds
 // from its first delivery.
 type LaneBacklog struct {
-	Backlog   int     `json:"backlog"`
-	Keys      int     `json:"keys"`
-	MaxKeys   int     `json:"max_keys"`
-	Capacity  int     `json:"capacity"`
-	Limit     float64 `json:"limit"`
-	Seconds   float64 `json:"seconds"`
-	Delivered int64   `json:"delivered"`
+	Backlog  int     `json:"backlog"`
+	Keys     int     `json:"keys"`
+	MaxKeys  int     `json:"max_keys"`
+	Capacity int     `json:"capacity"`
+	Limit    float64 `json:"limit"`
+	// RunSeconds is how long the run may last from the first delivery, and
+	// Seconds how long it did (less when every message was delivered).
+	RunSeconds float64 `json:"run_seconds"`
+	Seconds    float64 `json:"seconds"`
+	Delivered  int64   `json:"delivered"`
 	// LanesActive is the most shaper_keys_active, and Overflow the
 	// shaper_key_overflow_total at the end: messages put in the "" lane
 	// because max_keys lanes existed.
 	LanesActive float64 `json:"lanes_active_max"`
 	Overflow    float64 `json:"key_overflow"`
+	// Held is the most shaper_bucket_depth: messages held, in flight
+	// included.
+	Held float64 `json:"held_max"`
+	// Deepest is the lane holding the most messages at the end (GET
+	// /v1/pipelines/{name}/keys?top=1); the "" lane holds every key past
+	// max_keys.
+	Deepest *shaper.KeyStatus `json:"deepest,omitempty"`
 	// HeapMiB is the most go_memstats_heap_inuse_bytes (sampled every
 	// 200ms), RSSMiB the peak resident set (VmHWM), and BoundMiB the bound
 	// stated for it: the peak plus a quarter, rounded up to 16 MiB.
@@ -378,13 +392,15 @@ func laneBacklog(ctx context.Context, o *options, env *environment) (*LaneBacklo
 	if !sink.waitCount(ctx, 1, time.Minute) {
 		return nil, fmt.Errorf("nothing delivered within a minute; log:\n%s", ch.tail())
 	}
+	r.RunSeconds = run.Seconds()
 	progress("lanes: %d messages over %d keys, max_keys %d: %v from the first delivery", r.Backlog, r.Keys, r.MaxKeys, run)
-	const active, overflow, heap = "shaper_keys_active", "shaper_key_overflow_total", "go_memstats_heap_inuse_bytes"
+	const active, overflow, depth, heap = "shaper_keys_active", "shaper_key_overflow_total", "shaper_bucket_depth", "go_memstats_heap_inuse_bytes"
 	start := time.Now()
 	sample := func() {
-		if m, err := ch.scrape(active, overflow, heap); err == nil {
+		if m, err := ch.scrape(active, overflow, depth, heap); err == nil {
 			r.LanesActive = max(r.LanesActive, m[active])
 			r.Overflow = max(r.Overflow, m[overflow])
+			r.Held = max(r.Held, m[depth])
 			r.HeapMiB = max(r.HeapMiB, m[heap]/(1<<20))
 		}
 	}
@@ -395,6 +411,11 @@ func laneBacklog(ctx context.Context, o *options, env *environment) (*LaneBacklo
 	sample()
 	r.Seconds = time.Since(start).Seconds()
 	r.Delivered = sink.count.Load()
+	if top, err := ch.keys("lanes", 1); err == nil && len(top) > 0 {
+		r.Deepest = &top[0]
+	} else if err != nil {
+		progress("lanes: GET keys: %v", err) // the table goes without it
+	}
 	_, peak, err := procMemory(ch.pid())
 	if err != nil {
 		return nil, err
@@ -405,6 +426,21 @@ func laneBacklog(ctx context.Context, o *options, env *environment) (*LaneBacklo
 		r.Delivered, r.Seconds, r.LanesActive, r.Overflow, r.HeapMiB, r.RSSMiB, r.BoundMiB)
 	ch.stop(10 * time.Second)
 	return r, nil
+}
+
+// keys returns the child's top deepest lanes of pipeline name (GET
+// /v1/pipelines/{name}/keys).
+func (c *child) keys(name string, top int) ([]shaper.KeyStatus, error) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/v1/pipelines/%s/keys?top=%d", c.admin, name, top))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/pipelines/%s/keys: %s", name, resp.Status)
+	}
+	var out []shaper.KeyStatus
+	return out, json.NewDecoder(resp.Body).Decode(&out)
 }
 
 // publishKeyed produces n records to topic, round robin over its
@@ -582,16 +618,30 @@ func (s *LanesSection) markdown(p func(string, ...any)) {
 		p("")
 		p("A `shaper run` child consumes a Kafka backlog (kfake, %d partitions) of %s messages whose header `%s` holds", kafkaPartitions, thousands(b.Backlog), laneHeader)
 		p("one of %s keys in turn, with `key: {from: \"header:%s\", max_keys: %d}`, `bucket: {capacity: %d, max_queue_time: 1m}`,", thousands(b.Keys), laneHeader, b.MaxKeys, b.Capacity)
-		p("`rate.limit` %v and `max_in_flight: 64`, for %.0f s from its first delivery. Past `max_keys` lanes, messages of", b.Limit, b.Seconds)
-		p("a new key go to the \"\" lane and are counted (`shaper_key_overflow_total`). Lanes are the most")
+		p("`rate.limit` %v and `max_in_flight: 64`, for %.0f s from its first delivery or until every message is delivered. Past", b.Limit, b.RunSeconds)
+		p("`max_keys` lanes, messages of a new key go to the \"\" lane and are counted (`shaper_key_overflow_total`). Lanes are the most")
 		p("`shaper_keys_active` its `/metrics` showed (sampled every 200 ms), heap the most `go_memstats_heap_inuse_bytes`,")
 		p("RSS its peak resident set (`VmHWM`).")
 		p("")
-		p("| backlog | keys | max_keys | delivered | lanes (most) | overflow counted | heap in use (max) | RSS (peak) |")
-		p("|---:|---:|---:|---:|---:|---:|---:|---:|")
-		p("| %s | %s | %s | %s in %.1f s | %s | %s | %.1f MiB | %.1f MiB |", thousands(b.Backlog), thousands(b.Keys), thousands(b.MaxKeys),
-			thousands(int(b.Delivered)), b.Seconds, thousands(int(b.LanesActive)), thousands(int(b.Overflow)), b.HeapMiB, b.RSSMiB)
+		p("| backlog | keys | max_keys | delivered | held (most) | lanes (most) | overflow counted | heap in use (max) | RSS (peak) |")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		p("| %s | %s | %s | %s in %.1f s | %s | %s | %s | %.1f MiB | %.1f MiB |", thousands(b.Backlog), thousands(b.Keys), thousands(b.MaxKeys),
+			thousands(int(b.Delivered)), b.Seconds, thousands(int(b.Held)), thousands(int(b.LanesActive)), thousands(int(b.Overflow)), b.HeapMiB, b.RSSMiB)
 		p("")
+		switch d := b.Deepest; {
+		case d == nil:
+		case d.Key == "":
+			p("At the end the deepest lane was the \"\" lane, where the keys past `max_keys` go: it held %s messages, the oldest", thousands(d.Depth))
+			p("queued for %.1f s. It takes one turn per round like any key, however many keys share it.", d.OldestWait)
+			p("")
+		default:
+			p("At the end the deepest lane was %q, holding %s messages, the oldest queued for %.1f s.", d.Key, thousands(d.Depth), d.OldestWait)
+			p("")
+		}
+		if b.Held > 0 {
+			p("The heap is mostly the messages held: %.1f KiB of heap in use per message held at the most.", b.HeapMiB*1024/b.Held)
+			p("")
+		}
 		p("**The bound**: with this config the daemon's RSS stays under **%.0f MiB** (the peak measured, plus a quarter,", b.BoundMiB)
 		p("rounded up to 16 MiB).")
 		p("")
