@@ -102,21 +102,38 @@ type Rate struct {
 }
 
 // KeyLimiter returns what makes one key's own limiter under a defaulted,
-// validated rate.per_key, or nil without one. Each replica limits its own
-// keys: a per-key limit is not shared through Redis.
-func (r Rate) KeyLimiter() func(now time.Time) shaper.Limiter {
+// validated rate.per_key, on this replica alone, or nil without one. (With
+// rate.shared, cmd/shaper shares it through Redis instead.)
+func (r Rate) KeyLimiter() func(key string, now time.Time) shaper.Limiter {
 	pk := r.PerKey
 	if pk == nil {
 		return nil
 	}
 	cfg := limiter.Config{Mode: limiter.Mode(r.Mode), Limit: pk.Limit, Burst: *pk.Burst}
-	return func(now time.Time) shaper.Limiter {
+	return func(_ string, now time.Time) shaper.Limiter {
 		l, err := limiter.New(cfg, now)
 		if err != nil {
 			panic("config: rate.per_key was not validated: " + err.Error())
 		}
 		return l
 	}
+}
+
+// SharedKeys is the config of the per-key limits shared through Redis
+// under rate.shared, or false when they are not: without rate.per_key or
+// rate.shared, or when each key lives in one Kafka partition (key.from:
+// kafka_key), so that the replica that owns the partition owns the key and
+// a local limit is already global. A key's fallback limit is scaled as
+// fallback_limit scales rate.limit.
+func (p Pipeline) SharedKeys() (limiter.SharedKeysConfig, bool) {
+	pk, sh := p.Rate.PerKey, p.Rate.Shared
+	if pk == nil || sh == nil || p.Source.Kafka != nil && p.Key.From == "kafka_key" {
+		return limiter.SharedKeysConfig{}, false
+	}
+	return limiter.SharedKeysConfig{
+		Prefix: sh.Key + ":key:", Mode: limiter.Mode(p.Rate.Mode), Limit: pk.Limit, Burst: *pk.Burst,
+		FallbackLimit: pk.Limit * min(1, sh.FallbackLimit/p.Rate.Limit), Timeout: sh.Timeout,
+	}, true
 }
 
 // Sink selects the sink of a pipeline.

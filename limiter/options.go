@@ -147,6 +147,11 @@ func (s OwnedShared) Close() error {
 	return errors.Join(s.Shared.Close(), s.client.Close())
 }
 
+// Keys returns per-key limits of cfg through s's Redis client.
+func (s OwnedShared) Keys(cfg SharedKeysConfig) (*SharedKeys, error) {
+	return NewSharedKeys(s.client, cfg)
+}
+
 // NewSharedFrom connects to Redis as o says and returns the shared limiter
 // of rate local (mode, limit and burst) under o, which owns its client.
 // log receives what SharedConfig.Logger would.

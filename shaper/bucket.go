@@ -28,6 +28,11 @@ type task struct {
 	err error
 	// probe marks the attempt in flight as the circuit breaker's probe.
 	probe bool
+	// keySlot is whether the task holds its key's slot (rate.per_key) for
+	// the departure it waits for: taken before the pipeline's own slot, so
+	// that a key whose shared slot another replica took costs the
+	// pipeline none.
+	keySlot bool
 	// lane is the lane of the message's key, which holds it until it is
 	// settled.
 	lane *lane
@@ -72,9 +77,9 @@ type laneOptions struct {
 	perKey, maxKeys int
 	// ordered lets one message of a lane out at a time (key.ordered).
 	ordered bool
-	// limiter makes a lane's own limiter (rate.per_key; nil: none), and
+	// limiter makes a key's own limiter (rate.per_key; nil: none), and
 	// idle is how long after its last slot such a limiter is as new.
-	limiter func(now time.Time) Limiter
+	limiter func(key string, now time.Time) Limiter
 	idle    time.Duration
 }
 
@@ -210,7 +215,7 @@ func (b *bucket) laneLocked(k string, now time.Time) *lane {
 	}
 	l := &lane{key: k, index: -1}
 	if b.opt.limiter != nil {
-		l.lim = b.opt.limiter(now)
+		l.lim = b.opt.limiter(k, now)
 	}
 	b.lanes[k] = l
 	return l
@@ -286,14 +291,30 @@ func (b *bucket) parkLocked(l *lane, now, at time.Time, ok bool) {
 }
 
 // spend takes the slot of t's lane under rate.per_key, at now, as t
-// departs: take returned t only once that slot had come.
-func (b *bucket) spend(t *task, now time.Time) {
-	b.mu.Lock()
-	if l := t.lane; l.lim != nil {
-		l.lim.Allow(now)
-		l.lastSlot = now
+// departs, and reports whether it got it. A local limiter always gives it:
+// take returned t only once the slot had come. A shared one (Redis) may
+// find another replica took it; its Next then says when the next comes.
+// The limiter is asked outside the bucket's lock, since a shared one makes
+// a Redis call.
+func (b *bucket) spend(t *task, now time.Time) bool {
+	l := t.lane
+	if l.lim == nil {
+		return true
 	}
+	if !l.lim.Allow(now) {
+		return false
+	}
+	b.mu.Lock()
+	l.lastSlot = now
 	b.mu.Unlock()
+	return true
+}
+
+// putBack returns a task the scheduler took but did not send to the head
+// of its lane, as it was: it keeps its place in its key's order and its
+// time in the bucket.
+func (b *bucket) putBack(t *task) {
+	b.retry(t, t.queued)
 }
 
 // drain removes and returns every queued task, for nacking at shutdown.

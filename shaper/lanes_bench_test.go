@@ -189,8 +189,8 @@ func benchKeyed(n int) []*Message {
 
 // benchKeyLimiter makes a lane's own leaky limiter of limit per second, as
 // the config package does for rate.per_key.
-func benchKeyLimiter(limit float64) func(time.Time) Limiter {
-	return func(now time.Time) Limiter {
+func benchKeyLimiter(limit float64) func(string, time.Time) Limiter {
+	return func(_ string, now time.Time) Limiter {
 		l, err := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1}, now)
 		if err != nil {
 			panic(err)

@@ -96,8 +96,8 @@ func TestTheKeyOfAMessage(t *testing.T) {
 
 // perKeyLimiter is a leaky limiter of limit per second, as the config
 // package makes for rate.per_key, on the test's own times.
-func perKeyLimiter(limit float64) func(time.Time) Limiter {
-	return func(now time.Time) Limiter {
+func perKeyLimiter(limit float64) func(string, time.Time) Limiter {
+	return func(_ string, now time.Time) Limiter {
 		l, err := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1}, now)
 		if err != nil {
 			panic(err)

@@ -30,7 +30,7 @@ type Parts struct {
 	Limiter    Limiter
 	// KeyLimiter makes one key's own limiter, starting at now, under
 	// rate.per_key; nil when there is none.
-	KeyLimiter func(now time.Time) Limiter
+	KeyLimiter func(key string, now time.Time) Limiter
 	// Clock is the time the pipeline runs on; nil is the machine's clock.
 	Clock   Clock
 	Metrics *Metrics
@@ -135,7 +135,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 
 // lanesOf shapes the bucket's lanes for cfg: without key: there is one
 // lane, bound by nothing but the capacity.
-func lanesOf(cfg PipelineConfig, limiter func(time.Time) Limiter) laneOptions {
+func lanesOf(cfg PipelineConfig, limiter func(string, time.Time) Limiter) laneOptions {
 	k := cfg.Key
 	if k == nil {
 		return laneOptions{}
@@ -394,7 +394,8 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 
 // departure waits for the next task and its rate slot, and returns the task
 // to send now. It returns nil when nothing departs: with more true when
-// every ready task expired (look again), false when the scheduler is done
+// every ready task expired or went back to its lane (look again), false
+// when the scheduler is done
 // (the drain is complete, or schedCtx ended; a task it held goes back into
 // the bucket, to be nacked with the rest).
 func (p *Pipeline) departure(ctx, schedCtx context.Context, wg *sync.WaitGroup) (t *task, more bool) {
@@ -404,7 +405,7 @@ func (p *Pipeline) departure(ctx, schedCtx context.Context, wg *sync.WaitGroup) 
 	t, ok := p.depart(ctx, schedCtx, t, wg)
 	switch {
 	case !ok:
-		p.bucket.retry(t, time.Time{})
+		p.bucket.putBack(t)
 		return nil, false
 	case t == nil: // every ready task expired
 		return nil, true
@@ -412,10 +413,12 @@ func (p *Pipeline) departure(ctx, schedCtx context.Context, wg *sync.WaitGroup) 
 	return t, false
 }
 
-// depart waits for the rate slot of t and takes it, and returns the task to
-// send in it: t, or when t expired before its slot, the next ready task that
-// did not; nil when every ready task expired. It reports false, with the
-// task it held, when schedCtx ended first.
+// depart waits for the rate slot of t and takes it, with t's key's own
+// slot (rate.per_key) first, and returns the task to send in it: t, or when
+// t expired before its slot, the next ready task that did not; nil when
+// every ready task expired, or when another replica took t's key's shared
+// slot (t is back in its lane). It reports false, with the task it held,
+// when schedCtx ended first.
 //
 // While the gate holds departures (paused, throttled, breaker open) it
 // waits for the hold to end or for t's deadline, whichever comes first, and
@@ -458,8 +461,20 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		// limiter's lease gone stale) or a hold began; then ask again,
 		// having taken nothing.
 		now = p.clock.Now()
-		if _, why := p.gate.shut(now); why == holdNone && p.lim.Allow(now) {
-			p.bucket.spend(t, now)
+		if _, why := p.gate.shut(now); why != holdNone {
+			continue
+		}
+		if !t.keySlot {
+			if !p.bucket.spend(t, now) {
+				// Another replica took the key's shared slot: t goes
+				// back to its lane, which waits for the key's next.
+				p.bucket.putBack(t)
+				return nil, true
+			}
+			t.keySlot = true
+		}
+		if p.lim.Allow(now) {
+			t.keySlot = false
 			t.probe = p.gate.departing(now)
 			return t, true
 		}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/kafkatest"
+	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 )
@@ -151,5 +153,55 @@ func TestKafkaOrderedKeysKeepSourceOrderThroughRetriesAndASIGKILL(t *testing.T) 
 	}
 	if refused == 0 {
 		t.Error("the sink refused nothing: the test proves nothing")
+	}
+}
+
+// Three replicas on one JetStream consumer with rate.shared and
+// rate.per_key: each key's own limit, 10/s, holds for the three together
+// (through Redis), under the shared 100/s.
+func TestThreeReplicasHoldEachKeyToOneSharedPerKeyLimit(t *testing.T) {
+	const each, perKey = 60, 10.0
+	natsURL := natstest.Start(t).ClientURL()
+	natstest.Stream(t, natsURL, "CALLBACKS", "callbacks.>")
+	for _, key := range []string{"A", "B"} {
+		natstest.PublishKeyed(t, natsURL, "callbacks.psp", "Merchant-Id", key, each)
+	}
+	sink := sinktest.Start(t, sinktest.OK)
+	redis := redistest.Start(t)
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Drain:  time.Second,
+		Source: natsSource(natsURL),
+		Bucket: "{capacity: 50, max_queue_time: 1m}",
+		Rate: fmt.Sprintf(`{limit: 100, per_key: {limit: %v}, shared: {redis: {addr: "%s"}, key: "shaper:test:keys", fallback_limit: 30}}`,
+			perKey, redis.Addr),
+		Key:  "{from: header:Merchant-Id}",
+		Sink: httpSink(sink.URL, 4),
+	}.YAML())
+	var children []*childtest.Process
+	for range 3 {
+		children = append(children, startChild(t, config))
+	}
+	testwait.For(t, 60*time.Second, "every message delivered", func() bool { return sink.DeliveredCount() == 2*each })
+	for _, c := range children {
+		c.Stop()
+	}
+	byKey := map[string][]time.Time{}
+	for _, r := range sink.Requests() {
+		key, _ := keyOf(r.Body)
+		byKey[key] = append(byKey[key], r.At)
+	}
+	for _, key := range []string{"A", "B"} {
+		at := byKey[key]
+		slices.SortFunc(at, time.Time.Compare)
+		rate := float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds()
+		most := sinktest.MaxInWindow(at, 100*time.Millisecond)
+		t.Logf("key %s: %d requests from 3 replicas at %.2f/s together, at most %d in any 100ms", key, len(at), rate, most)
+		// Over-sending is the failure; a busy machine only under-sends.
+		if rate > perKey*1.05 || rate < perKey*0.9 {
+			t.Errorf("key %s at %.2f/s for the 3 replicas together; want %v/s +5%% -10%% (not 3×)", key, rate, perKey)
+		}
+		if most > 2 {
+			t.Errorf("key %s: %d requests in one 100ms window; want at most 2", key, most)
+		}
 	}
 }

@@ -29,10 +29,8 @@ func buildParts(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err e
 			return parts, fmt.Errorf("dead_letter: %w", err)
 		}
 	}
-	parts.KeyLimiter = pc.Rate.KeyLimiter()
-	if pc.Rate.PerKey != nil && pc.Rate.Shared != nil && !(pc.Source.Kafka != nil && pc.Key.From == "kafka_key") {
-		log.Warn("rate.per_key is held by each replica on its own, not shared through Redis: N replicas may send one key up to N times its limit",
-			"pipeline", pc.Name, "per_key_limit", pc.Rate.PerKey.Limit)
+	if parts.KeyLimiter, err = buildKeyLimiter(pc, parts.Limiter, log.With("pipeline", pc.Name)); err != nil {
+		return parts, fmt.Errorf("rate.per_key: %w", err)
 	}
 	if parts.Source, err = buildSource(pc, name, log.With("pipeline", pc.Name)); err != nil {
 		return parts, fmt.Errorf("source: %w", err)
@@ -48,6 +46,23 @@ func buildLimiter(cfg config.Rate, log *slog.Logger) (shaper.Limiter, error) {
 		return limiter.New(local, time.Now())
 	}
 	return limiter.NewSharedFrom(*cfg.Shared, local, log, time.Now())
+}
+
+// buildKeyLimiter returns what makes each key's own limiter: shared through
+// the pipeline's shared limiter's Redis client when pc says so, else one
+// on this replica; nil without rate.per_key.
+func buildKeyLimiter(pc config.Pipeline, lim shaper.Limiter, log *slog.Logger) (func(string, time.Time) shaper.Limiter, error) {
+	cfg, shared := pc.SharedKeys()
+	owned, ok := lim.(*limiter.OwnedShared)
+	if !shared || !ok {
+		return pc.Rate.KeyLimiter(), nil
+	}
+	cfg.Logger = log
+	keys, err := owned.Keys(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(key string, now time.Time) shaper.Limiter { return keys.For(key, now) }, nil
 }
 
 // buildSink, buildDeadLetter and buildSource return a nil interface, never

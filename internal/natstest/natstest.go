@@ -80,6 +80,20 @@ func Publish(t testing.TB, url, subject string, n int) {
 	})
 }
 
+// PublishKeyed publishes n messages to subject with header header: key
+// and bodies key+"-0"...
+func PublishKeyed(t testing.TB, url, subject, header, key string, n int) {
+	t.Helper()
+	withJetStream(t, url, func(ctx context.Context, js jetstream.JetStream) {
+		for i := range n {
+			m := &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%s-%d", key, i), Header: nats.Header{header: {key}}}
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatalf("natstest: publish %s-%d to %s: %v", key, i, subject, err)
+			}
+		}
+	})
+}
+
 // withJetStream runs f on a short-lived connection, with a minute to do it.
 func withJetStream(t testing.TB, url string, f func(context.Context, jetstream.JetStream)) {
 	t.Helper()
