@@ -246,14 +246,23 @@ func (b *bucket) retry(t *task, due time.Time) {
 // (round robin). When none is ready it returns nil and the time the next
 // lane's message becomes ready (a retry falls due, a per-key slot comes),
 // or the zero time if none will by itself. Each call costs O(log lanes),
-// amortised.
+// amortised; one that finds maxParked lanes in the ring not ready files
+// them away and returns nil and now, so that the lock is not held for a
+// whole ring of them.
 func (b *bucket) take(now time.Time) (*task, time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for len(b.timed) > 0 && !b.timed[0].at.After(now) {
-		b.ring.add(heap.Pop(&b.timed).(*lane))
+	for off := b.timed.offset(now); ; {
+		l := b.timed.popDue(off)
+		if l == nil {
+			break
+		}
+		b.ring.add(l)
 	}
-	for b.ring.cursor != nil {
+	for parked := 0; b.ring.cursor != nil; parked++ {
+		if parked == maxParked {
+			return nil, now // more to look at: the caller asks again at once, having let others in
+		}
 		l := b.ring.cursor
 		at, ok := l.ready(now, b.opt.ordered)
 		if ok && !at.After(now) {
@@ -265,11 +274,14 @@ func (b *bucket) take(now time.Time) (*task, time.Time) {
 		b.ring.remove(l)
 		b.parkLocked(l, now, at, ok)
 	}
-	if len(b.timed) > 0 {
-		return nil, b.timed[0].at
+	if b.timed.len() > 0 {
+		return nil, b.timed.first()
 	}
 	return nil, time.Time{}
 }
+
+// maxParked bounds how many lanes one take files away.
+const maxParked = 256
 
 // parkLocked files a lane out of the ring at now (zero: not known): in the
 // timed heap when its next message is ready at at (ok), nowhere while its
