@@ -216,6 +216,7 @@ func (b *bucket) laneLocked(k string, now time.Time) *lane {
 	l := &lane{key: k, index: -1}
 	if b.opt.limiter != nil {
 		l.lim = b.opt.limiter(k, now)
+		l.slot = l.lim.Next(now)
 	}
 	b.lanes[k] = l
 	return l
@@ -313,13 +314,15 @@ func (b *bucket) spend(t *task, now time.Time) bool {
 	if l.lim == nil {
 		return true
 	}
-	if !l.lim.Allow(now) {
-		return false
-	}
+	ok := l.lim.Allow(now)
+	next := l.lim.Next(now)
 	b.mu.Lock()
-	l.lastSlot = now
+	l.slot = next
+	if ok {
+		l.lastSlot = now
+	}
 	b.mu.Unlock()
-	return true
+	return ok
 }
 
 // putBack returns a task the scheduler took but did not send to the head

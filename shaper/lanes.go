@@ -24,10 +24,11 @@ type lane struct {
 	// retries are the lane's messages waiting for a retry, by due time.
 	retries retryHeap
 	held    int
-	// lim is the lane's own limit (nil without rate.per_key); lastSlot is
-	// the time of the last slot taken from it.
-	lim      Limiter
-	lastSlot time.Time
+	// lim is the lane's own limit (nil without rate.per_key); slot is when
+	// its next slot comes, as lim said after the last Allow (only Allow
+	// moves it), and lastSlot the time of the last slot taken.
+	lim            Limiter
+	slot, lastSlot time.Time
 	// resumes let the sources paused for this key go on, once the lane has
 	// room again (see Pausable).
 	resumes []func()
@@ -75,7 +76,7 @@ func (l *lane) ready(now time.Time, ordered bool) (at time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	if l.lim != nil {
-		at = later(at, l.lim.Next(now))
+		at = later(at, l.slot)
 	}
 	return at, true
 }
