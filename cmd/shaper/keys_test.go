@@ -98,6 +98,51 @@ func TestKafkaAFloodingKeyDoesNotHoldBackAnotherInAnotherPartition(t *testing.T)
 	}
 }
 
+// refusingSink answers 503 to a fifth of first attempts (by
+// Idempotency-Key) and 200 to the rest.
+func refusingSink(t *testing.T) *sinktest.Sink {
+	return sinktest.Start(t, func(r *http.Request, attempt int) sinktest.Action {
+		if attempt == 1 && crc32.ChecksumIEEE([]byte(r.Header.Get("Idempotency-Key")))%5 == 0 {
+			return sinktest.Action{Status: http.StatusServiceUnavailable}
+		}
+		return sinktest.Action{}
+	})
+}
+
+// checkFirstDeliveriesInOrder checks that the first request of each
+// message came in source order for each of keys keys (A, B...) of each
+// messages, all of them, and returns how many requests were refused.
+func checkFirstDeliveriesInOrder(t *testing.T, sink *sinktest.Sink, keys, each int) (refused int) {
+	t.Helper()
+	seen := map[string]bool{}
+	firsts := map[string][]int{}
+	for _, r := range sink.Requests() {
+		if r.Status == http.StatusServiceUnavailable {
+			refused++
+		}
+		if seen[string(r.Body)] {
+			continue
+		}
+		seen[string(r.Body)] = true
+		key, i := keyOf(r.Body)
+		firsts[key] = append(firsts[key], i)
+	}
+	unique, total := sink.Counts()
+	t.Logf("%d unique, %d requests, %d refused with 503 and retried", unique, total, refused)
+	if len(firsts) != keys {
+		t.Errorf("%d keys delivered; want %d", len(firsts), keys)
+	}
+	for key, seq := range firsts {
+		if len(seq) != each || !slices.IsSorted(seq) {
+			t.Errorf("key %s: first deliveries %v; want 0..%d in order", key, seq, each-1)
+		}
+	}
+	if refused == 0 {
+		t.Error("the sink refused nothing: the test proves nothing")
+	}
+	return refused
+}
+
 // key.ordered on Kafka, keys A..E of 40 messages each spread over four
 // partitions by key, a sink that refuses a fifth of first attempts with
 // 503, and a SIGKILL halfway: every key's first deliveries come in source
@@ -108,12 +153,7 @@ func TestKafkaOrderedKeysKeepSourceOrderThroughRetriesAndASIGKILL(t *testing.T) 
 	for i := range keys {
 		k.Produce("callbacks", keyedRecords(string(rune('A'+i)), each, -1))
 	}
-	sink := sinktest.Start(t, func(r *http.Request, attempt int) sinktest.Action {
-		if attempt == 1 && crc32.ChecksumIEEE([]byte(r.Header.Get("Idempotency-Key")))%5 == 0 {
-			return sinktest.Action{Status: http.StatusServiceUnavailable}
-		}
-		return sinktest.Action{}
-	})
+	sink := refusingSink(t)
 	config := childtest.WriteConfig(t, childtest.Pipeline{
 		Source: kafkatest.SourceYAML(k.Addr, "callbacks", "shaper-psp", "commit_interval: 200ms"),
 		Rate:   "{limit: 50}",
@@ -130,27 +170,8 @@ func TestKafkaOrderedKeysKeepSourceOrderThroughRetriesAndASIGKILL(t *testing.T) 
 	testwait.For(t, 60*time.Second, "every message delivered after the restart", func() bool { return sink.DeliveredCount() == keys*each })
 	second.Stop()
 
-	seen := map[string]bool{}
-	firsts := map[string][]int{}
-	refused := 0
-	for _, r := range sink.Requests() {
-		if r.Status == http.StatusServiceUnavailable {
-			refused++
-		}
-		if seen[string(r.Body)] {
-			continue
-		}
-		seen[string(r.Body)] = true
-		key, i := keyOf(r.Body)
-		firsts[key] = append(firsts[key], i)
-	}
-	unique, total := sink.Counts()
-	t.Logf("SIGKILL after %d delivered; %d unique, %d requests, %d refused with 503 and retried", before, unique, total, refused)
-	for key, seq := range firsts {
-		if len(seq) != each || !slices.IsSorted(seq) {
-			t.Errorf("key %s: first deliveries %v; want 0..%d in order", key, seq, each-1)
-		}
-	}
+	t.Logf("SIGKILL after %d delivered", before)
+	refused := checkFirstDeliveriesInOrder(t, sink, keys, each)
 	if refused == 0 {
 		t.Error("the sink refused nothing: the test proves nothing")
 	}
@@ -204,4 +225,40 @@ func TestThreeReplicasHoldEachKeyToOneSharedPerKeyLimit(t *testing.T) {
 			t.Errorf("key %s: %d requests in one 100ms window; want at most 2", key, most)
 		}
 	}
+}
+
+// key.ordered on Kafka across two rebalances: a second member joins while
+// eight keys are being delivered (taking half the partitions, and so half
+// the keys), then leaves (giving them back). Each key's first deliveries
+// stay in source order, and nothing is lost: the old owner of a partition
+// sends nothing more of it and settles what it has in flight before the
+// new owner reads on from the commit.
+func TestKafkaOrderedKeysKeepSourceOrderAcrossRebalances(t *testing.T) {
+	const keys, each = 8, 40
+	k := kafkatest.Start(t, kfake.SeedTopics(4, "callbacks"))
+	for i := range keys {
+		k.Produce("callbacks", keyedRecords(string(rune('A'+i)), each, -1))
+	}
+	sink := refusingSink(t)
+	config := childtest.WriteConfig(t, childtest.Pipeline{
+		Drain:  5 * time.Second,
+		Source: kafkatest.SourceYAML(k.Addr, "callbacks", "shaper-psp", "commit_interval: 200ms"),
+		Bucket: "{capacity: 20, max_queue_time: 1m}", // each member holds little: most is left to hand over
+		Rate:   "{limit: 40}",
+		Key:    "{from: kafka_key, ordered: true}",
+		Sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 8, retry: {initial_backoff: 50ms}}}`, sink.URL),
+	}.YAML())
+
+	first := startChild(t, config)
+	testwait.For(t, 60*time.Second, "60 deliveries", func() bool { return sink.DeliveredCount() >= 60 })
+	second := startChild(t, config) // a rebalance: the partitions are split
+	testwait.For(t, 60*time.Second, "both members delivering", func() bool {
+		return sink.DeliveredCount() >= 120
+	})
+	second.Stop() // a rebalance: its partitions go back to the first
+	atLeave := sink.DeliveredCount()
+	testwait.For(t, 60*time.Second, "every message delivered", func() bool { return sink.DeliveredCount() == keys*each })
+	first.Stop()
+	t.Logf("second member joined at 60 delivered and left at %d", atLeave)
+	checkFirstDeliveriesInOrder(t, sink, keys, each)
 }
