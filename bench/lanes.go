@@ -7,13 +7,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/shaper-dev/shaper/shaper"
@@ -40,6 +49,9 @@ type LanesSection struct {
 	// Backlog is a child working through many keys with max_keys below
 	// their number.
 	Backlog *LaneBacklog `json:"backlog,omitempty"`
+	// TwoKeys is the run behind docs/lanes.svg: one key flooding and one
+	// behind it, without lanes and with.
+	TwoKeys *LaneTwoKeys `json:"two_keys,omitempty"`
 	// MeasuredBy is the run that measured the section, which stays with it
 	// when it is merged into the report of another run.
 	MeasuredBy Provenance `json:"measured_by"`
@@ -131,7 +143,17 @@ func runLanes(ctx context.Context, o *options, env *environment) (*LanesSection,
 		return nil, fmt.Errorf("backlog: %w", err)
 	}
 	sec.Backlog = bl
+	tk, err := laneTwoKeys(ctx, o, env)
+	if err != nil {
+		return nil, fmt.Errorf("two keys: %w", err)
+	}
+	sec.TwoKeys = tk
 	sec.Load = probe.stop()
+	// report.write knows the pictures of the picture and push-back
+	// sections only; this one is written here, beside them.
+	if err := writeLanesSVG(o.out, tk); err != nil {
+		return nil, err
+	}
 	return sec, nil
 }
 
@@ -533,6 +555,9 @@ func (s *LanesSection) markdown(p func(string, ...any)) {
 	p("")
 	p("%s", loadLine(s.Load))
 	p("")
+	if tk := s.TwoKeys; tk != nil {
+		tk.markdown(p)
+	}
 	p("### One scheduling decision")
 	p("")
 	p("`%s` (from the module root), medians of %d runs. One op is the bucket's part of one departure, the task put", s.DecisionCommand, runsOf(s.Decisions))
@@ -653,4 +678,504 @@ func runsOfMemory(m []LaneMemory) int {
 		return 0
 	}
 	return m[0].Runs
+}
+
+// LaneTwoKeys is the run behind docs/lanes.svg (issue 13): a stream holds
+// A callbacks of merchant A and then B of merchant B (header
+// Merchant-Id), and a `shaper run` child delivers them at Limit, once
+// with one lane and once with a lane per merchant, each on its own
+// stream and durable, one after the other.
+type LaneTwoKeys struct {
+	Limit          float64 `json:"limit"`
+	Capacity       int     `json:"capacity"`
+	PerKeyCapacity int     `json:"per_key_capacity"`
+	A              int     `json:"a"`
+	B              int     `json:"b"`
+	// MaxSeconds bounds each run from its first delivery; BinMs is the
+	// bin of the runs' ACumulative.
+	MaxSeconds float64          `json:"max_seconds"`
+	BinMs      int              `json:"bin_ms"`
+	Runs       []LaneTwoKeysRun `json:"runs"`
+}
+
+// LaneTwoKeysRun is one pipeline's run over the two merchants' backlog.
+// Times are seconds from the run's first delivery.
+type LaneTwoKeysRun struct {
+	Name  string `json:"name"`
+	Label string `json:"label"`
+	// Seconds is how long the run lasted: until twoKeysTail after every B
+	// was delivered, and at least as long as the run before it (so that
+	// both panels span the same time); at most MaxSeconds.
+	Seconds    float64 `json:"seconds"`
+	DeliveredA int     `json:"delivered_a"`
+	DeliveredB int     `json:"delivered_b"`
+	// FirstB is when the first B arrived and LastB when the last of them
+	// did (-1: no B, or not every B, arrived in the run); ABeforeFirstB
+	// and ABeforeLastB count the A delivered before each.
+	FirstB        float64 `json:"first_b_seconds"`
+	LastB         float64 `json:"last_b_seconds"`
+	ABeforeFirstB int     `json:"a_before_first_b"`
+	ABeforeLastB  int     `json:"a_before_last_b"`
+	// ACumulative is the A delivered by the end of each bin; BSeconds is
+	// when each B arrived.
+	ACumulative []int     `json:"a_cumulative"`
+	BSeconds    []float64 `json:"b_seconds"`
+}
+
+// merchantHeader carries the key of the two-keys run.
+const merchantHeader = "Merchant-Id"
+
+// twoKeysTail is how long a two-keys run goes on after its last B, so
+// that the picture shows the end.
+const twoKeysTail = 500 * time.Millisecond
+
+// laneTwoKeys runs the two-keys case without lanes and then with them.
+func laneTwoKeys(ctx context.Context, o *options, env *environment) (*LaneTwoKeys, error) {
+	r := &LaneTwoKeys{Limit: 100, Capacity: 1000, PerKeyCapacity: 100, A: 2000, B: 50, MaxSeconds: 30, BinMs: 100}
+	if o.quick {
+		r.A = 500
+	}
+	runs := []struct {
+		name, label, key, bucket string
+	}{
+		{"without", "without lanes", "", ""},
+		{"with", "with lanes (key.from: header:" + merchantHeader + ")",
+			fmt.Sprintf("\n    key: {from: \"header:%s\"}", merchantHeader), fmt.Sprintf(", per_key_capacity: %d", r.PerKeyCapacity)},
+	}
+	span := 0.0
+	for i, c := range runs {
+		progress("lanes: %d of A then %d of B at %v/s, %s", r.A, r.B, r.Limit, c.label)
+		name := fmt.Sprintf("KEYS%d", i)
+		config := func(sinkURL string) string {
+			return fmt.Sprintf(`
+  - name: keys
+    source:
+      nats: {url: %q, subject: %s.in, stream: %s, durable: shaper-keys}%s
+    bucket: {capacity: %d, max_queue_time: 5m%s}
+    rate: {limit: %v, mode: leaky}
+    sink:
+      http: {url: %q}
+`, env.js.URL(), name, name, c.key, r.Capacity, c.bucket, r.Limit, sinkURL)
+		}
+		run, err := laneTwoKeysRun(ctx, o, env, r, name, config, span)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.label, err)
+		}
+		run.Name, run.Label = c.name, c.label
+		span = max(span, run.Seconds)
+		progress("lanes: %s: first B after %.2fs (%d A before it), last B after %.2fs (%d A before it); %d A and %d B delivered in %.1fs",
+			c.label, run.FirstB, run.ABeforeFirstB, run.LastB, run.ABeforeLastB, run.DeliveredA, run.DeliveredB, run.Seconds)
+		r.Runs = append(r.Runs, run)
+	}
+	return r, nil
+}
+
+// laneTwoKeysRun publishes the backlog to a new stream name, runs a child
+// on the pipelines config returns for the sink's URL until twoKeysTail
+// after every B was delivered and at least minSeconds from the first
+// delivery, or r.MaxSeconds from it, and measures what the sink received.
+func laneTwoKeysRun(ctx context.Context, o *options, env *environment, r *LaneTwoKeys, name string, config func(sinkURL string) string, minSeconds float64) (LaneTwoKeysRun, error) {
+	var run LaneTwoKeysRun
+	if err := env.js.stream(ctx, name); err != nil {
+		return run, err
+	}
+	defer env.js.deleteStream(context.WithoutCancel(ctx), name)
+	if err := publishMerchants(ctx, env.js.URL(), name+".in", r.A, r.B); err != nil {
+		return run, err
+	}
+	sink, err := startKeySink()
+	if err != nil {
+		return run, err
+	}
+	defer sink.close()
+	ch, err := startChild(env.bin, o.tmp, "lanes-"+strings.ToLower(name), config(sink.URL))
+	if err != nil {
+		return run, err
+	}
+	defer ch.kill()
+	if !sink.waitCount(ctx, 1, time.Minute) {
+		return run, fmt.Errorf("nothing delivered within a minute; log:\n%s", ch.tail())
+	}
+	first := sink.first()
+	limit := time.Duration(r.MaxSeconds * float64(time.Second))
+	var allB time.Time // when every B had arrived
+	for ctx.Err() == nil {
+		now := time.Now()
+		if allB.IsZero() && sink.countB.Load() >= int64(r.B) {
+			allB = now
+		}
+		since := now.Sub(first)
+		if since >= limit || !allB.IsZero() && now.Sub(allB) >= twoKeysTail && since.Seconds() >= minSeconds {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := ctx.Err(); err != nil {
+		return run, err
+	}
+	end := time.Now()
+	ch.stop(10 * time.Second)
+	return measureTwoKeys(sink.received(), first, end, r.B, time.Duration(r.BinMs)*time.Millisecond), nil
+}
+
+// measureTwoKeys turns the deliveries of one run, from first (the first
+// delivery) to end, into its figures; want is how many B were published.
+func measureTwoKeys(got []keyedArrival, first, end time.Time, want int, bin time.Duration) LaneTwoKeysRun {
+	run := LaneTwoKeysRun{Seconds: round2(end.Sub(first).Seconds()), FirstB: -1, LastB: -1}
+	nbins := int(math.Ceil(float64(end.Sub(first)) / float64(bin)))
+	run.ACumulative = make([]int, nbins)
+	for _, a := range got {
+		if a.at.After(end) {
+			break
+		}
+		at := a.at.Sub(first).Seconds()
+		switch a.key {
+		case "A":
+			run.DeliveredA++
+			if i := int(a.at.Sub(first) / bin); i < nbins {
+				run.ACumulative[i]++
+			}
+		case "B":
+			run.DeliveredB++
+			run.BSeconds = append(run.BSeconds, math.Round(at*1000)/1000)
+			if run.DeliveredB == 1 {
+				run.FirstB, run.ABeforeFirstB = round3(at), run.DeliveredA
+			}
+			if run.DeliveredB == want {
+				run.LastB, run.ABeforeLastB = round3(at), run.DeliveredA
+			}
+		}
+	}
+	for i := 1; i < nbins; i++ {
+		run.ACumulative[i] += run.ACumulative[i-1]
+	}
+	return run
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// publishMerchants publishes a messages with header Merchant-Id: A and
+// bodies A-0, A-1, ..., then b with Merchant-Id: B and bodies B-0, ...,
+// to subject in that order, and waits for every ack.
+func publishMerchants(ctx context.Context, url, subject string, a, b int) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return fmt.Errorf("nats connect: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	for i := range a + b {
+		key, n := "A", i
+		if i >= a {
+			key, n = "B", i-a
+		}
+		m := nats.NewMsg(subject)
+		m.Header.Set(merchantHeader, key)
+		m.Data = fmt.Appendf(nil, "%s-%d", key, n)
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			return fmt.Errorf("jetstream: publish to %s: %w", subject, err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Minute):
+		return fmt.Errorf("jetstream: publish to %s: acks still pending after a minute", subject)
+	}
+}
+
+// keySink is a real HTTP server on 127.0.0.1 that answers 200 to every
+// request and records when it arrived and its body's key: what comes
+// before the first '-' ("A" of "A-17").
+type keySink struct {
+	URL    string
+	srv    *http.Server
+	wg     sync.WaitGroup
+	count  atomic.Int64
+	countB atomic.Int64
+
+	mu  sync.Mutex
+	got []keyedArrival
+}
+
+// keyedArrival is one request the key sink received.
+type keyedArrival struct {
+	at  time.Time
+	key string
+}
+
+func startKeySink() (*keySink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &keySink{URL: "http://" + ln.Addr().String() + "/callback"}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	s.wg.Go(func() {
+		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			progress("key sink: %v", err)
+		}
+	})
+	return s, nil
+}
+
+func (s *keySink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now() // as the sink's: when the headers have been read
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+	key, _, _ := strings.Cut(string(body), "-")
+	s.mu.Lock()
+	s.got = append(s.got, keyedArrival{at: at, key: key})
+	s.mu.Unlock()
+	if key == "B" {
+		s.countB.Add(1)
+	}
+	s.count.Add(1)
+	w.WriteHeader(http.StatusOK)
+}
+
+// first returns when the first request arrived (zero: none yet).
+func (s *keySink) first() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := time.Time{}
+	for _, a := range s.got {
+		if t.IsZero() || a.at.Before(t) {
+			t = a.at
+		}
+	}
+	return t
+}
+
+// received returns every request received, in order of arrival.
+func (s *keySink) received() []keyedArrival {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.got)
+	// Handlers run concurrently; appends may interleave.
+	slices.SortStableFunc(out, func(a, b keyedArrival) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// waitCount waits until the sink has received n requests, and reports
+// whether it did within timeout.
+func (s *keySink) waitCount(ctx context.Context, n int64, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for s.count.Load() < n {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+func (s *keySink) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx) // bounded; a slow client is not our problem here
+	s.wg.Wait()
+}
+
+// writeLanesSVG writes lanes.svg into dir.
+func writeLanesSVG(dir string, tk *LaneTwoKeys) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "lanes.svg")
+	if err := os.WriteFile(path, []byte(renderLanesSVG(tk)), 0o644); err != nil {
+		return err
+	}
+	progress("lanes: wrote %s", path)
+	return nil
+}
+
+// The two-keys picture, in the style of shaping.svg and pushback.svg: one
+// panel per run on one time axis, each with the A delivered so far (left
+// axis) and the B delivered so far (right axis, of the B published), and
+// a dashed line where the last B arrived.
+const (
+	lanesPanelH = 150
+	lanesRight  = 60 // room for the right-hand axis
+)
+
+var (
+	lanesColourA = "#1f77b4"
+	lanesColourB = "#e07b00"
+)
+
+func renderLanesSVG(tk *LaneTwoKeys) string {
+	var b strings.Builder
+	n := len(tk.Runs)
+	height := svgTop + n*lanesPanelH + (n-1)*svgPanelGap + svgBottom
+	plotW := float64(svgWidth - svgLeft - lanesRight)
+	right := float64(svgWidth - lanesRight)
+	total := 1.0
+	for _, r := range tk.Runs {
+		total = max(total, r.Seconds)
+	}
+	x := func(s float64) float64 { return svgLeft + plotW*math.Min(s, total)/total }
+	stepA := 500
+	if tk.A < 1000 {
+		stepA = 100
+	}
+	tick := 2.0
+	if total > 30 {
+		tick = 5
+	}
+
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="11">`+"\n",
+		svgWidth, height, svgWidth, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">Two merchants at %g requests/s: %s callbacks of A in the stream, then %d of B</text>`+"\n",
+		svgLeft, tk.Limit, thousands(tk.A), tk.B)
+	lx := float64(svgLeft)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="38" x2="%.0f" y2="38" stroke="%s" stroke-width="2"/><text x="%.0f" y="42">A delivered (left axis)</text>`+"\n", lx, lx+18, lanesColourA, lx+22)
+	lx += 160
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="38" x2="%.0f" y2="38" stroke="%s" stroke-width="2"/><text x="%.0f" y="42">B delivered, of %d (right axis)</text>`+"\n", lx, lx+18, lanesColourB, lx+22, tk.B)
+	lx += 200
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="32" x2="%.0f" y2="44" stroke="%s" stroke-dasharray="3 2"/><text x="%.0f" y="42">the last B delivered</text>`+"\n", lx, lx, lanesColourB, lx+6)
+
+	for i, run := range tk.Runs {
+		top := float64(svgTop + i*(lanesPanelH+svgPanelGap))
+		bottom := top + lanesPanelH
+		yA := func(v int) float64 { return bottom - lanesPanelH*float64(v)/float64(max(tk.A, 1)) }
+		yB := func(v int) float64 { return bottom - lanesPanelH*float64(v)/float64(max(tk.B, 1)) }
+
+		fmt.Fprintf(&b, `<text x="%d" y="%.0f" font-size="12" font-weight="bold" fill="#333">%s</text>`+"\n", svgLeft, top-6, xmlEscape(run.Label))
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end" fill="#555">%s</text>`+"\n", right, top-6, xmlEscape(twoKeysSummary(tk, run)))
+		// Grid on A's ticks; B's ticks on the right.
+		for v := 0; v <= tk.A; v += stepA {
+			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#e6e6e6"/>`+"\n", svgLeft, yA(v), right, yA(v))
+			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" fill="%s">%s</text>`+"\n", svgLeft-6, yA(v)+4, lanesColourA, thousands(v))
+		}
+		for _, v := range []int{0, tk.B / 2, tk.B} {
+			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#333"/>`+"\n", right, yB(v), right+4, yB(v))
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="%s">%d</text>`+"\n", right+7, yB(v)+4, lanesColourB, v)
+		}
+		// A: cumulative at the end of each bin.
+		binSec := float64(tk.BinMs) / 1000
+		var pathA strings.Builder
+		fmt.Fprintf(&pathA, "M%.1f,%.1f", x(0), yA(0))
+		for j, c := range run.ACumulative {
+			fmt.Fprintf(&pathA, " L%.1f,%.1f", x(float64(j+1)*binSec), yA(c))
+		}
+		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`+"\n", pathA.String(), lanesColourA)
+		// B: a step at each arrival.
+		var pathB strings.Builder
+		fmt.Fprintf(&pathB, "M%.1f,%.1f", x(0), yB(0))
+		for j, t := range run.BSeconds {
+			fmt.Fprintf(&pathB, " L%.1f,%.1f L%.1f,%.1f", x(t), yB(j), x(t), yB(j+1))
+		}
+		fmt.Fprintf(&pathB, " L%.1f,%.1f", x(run.Seconds), yB(len(run.BSeconds)))
+		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`+"\n", pathB.String(), lanesColourB)
+		// The last B.
+		if run.LastB >= 0 {
+			lx := x(run.LastB)
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="3 2"/>`+"\n", lx, top, lx, bottom, lanesColourB)
+			// Beside the line, where the curves are not: to its right
+			// halfway up when it is early, to its left near the bottom when
+			// late (A is high by then, and B still at 0 before it).
+			anchor, dx, ly := "start", 4.0, top+lanesPanelH/2
+			if lx > svgLeft+plotW/2 {
+				anchor, dx, ly = "end", -4, bottom-8
+			}
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="%s" fill="%s" stroke="#ffffff" stroke-width="3" paint-order="stroke">last B: %s s</text>`+"\n",
+				lx+dx, ly, anchor, lanesColourB, secondsText(run.LastB))
+		}
+		// Axes.
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#333"/>`+"\n", svgLeft, bottom, right, bottom)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#333"/>`+"\n", svgLeft, top, svgLeft, bottom)
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#333"/>`+"\n", right, top, right, bottom)
+		for s := 0.0; s <= total; s += tick {
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", x(s), bottom, x(s), bottom+4)
+			if i == n-1 {
+				fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%g</text>`+"\n", x(s), bottom+16, s)
+			}
+		}
+	}
+	mid := svgTop + (n*lanesPanelH+(n-1)*svgPanelGap)/2
+	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">seconds from the first delivery</text>`+"\n", svgLeft+plotW/2, height-10)
+	fmt.Fprintf(&b, `<text transform="translate(14 %d) rotate(-90)" text-anchor="middle" fill="%s">A delivered</text>`+"\n", mid, lanesColourA)
+	fmt.Fprintf(&b, `<text transform="translate(%d %d) rotate(90)" text-anchor="middle" fill="%s">B delivered (of %d)</text>`+"\n", svgWidth-14, mid, lanesColourB, tk.B)
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// twoKeysSummary is a run's first and last B, in a few words.
+func twoKeysSummary(tk *LaneTwoKeys, run LaneTwoKeysRun) string {
+	switch {
+	case run.FirstB < 0:
+		return fmt.Sprintf("no B delivered in %s s", secondsText(run.Seconds))
+	case run.LastB < 0:
+		return fmt.Sprintf("first B after %s s; %d of %d B in %s s", secondsText(run.FirstB), run.DeliveredB, tk.B, secondsText(run.Seconds))
+	}
+	return fmt.Sprintf("first B after %s s · all %d after %s s", secondsText(run.FirstB), tk.B, secondsText(run.LastB))
+}
+
+// secondsText writes s to the millisecond below 0.1, to the hundredth
+// below 1 and to the tenth above: 0.012, 0.48, 1.3, 20.6.
+func secondsText(s float64) string {
+	switch {
+	case s < 0.1:
+		return fmt.Sprintf("%.3f", s)
+	case s < 1:
+		return fmt.Sprintf("%.2f", s)
+	}
+	return fmt.Sprintf("%.1f", s)
+}
+
+// markdown writes the two-keys subsection.
+func (tk *LaneTwoKeys) markdown(p func(string, ...any)) {
+	p("### Two keys, one flooding")
+	p("")
+	p("![%s](lanes.svg)", tk.altText())
+	p("")
+	p("A JetStream stream (embedded nats-server) holds %s messages with header `%s: A` (bodies `A-0`, `A-1`, ...)", thousands(tk.A), merchantHeader)
+	p("and then %d with `%s: B`. A `shaper run` child delivers them to an HTTP sink on 127.0.0.1 (which answers 200 and", tk.B, merchantHeader)
+	p("records each request's arrival and key) at `rate: {limit: %g, mode: leaky}` with `bucket: {capacity: %d, max_queue_time: 5m}`:", tk.Limit, tk.Capacity)
+	p("once without `key:`, once with `key: {from: \"header:%s\"}` and `bucket.per_key_capacity: %d`, each on its own", merchantHeader, tk.PerKeyCapacity)
+	p("stream and durable, one after the other. A run lasts until every B is delivered and, for the second, as long as the")
+	p("first did, at most %.0f s from its first delivery. Times are from the run's first delivery.", tk.MaxSeconds)
+	p("")
+	p("| run | first B after | A delivered before it | last B after | A delivered before it | delivered in the run |")
+	p("|---|---:|---:|---:|---:|---:|")
+	for _, r := range tk.Runs {
+		first, last := "none", fmt.Sprintf("not all: %d of %d", r.DeliveredB, tk.B)
+		if r.FirstB >= 0 {
+			first = secondsText(r.FirstB) + " s"
+		}
+		if r.LastB >= 0 {
+			last = secondsText(r.LastB) + " s"
+		}
+		p("| %s | %s | %s | %s | %s | %s A, %d B in %.1f s |", r.Label, first, thousands(r.ABeforeFirstB), last, thousands(r.ABeforeLastB),
+			thousands(r.DeliveredA), r.DeliveredB, r.Seconds)
+	}
+	p("")
+	if len(tk.Runs) == 2 && tk.Runs[0].LastB >= 0 && tk.Runs[1].LastB >= 0 {
+		without, with := tk.Runs[0], tk.Runs[1]
+		p("Without lanes the bucket is one queue in stream order: the first B waited %s s, behind the %s A before it in", secondsText(without.FirstB), thousands(without.ABeforeFirstB))
+		p("the stream, and the last %s s. With a lane per merchant the lanes take turns: the first B arrived after %s s, the", secondsText(without.LastB), secondsText(with.FirstB))
+		p("last after %s s (%s A meanwhile), and A went on at the rest of the rate.", secondsText(with.LastB), thousands(with.ABeforeLastB))
+		p("")
+	}
+}
+
+// altText is the picture's alt text, from what was measured.
+func (tk *LaneTwoKeys) altText() string {
+	s := fmt.Sprintf("%s callbacks of merchant A and then %d of merchant B delivered at %g/s", thousands(tk.A), tk.B, tk.Limit)
+	var parts []string
+	for _, r := range tk.Runs {
+		if r.LastB >= 0 {
+			parts = append(parts, fmt.Sprintf("%s the last B arrives after %s s", r.Label, secondsText(r.LastB)))
+		}
+	}
+	if len(parts) > 0 {
+		s += ": " + strings.Join(parts, ", ")
+	}
+	return s
 }
