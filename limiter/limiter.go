@@ -151,6 +151,9 @@ type Limiter struct {
 	// last is the latest slot handed out; SetRateAt re-spaces from it, or
 	// from its own now when that is earlier.
 	last int64
+	// taken is whether any slot has been handed out: a late first caller
+	// has no schedule to keep.
+	taken bool
 }
 
 // New returns a Limiter for cfg whose start, for the first slot and for the
@@ -227,10 +230,13 @@ func (l *Limiter) takeLocked(n, d, late int64) {
 	// an interval, any window of length w still holds at most w/T + 1
 	// slots; Allow's, an interval more, lets a late caller catch up by one
 	// slot. After real idle time the schedule restarts and there is no
-	// burst.
-	if n > l.tat && (l.tau > 0 || n-l.tat > late) {
+	// burst; so it does at the first slot, which has no schedule to keep
+	// (a pipeline whose first message came 19ms after the limiter was
+	// made would otherwise send its second 1ms after it, at 50/s).
+	if n > l.tat && (l.tau > 0 || n-l.tat > late || !l.taken) {
 		l.tat, l.tatFrac = n, 0
 	}
+	l.taken = true
 	f := l.tatFrac + l.intervalAt(d)
 	whole := math.Floor(f)
 	l.tat = addSat(l.tat, int64(whole))

@@ -870,3 +870,22 @@ func TestLeakyCallerALittleLateKeepsTheScheduleAndTheRate(t *testing.T) {
 		})
 	}
 }
+
+// A first caller late for the first slot has no schedule to keep: the
+// schedule starts at its now, and the second slot comes a whole interval
+// after it (not at start + 2 intervals, which a caller 19ms late at 50/s
+// would reach 1ms later).
+func TestALateFirstSlotStartsTheScheduleAtItsCaller(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l, err := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: 50, Burst: 1}, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := start.Add(19 * time.Millisecond)
+	if !l.Allow(first) {
+		t.Fatal("Allow at start+19ms = false; want the first slot")
+	}
+	if got, want := l.Next(first), first.Add(20*time.Millisecond); !got.Equal(want) {
+		t.Errorf("second slot at start+%v; want a whole interval after the first, start+%v", got.Sub(start), want.Sub(start))
+	}
+}
