@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"testing"
 	"time"
-
-	"github.com/shaper-dev/shaper/limiter"
 )
 
 // benchLanes are the numbers of active lanes the lane benchmarks hold.
@@ -58,7 +56,7 @@ func benchTake(b *testing.B, n int, perKey bool) {
 	now := start
 	var o laneOptions
 	if perKey {
-		o.limiter, o.idle = benchKeyLimiter(1), time.Second
+		o.limiter, o.idle = perKeyLimiter(1), time.Second
 	}
 	bk := newBucket(n, o)
 	key := keyFunc(&KeyConfig{From: "header:Key"})
@@ -142,7 +140,7 @@ func laneBytes(b *testing.B, n int, perKey, idle bool) float64 {
 	key := keyFunc(&KeyConfig{From: "header:Key"})
 	var o laneOptions
 	if perKey {
-		o.limiter, o.idle = benchKeyLimiter(1), time.Hour
+		o.limiter, o.idle = perKeyLimiter(1), time.Hour
 	}
 	before := liveHeap()
 	bk := newBucket(n, o)
@@ -185,16 +183,4 @@ func benchKeyed(n int) []*Message {
 		out[i] = &Message{ID: k, Header: map[string][]string{"Key": {k}}}
 	}
 	return out
-}
-
-// benchKeyLimiter makes a lane's own leaky limiter of limit per second, as
-// the config package does for rate.per_key.
-func benchKeyLimiter(limit float64) func(string, time.Time) Limiter {
-	return func(_ string, now time.Time) Limiter {
-		l, err := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1}, now)
-		if err != nil {
-			panic(err)
-		}
-		return l
-	}
 }

@@ -109,24 +109,32 @@ func refusingSink(t *testing.T) *sinktest.Sink {
 	})
 }
 
+// firstDeliveries returns, per key, the index of each message in the order
+// of its first request, and how many messages came.
+func firstDeliveries(sink *sinktest.Sink) (map[string][]int, int) {
+	seen := map[string]bool{}
+	firsts := map[string][]int{}
+	for _, r := range sink.Requests() {
+		if !seen[string(r.Body)] {
+			seen[string(r.Body)] = true
+			key, i := keyOf(r.Body)
+			firsts[key] = append(firsts[key], i)
+		}
+	}
+	return firsts, len(seen)
+}
+
 // checkFirstDeliveriesInOrder checks that the first request of each
 // message came in source order for each of keys keys (A, B...) of each
 // messages, all of them, and returns how many requests were refused.
 func checkFirstDeliveriesInOrder(t *testing.T, sink *sinktest.Sink, keys, each int) (refused int) {
 	t.Helper()
-	seen := map[string]bool{}
-	firsts := map[string][]int{}
 	for _, r := range sink.Requests() {
 		if r.Status == http.StatusServiceUnavailable {
 			refused++
 		}
-		if seen[string(r.Body)] {
-			continue
-		}
-		seen[string(r.Body)] = true
-		key, i := keyOf(r.Body)
-		firsts[key] = append(firsts[key], i)
 	}
+	firsts, _ := firstDeliveries(sink)
 	unique, total := sink.Counts()
 	t.Logf("%d unique, %d requests, %d refused with 503 and retried", unique, total, refused)
 	if len(firsts) != keys {
@@ -292,15 +300,7 @@ func TestJetStreamOrderedKeysAcrossASIGKILLReorderOnlyWhatWasHeld(t *testing.T) 
 	testwait.For(t, 60*time.Second, "every message delivered after the restart", func() bool { return sink.DeliveredCount() == keys*each })
 	second.Stop()
 
-	seen := map[string]bool{}
-	firsts := map[string][]int{}
-	for _, r := range sink.Requests() {
-		if !seen[string(r.Body)] {
-			seen[string(r.Body)] = true
-			key, i := keyOf(r.Body)
-			firsts[key] = append(firsts[key], i)
-		}
-	}
+	firsts, unique := firstDeliveries(sink)
 	late := 0 // first delivered after a newer message of its key
 	for _, seq := range firsts {
 		newest := -1
@@ -313,8 +313,8 @@ func TestJetStreamOrderedKeysAcrossASIGKILLReorderOnlyWhatWasHeld(t *testing.T) 
 	}
 	t.Logf("SIGKILL after %d delivered; %d of %d messages first delivered after a newer one of their key (the bucket held at most %d)",
 		before, late, keys*each, capacity)
-	if len(seen) != keys*each {
-		t.Errorf("%d messages delivered; want %d", len(seen), keys*each)
+	if unique != keys*each {
+		t.Errorf("%d messages delivered; want %d", unique, keys*each)
 	}
 	if late > capacity {
 		t.Errorf("%d messages out of order; want at most the %d the dead process could hold", late, capacity)
