@@ -62,10 +62,15 @@ func benchTake(b *testing.B, n int, perKey bool) {
 	key := keyFunc(&KeyConfig{From: "header:Key"})
 	msgs := benchKeyed(n)
 	if perKey {
+		// Each key's first message is admitted and sent 1s/n after the
+		// one before, so their slots are staggered from the first.
 		for i, m := range msgs {
-			bk.admit(start.Add(time.Duration(i)*time.Second/time.Duration(n)), []*Message{m}, key)
+			now = start.Add(time.Duration(i) * time.Second / time.Duration(n))
+			bk.admit(now, []*Message{m}, key)
+			t, _ := bk.take(now)
+			bk.spend(t, now)
+			bk.retry(t, now)
 		}
-		now = start.Add(time.Second)
 	} else {
 		bk.admit(now, msgs, key)
 	}
