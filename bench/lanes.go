@@ -1139,7 +1139,7 @@ func (tk *LaneTwoKeys) markdown(p func(string, ...any)) {
 	p("and then %d with `%s: B`. A `shaper run` child delivers them to an HTTP sink on 127.0.0.1 (which answers 200 and", tk.B, merchantHeader)
 	p("records each request's arrival and key) at `rate: {limit: %g, mode: leaky}` with `bucket: {capacity: %d, max_queue_time: 5m}`:", tk.Limit, tk.Capacity)
 	p("once without `key:`, once with `key: {from: \"header:%s\"}` and `bucket.per_key_capacity: %d`, each on its own", merchantHeader, tk.PerKeyCapacity)
-	p("stream and durable, one after the other. A run lasts until %s s after the last B and, for the second, at least as", secondsText(twoKeysTail.Seconds()))
+	p("stream and durable, one after the other. A run lasts until %g s after the last B and, for the second, at least as", twoKeysTail.Seconds())
 	p("long as the first did, at most %.0f s from its first delivery. Times are from the run's first delivery.", tk.MaxSeconds)
 	p("")
 	p("| run | first B after | A delivered before it | last B after | A delivered before it | delivered in the run |")
