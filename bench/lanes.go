@@ -11,9 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,11 +147,6 @@ func runLanes(ctx context.Context, o *options, env *environment) (*LanesSection,
 	}
 	sec.TwoKeys = tk
 	sec.Load = probe.stop()
-	// report.write knows the pictures of the picture and push-back
-	// sections only; this one is written here, beside them.
-	if err := writeLanesSVG(o.out, tk); err != nil {
-		return nil, err
-	}
 	return sec, nil
 }
 
@@ -979,19 +972,6 @@ func (s *keySink) close() {
 	defer cancel()
 	_ = s.srv.Shutdown(ctx) // bounded; a slow client is not our problem here
 	s.wg.Wait()
-}
-
-// writeLanesSVG writes lanes.svg into dir.
-func writeLanesSVG(dir string, tk *LaneTwoKeys) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	path := filepath.Join(dir, "lanes.svg")
-	if err := os.WriteFile(path, []byte(renderLanesSVG(tk)), 0o644); err != nil {
-		return err
-	}
-	progress("lanes: wrote %s", path)
-	return nil
 }
 
 // The two-keys picture, in the style of shaping.svg and pushback.svg: one

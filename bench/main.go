@@ -58,7 +58,7 @@ var sections = []string{"precision", "overhead", "throughput", "scale", "picture
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &options{}
-	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json, shaping.svg and pushback.svg, relative to the module root")
+	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json, shaping.svg, pushback.svg and lanes.svg, relative to the module root")
 	only := fs.String("only", "", "comma-separated sections to run (default all): "+strings.Join(sections, ", "))
 	fs.BoolVar(&o.quick, "quick", false, "short runs, to check the harness itself; the figures are not for publishing")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines of precision, picture and pushback, the brokers, the sinks) to this file")

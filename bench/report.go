@@ -161,7 +161,8 @@ func findPrecision(p *PrecisionSection, impl string, limit float64) (PrecisionCa
 }
 
 // write writes benchmarks.json, benchmarks.md and, when the picture and
-// the push-back sections ran, shaping.svg and pushback.svg into dir.
+// the push-back and lanes sections ran, shaping.svg, pushback.svg and
+// lanes.svg into dir.
 func (r *Report) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -180,7 +181,10 @@ func (r *Report) write(dir string) error {
 	if r.Pushback != nil {
 		files["pushback.svg"] = []byte(renderPushbackSVG(r.Pushback))
 	}
-	for _, name := range []string{"benchmarks.md", "benchmarks.json", "shaping.svg", "pushback.svg"} {
+	if r.Lanes != nil && r.Lanes.TwoKeys != nil {
+		files["lanes.svg"] = []byte(renderLanesSVG(r.Lanes.TwoKeys))
+	}
+	for _, name := range []string{"benchmarks.md", "benchmarks.json", "shaping.svg", "pushback.svg", "lanes.svg"} {
 		data, ok := files[name]
 		if !ok {
 			continue
