@@ -12,23 +12,34 @@ func keyFunc(k *KeyConfig) func(*Message) string {
 	if k == nil {
 		return nil
 	}
-	kind, arg, _ := strings.Cut(k.From, ":")
-	var of func(*Message) (string, bool)
-	switch kind {
-	case "kafka_key":
-		of = func(m *Message) (string, bool) { return string(m.Key), len(m.Key) > 0 }
-	case "header":
-		of = func(m *Message) (string, bool) { return headerValue(m.Header, arg) }
-	case "json":
-		path := strings.Split(arg, ".")
-		of = func(m *Message) (string, bool) { return jsonValue(m.Payload, path) }
-	}
+	of := Field(k.From)
 	return func(m *Message) string {
 		if key, ok := of(m); ok {
 			return key
 		}
 		return k.Missing
 	}
+}
+
+// Field returns the function that reads one value of a message, as from
+// says: "kafka_key" (the message key), "header:NAME" (the first value of
+// header NAME, in any case), or "json:a.b.c" (a dot path into a JSON object
+// payload: a string as it is, a number or a boolean as its JSON text). The
+// function reports false when the message has no such value. from must
+// have been validated (key.from, sink.http.url_from); any other from gives
+// a function that finds nothing.
+func Field(from string) func(*Message) (string, bool) {
+	kind, arg, _ := strings.Cut(from, ":")
+	switch {
+	case from == "kafka_key":
+		return func(m *Message) (string, bool) { return string(m.Key), len(m.Key) > 0 }
+	case kind == "header":
+		return func(m *Message) (string, bool) { return headerValue(m.Header, arg) }
+	case kind == "json":
+		path := strings.Split(arg, ".")
+		return func(m *Message) (string, bool) { return jsonValue(m.Payload, path) }
+	}
+	return func(*Message) (string, bool) { return "", false }
 }
 
 // headerValue returns the first value of header name, matched exactly or,

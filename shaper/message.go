@@ -76,6 +76,13 @@ type Sink interface {
 // and never retried.
 var ErrMalformed = errors.New("malformed message")
 
+// ErrRefused marks a message whose destination the sink will not request:
+// a URL the message names that is missing, malformed, outside
+// allowed_hosts, or that leads to a private address. It is dead-lettered
+// with reason "rejected", never retried and never counted against the
+// sink's health; no request was made.
+var ErrRefused = errors.New("destination refused")
+
 // ErrNotSent marks a Send that failed before any request left (a message
 // refused by the client library, a signature that could not be made). It
 // is not counted in shaper_requests_total. Sinks mark an error with NotSent.

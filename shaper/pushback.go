@@ -149,9 +149,10 @@ func (g *gate) stretch(d time.Duration) time.Duration {
 }
 
 // breakerFailure reports whether err counts toward the breaker: a network
-// error, a timeout, a 5xx, or a 429 without Retry-After.
+// error, a timeout, a 5xx, or a 429 without Retry-After; never a message
+// that cannot become a request, nor one whose URL was refused.
 func breakerFailure(err error) bool {
-	if err == nil || errors.Is(err, ErrMalformed) {
+	if err == nil || errors.Is(err, ErrMalformed) || errors.Is(err, ErrRefused) {
 		return false
 	}
 	var status *StatusError

@@ -13,7 +13,7 @@ type Reason string
 // Reasons a message is dead-lettered.
 const (
 	ReasonExpired   Reason = "expired"   // it would have waited longer than max_queue_time
-	ReasonRejected  Reason = "rejected"  // the sink answered with a permanent error (4xx)
+	ReasonRejected  Reason = "rejected"  // the sink answered with a permanent error (4xx), or its URL was refused
 	ReasonExhausted Reason = "exhausted" // retries ran out: max_attempts or max_elapsed
 	ReasonMalformed Reason = "malformed" // it cannot become a request
 )
@@ -53,7 +53,7 @@ func (p *RetryPolicy) Decide(err error, attempts int, first, now time.Time) Deci
 	switch {
 	case errors.Is(err, ErrMalformed):
 		return Decision{Reason: ReasonMalformed}
-	case isStatus && !retryableStatus[status.Code]:
+	case isStatus && !retryableStatus[status.Code], errors.Is(err, ErrRefused):
 		return Decision{Reason: ReasonRejected}
 	case attempts >= p.cfg.MaxAttempts:
 		return Decision{Reason: ReasonExhausted}

@@ -44,21 +44,32 @@ func (k *KeyConfig) SetDefaults() {
 // Validate reports every problem of a defaulted k at key path path.
 func (k *KeyConfig) Validate(path string) error {
 	var ps check.Problems
-	switch kind, arg, _ := strings.Cut(k.From, ":"); {
+	switch {
 	case k.From == "":
 		ps.Add(path+".from", "required: header:NAME, kafka_key or json:a.b.c")
 	case k.From == "kafka_key":
-	case kind == "header" && arg != "" && !strings.ContainsAny(arg, " \t\r\n:"):
-	case kind == "json" && arg != "" && !slices.Contains(strings.Split(arg, "."), ""):
 	case k.From == "host":
 		ps.Add(path+".from", "host needs sink.http.url_from, which is not built yet")
-	default:
+	case !ValidField(k.From):
 		ps.Add(path+".from", "want header:NAME, kafka_key or json:a.b.c (a dot path), got %q", k.From)
 	}
 	if k.MaxKeys < 1 {
 		ps.Add(path+".max_keys", "must be >= 1, got %d", k.MaxKeys)
 	}
 	return ps.Err()
+}
+
+// ValidField reports whether from names a header (header:NAME) or a JSON
+// path (json:a.b.c) for Field.
+func ValidField(from string) bool {
+	kind, arg, _ := strings.Cut(from, ":")
+	switch kind {
+	case "header":
+		return arg != "" && !strings.ContainsAny(arg, " \t\r\n:")
+	case "json":
+		return arg != "" && !slices.Contains(strings.Split(arg, "."), "")
+	}
+	return false
 }
 
 // SetDefaults fills every field left out with its default.
