@@ -1,0 +1,553 @@
+// Package urlguard is the HTTP sink's guard for per-message destinations
+// (sink.http.url_from): a message names its own endpoint, and the guard
+// decides whether it may be requested, so that a message cannot make
+// shaper request the cloud metadata service, an admin port on loopback or
+// anything else inside the network it runs in.
+//
+// It works in two steps. Check reads the URL a message names, before any
+// DNS lookup: https only (http where allowed), no user information, a host
+// that matches allowed_hosts, an IP literal only in its one standard
+// spelling and only when listed. Control, the net.Dialer's Control hook,
+// then refuses the connection when the address actually dialled is not
+// public, which a name that passed Check may well resolve to (DNS
+// rebinding). Redirects are the sink's to refuse; nothing here follows one.
+//
+// Errors say why a URL was refused without echoing the URL: its path or
+// query may carry a token. They show the scheme, the host and the port.
+package urlguard
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/shaper-dev/shaper/internal/check"
+)
+
+// ErrRefused is wrapped by every error of Check and Control: the URL or the
+// address may not be requested, and never will be, so the message is to be
+// dead-lettered as rejected, not retried. Match it with errors.Is.
+var ErrRefused = errors.New("destination refused")
+
+// MaxURLBytes is the longest URL Check accepts, in bytes.
+const MaxURLBytes = 8 << 10
+
+// Guard decides whether a URL a message names may be requested (Check) and
+// whether an address may be dialled (Control). It is built once from the
+// sink's allowed_hosts and allow_private, never changes, and is safe for
+// simultaneous use by multiple goroutines.
+//
+// The zero Guard allows no host and refuses every address that is not
+// public.
+type Guard struct {
+	entries      []entry
+	allowPrivate bool
+}
+
+// entry is one compiled allowed_hosts entry.
+type entry struct {
+	name string     // lower case, no trailing dot; a wildcard's suffix; "" for an IP
+	wild bool       // name is a suffix: any subdomain matches, name itself does not
+	ip   netip.Addr // the address of an IP entry
+	port int        // the only port allowed; 0 for any
+	http bool       // written http://: plain http allowed as well as https
+}
+
+// EntryError is one refused allowed_hosts entry. New returns one for each
+// entry it refuses, joined, so that config validation can show them all
+// with their key paths.
+type EntryError struct {
+	// Index is the entry's position in allowed_hosts.
+	Index int
+	// Entry is the entry as written, or "" when it is not shown because
+	// it may hold a credential (it has user information).
+	Entry string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error returns "allowed_hosts[i]: "entry": reason".
+func (e *EntryError) Error() string {
+	if e.Entry == "" {
+		return fmt.Sprintf("allowed_hosts[%d]: %s", e.Index, e.Reason)
+	}
+	return fmt.Sprintf("allowed_hosts[%d]: %q: %s", e.Index, e.Entry, e.Reason)
+}
+
+// New compiles allowed_hosts and allow_private into a Guard. An entry is a
+// host name or IP address, matched whatever the port and case, or with a
+// port (api.partner.com:8443, [2001:db8::1]:8443) matched on that port
+// only; "*.suffix" matches any subdomain of suffix, not suffix itself. An
+// entry written http://host also allows plain http to the hosts it
+// matches (https:// may be written too and changes nothing): otherwise
+// only https is requested, unless allowPrivate.
+//
+// New refuses an empty list, and each entry that is empty, has a path,
+// query, user information, white space or another scheme, matches every
+// host ("*", "*.") or a whole public suffix ("*.com", "*.co.uk",
+// "*.github.io"), spells an IP address other than in its standard form,
+// or, without allowPrivate, names an address or name that is not public
+// (10.0.0.1, localhost). It returns an *EntryError for every refused
+// entry, joined.
+func New(allowedHosts []string, allowPrivate bool) (*Guard, error) {
+	if len(allowedHosts) == 0 {
+		return nil, errors.New("allowed_hosts: required: at least one host a message's URL may name")
+	}
+	g := &Guard{allowPrivate: allowPrivate}
+	var errs []error
+	for i, raw := range allowedHosts {
+		e, shown, why := parseEntry(raw, allowPrivate)
+		if why != "" {
+			if !shown {
+				raw = ""
+			}
+			errs = append(errs, &EntryError{Index: i, Entry: raw, Reason: why})
+			continue
+		}
+		g.entries = append(g.entries, e)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// parseEntry compiles one allowed_hosts entry, or says why not; shown is
+// false when the entry must not be echoed.
+func parseEntry(s string, allowPrivate bool) (e entry, shown bool, why string) {
+	shown = !strings.Contains(s, "@")
+	if s == "" {
+		return e, shown, "empty"
+	}
+	if i := strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
+		return e, shown, "contains white space or a control character"
+	}
+	if i := strings.Index(s, "://"); i >= 0 {
+		switch scheme := strings.ToLower(s[:i]); scheme {
+		case "http":
+			e.http = true
+		case "https":
+		default:
+			return e, shown, fmt.Sprintf("scheme %s: only http:// (to allow plain http too) or https:// may prefix an entry", check.ShownScheme(s[:i]))
+		}
+		s = s[i+3:]
+	}
+	switch {
+	case strings.Contains(s, "@"):
+		return e, shown, "has user information (the entry is not shown: it may hold a password); an entry is a host, host:port or *.suffix"
+	case strings.ContainsAny(s, "/?#\\"):
+		return e, shown, "has a path, query or fragment; an entry is a host, host:port or *.suffix"
+	case strings.Contains(s, "%"):
+		return e, shown, "has percent-encoding or an IPv6 zone; an entry is a host, host:port or *.suffix"
+	case s == "":
+		return e, shown, "no host"
+	}
+
+	host, port := s, ""
+	bracketed := strings.HasPrefix(s, "[")
+	switch {
+	case bracketed:
+		end := strings.Index(s, "]")
+		if end < 0 {
+			return e, shown, "'[' without ']'"
+		}
+		host, port = s[1:end], s[end+1:]
+		if port != "" {
+			if port[0] != ':' {
+				return e, shown, "something other than :port after ']'"
+			}
+			port = port[1:]
+			if port == "" {
+				return e, shown, "no port after ':'"
+			}
+		}
+	case strings.Count(s, ":") == 1:
+		host, port, _ = strings.Cut(s, ":")
+		if port == "" {
+			return e, shown, "no port after ':'"
+		}
+	}
+	if port != "" {
+		p, ok := parsePort(port)
+		if !ok {
+			return e, shown, fmt.Sprintf("port %q is not a number from 1 to 65535", port)
+		}
+		e.port = p
+	}
+
+	if bracketed || strings.Contains(host, ":") {
+		ip, err := netip.ParseAddr(host)
+		switch {
+		case err != nil || !ip.Is6():
+			return e, shown, "not an IPv6 address (a name or IPv4 address is written without brackets)"
+		case ip.Is4In6():
+			return e, shown, fmt.Sprintf("an IPv4-mapped IPv6 address: write %s", ip.Unmap())
+		}
+		if why := nonPublic(ip); why != "" && !allowPrivate {
+			return e, shown, fmt.Sprintf("%s is %s: allowed only with allow_private", ip, why)
+		}
+		e.ip = ip
+		return e, shown, ""
+	}
+
+	if strings.HasPrefix(host, "*") {
+		if host == "*" || host == "*." {
+			return e, shown, "matches every host; name the hosts, or *.suffix for the subdomains of one"
+		}
+		if !strings.HasPrefix(host, "*.") || strings.Contains(host[2:], "*") {
+			return e, shown, "'*' is allowed only as the whole first label, *.suffix"
+		}
+		suffix, ip, why := canonicalHost(host[2:])
+		switch {
+		case why != "":
+			return e, shown, why
+		case ip.IsValid():
+			return e, shown, "a wildcard of an IP address; list the address"
+		}
+		switch ps, _ := publicsuffix.PublicSuffix(suffix); {
+		case isLocalhost(suffix):
+			if !allowPrivate {
+				return e, shown, "names under localhost are loopback: allowed only with allow_private"
+			}
+		case ps == suffix:
+			return e, shown, fmt.Sprintf("matches a whole public suffix (%s): anyone can register a name under it", suffix)
+		}
+		e.name, e.wild = suffix, true
+		return e, shown, ""
+	}
+	if strings.Contains(host, "*") {
+		return e, shown, "'*' is allowed only as the whole first label, *.suffix"
+	}
+
+	name, ip, why := canonicalHost(host)
+	switch {
+	case why != "":
+		return e, shown, why
+	case ip.IsValid():
+		if why := nonPublic(ip); why != "" && !allowPrivate {
+			return e, shown, fmt.Sprintf("%s is %s: allowed only with allow_private", ip, why)
+		}
+		e.ip = ip
+	case isLocalhost(name) && !allowPrivate:
+		return e, shown, "localhost is loopback: allowed only with allow_private"
+	default:
+		e.name = name
+	}
+	return e, shown, ""
+}
+
+// isLocalhost reports whether name is localhost or a name under it, which
+// resolvers answer with loopback (RFC 6761).
+func isLocalhost(name string) bool {
+	return name == "localhost" || strings.HasSuffix(name, ".localhost")
+}
+
+// parsePort reads a port number from 1 to 65535, in decimal digits only
+// (leading zeros are read as a dialer reads them).
+func parsePort(s string) (int, bool) {
+	if s == "" {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	t := strings.TrimLeft(s, "0")
+	if t == "" || len(t) > 5 {
+		return 0, false
+	}
+	p, _ := strconv.Atoi(t)
+	return p, p <= 65535
+}
+
+// canonicalHost reads a host name or an IPv4 address (not bracketed): the
+// name in lower case without its trailing dot, or the address; or why it
+// refuses it. A host whose last label is a number (decimal, or hex with
+// 0x) is an IPv4 address to a browser and to the C resolver, in any of
+// their spellings (2130706433, 0x7f.1, 0177.0.0.1): it is accepted only as
+// four decimal numbers without leading zeros, its one unambiguous form.
+func canonicalHost(h string) (name string, ip netip.Addr, why string) {
+	for i := 0; i < len(h); i++ {
+		if h[i] >= 0x80 {
+			return "", ip, "a non-ASCII host name: write it in its punycode form (xn--...)"
+		}
+	}
+	name = strings.ToLower(strings.TrimSuffix(h, "."))
+	if name == "" {
+		return "", ip, "no host"
+	}
+	if len(name) > 253 {
+		return "", ip, "a host name longer than 253 characters"
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return "", ip, fmt.Sprintf("character %q in the host name", c)
+		}
+	}
+	labels := strings.Split(name, ".")
+	for _, l := range labels {
+		switch {
+		case l == "":
+			return "", ip, "an empty label (two dots, or a leading dot) in the host name"
+		case len(l) > 63:
+			return "", ip, "a label longer than 63 characters in the host name"
+		}
+	}
+	if isNumber(labels[len(labels)-1]) {
+		if ip, err := netip.ParseAddr(name); err == nil && ip.Is4() {
+			return "", ip, ""
+		}
+		return "", ip, "an IPv4 address in a non-standard spelling (decimal, hex, octal or short form): write it as four decimal numbers"
+	}
+	return name, ip, ""
+}
+
+// isNumber reports whether a label is a number to the WHATWG URL parser's
+// IPv4 reading: decimal digits, or 0x followed by hex digits or nothing.
+func isNumber(l string) bool {
+	if rest, ok := strings.CutPrefix(l, "0x"); ok {
+		for i := 0; i < len(rest); i++ {
+			c := rest[i]
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i < len(l); i++ {
+		if l[i] < '0' || l[i] > '9' {
+			return false
+		}
+	}
+	return l != ""
+}
+
+// Check reads raw, the URL a message names, and returns the URL to
+// request, or an error wrapping ErrRefused that says why not. It never
+// resolves a name: whether the address a name resolves to is public is
+// Control's to decide when it is dialled.
+//
+// raw is refused when it is longer than MaxURLBytes, as written or as it
+// would be sent (escaped); has a control
+// character, a space or a backslash anywhere; is not absolute http or
+// https (a relative or scheme-relative URL, another scheme); is plain
+// http and neither the matching entry (http://host) nor allow_private
+// allows it; has user information, no host, a percent-encoded host, a
+// non-ASCII host, or a port outside 1 to 65535; names a host that no
+// entry matches, on that port; or names an IP address that is not listed
+// exactly, is not public (unless allow_private), is written in another
+// spelling than four decimal numbers, is an IPv4-mapped IPv6 address or
+// has an IPv6 zone.
+//
+// The URL returned has the host in lower case without a trailing dot, the
+// port only when it is not the scheme's default, and no fragment (a
+// fragment is never sent; it is dropped, not refused). Its Host is thus
+// the same for every spelling of one destination, which suits a key per
+// host.
+func (g *Guard) Check(raw string) (*url.URL, error) {
+	if len(raw) > MaxURLBytes {
+		return nil, refuse("longer than %d bytes (%d)", MaxURLBytes, len(raw))
+	}
+	if raw == "" {
+		return nil, refuse("no URL")
+	}
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c < ' ' || c == 0x7f:
+			return nil, refuse("a control character (%#02x) at byte %d", c, i)
+		case c == ' ':
+			return nil, refuse("a space at byte %d (write %%20)", i)
+		case c == '\\':
+			return nil, refuse("a backslash at byte %d (browsers read it as '/', Go does not)", i)
+		}
+	}
+
+	// Scheme and authority are read here, before url.Parse, so that each
+	// refusal is precise; url.Parse then reads the rest, and must agree.
+	scheme, rest, ok := splitScheme(raw)
+	if !ok {
+		return nil, refuse("no scheme: want an absolute https:// URL")
+	}
+	scheme = strings.ToLower(scheme)
+	if scheme != "https" && scheme != "http" {
+		return nil, refuse("scheme %s: want https", check.ShownScheme(scheme))
+	}
+	authority, ok := strings.CutPrefix(rest, "//")
+	if !ok {
+		return nil, refuse("no host: want %s://host/...", scheme)
+	}
+	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
+		authority = authority[:i]
+	}
+	switch {
+	case strings.Contains(authority, "@"):
+		return nil, refuse("user information in the URL (not shown); a message's URL may not carry credentials")
+	case authority == "":
+		return nil, refuse("no host")
+	case strings.HasPrefix(authority, "[") && strings.Contains(authority, "%"):
+		return nil, refuse("an IPv6 zone in the host")
+	case strings.Contains(authority, "%"):
+		return nil, refuse("percent-encoding in the host")
+	}
+
+	hostPart, portPart, bracketed := authority, "", false
+	if strings.HasPrefix(hostPart, "[") {
+		end := strings.Index(hostPart, "]")
+		if end < 0 {
+			return nil, refuse("'[' without ']' in the host")
+		}
+		hostPart, portPart, bracketed = hostPart[1:end], hostPart[end+1:], true
+		if portPart != "" && portPart[0] != ':' {
+			return nil, refuse("something other than :port after ']'")
+		}
+		portPart = strings.TrimPrefix(portPart, ":")
+	} else if i := strings.LastIndex(hostPart, ":"); i >= 0 {
+		hostPart, portPart = hostPart[:i], hostPart[i+1:]
+	}
+	port := defaultPort(scheme)
+	if portPart != "" {
+		p, ok := parsePort(portPart)
+		if !ok {
+			return nil, refuse("port %q is not a number from 1 to 65535", shorten(portPart))
+		}
+		port = p
+	}
+
+	var (
+		name   string
+		ip     netip.Addr
+		shown  string // the host in errors
+		hostOf string // the host of the URL returned, brackets included
+	)
+	if bracketed {
+		a, err := netip.ParseAddr(hostPart)
+		if err != nil || !a.Is6() {
+			return nil, refuse("%q in brackets is not an IPv6 address", shorten(hostPart))
+		}
+		ip, shown, hostOf = a, a.String(), "["+a.String()+"]"
+	} else {
+		var why string
+		if name, ip, why = canonicalHost(hostPart); why != "" {
+			return nil, refuse("%s", why)
+		}
+		shown, hostOf = name, name
+		if ip.IsValid() {
+			shown, hostOf = ip.String(), ip.String()
+		}
+	}
+
+	httpOK := g.allowPrivate
+	if ip.IsValid() {
+		if why := nonPublic(ip); why != "" && !g.allowPrivate {
+			return nil, refuse("%s is %s; refused without allow_private", ip, why)
+		}
+		if ip.Is4In6() {
+			return nil, refuse("%s is an IPv4-mapped IPv6 address; only %s could be listed", ip, ip.Unmap())
+		}
+	}
+	hostMatched, portMatched := false, false
+	for _, e := range g.entries {
+		if !e.matches(name, ip) {
+			continue
+		}
+		hostMatched = true
+		if e.port != 0 && e.port != port {
+			continue
+		}
+		portMatched = true
+		httpOK = httpOK || e.http
+	}
+	switch {
+	case !hostMatched && ip.IsValid():
+		return nil, refuse("IP address %s is not listed in allowed_hosts", shown)
+	case !hostMatched:
+		return nil, refuse("host %q is not in allowed_hosts", shown)
+	case !portMatched:
+		return nil, refuse("port %d of host %q is not allowed: its allowed_hosts entries name other ports", port, shown)
+	case scheme == "http" && !httpOK:
+		return nil, refuse("plain http to %q: want https (an allowed_hosts entry http://%s, or allow_private, allows http)", shown, hostOf)
+	}
+
+	// url.Parse reads the rest: path, query and fragment.
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, refuse("not a URL: %s", check.URLProblem(err))
+	}
+	if u.Scheme != scheme || u.User != nil || u.Opaque != "" || u.Host != authority {
+		// Unreachable as long as url.Parse reads a URL as above.
+		return nil, refuse("the URL reads differently to the guard and to url.Parse")
+	}
+	if port != defaultPort(scheme) {
+		hostOf += ":" + strconv.Itoa(port)
+	}
+	u.Host = hostOf
+	u.Fragment, u.RawFragment = "", ""
+	if n := len(u.String()); n > MaxURLBytes {
+		// Bytes that are not ASCII are sent escaped, three times as long.
+		return nil, refuse("longer than %d bytes once escaped (%d)", MaxURLBytes, n)
+	}
+	return u, nil
+}
+
+// matches reports whether the entry matches the host name, or ip for an IP
+// literal (name is then "").
+func (e *entry) matches(name string, ip netip.Addr) bool {
+	switch {
+	case e.ip.IsValid() || ip.IsValid():
+		return e.ip == ip
+	case e.wild:
+		return len(name) > len(e.name) && strings.HasSuffix(name, e.name) && name[len(name)-len(e.name)-1] == '.'
+	default:
+		return name == e.name
+	}
+}
+
+// splitScheme splits raw at the ':' that ends its scheme (RFC 3986: a
+// letter, then letters, digits, '+', '-' and '.'); ok is false when raw has
+// no scheme.
+func splitScheme(raw string) (scheme, rest string, ok bool) {
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.':
+			if i == 0 {
+				return "", raw, false
+			}
+		case c == ':' && i > 0:
+			return raw[:i], raw[i+1:], true
+		default:
+			return "", raw, false
+		}
+	}
+	return "", raw, false
+}
+
+// defaultPort is the port of a URL of scheme that names none.
+func defaultPort(scheme string) int {
+	if scheme == "http" {
+		return 80
+	}
+	return 443
+}
+
+// shorten cuts a piece of a refused URL to a length fit for an error.
+func shorten(s string) string {
+	const maxShown = 64
+	if len(s) > maxShown {
+		return s[:maxShown] + "..."
+	}
+	return s
+}
+
+// refuse returns an error wrapping ErrRefused with the reason.
+func refuse(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, args...))
+}
