@@ -25,12 +25,14 @@ test: lint test-deps
 test-faults: test-deps
 	$(GO) test -race -count=1 -timeout 10m ./faults/
 
-# Short fuzz runs of the config loader (config) and the Retry-After parser; the seed
+# Short fuzz runs of the config loader (config), the Retry-After parser and the
+# URL guard of url_from (internal/urlguard); the seed
 # corpora are in testdata/fuzz. Longer: make fuzz FUZZTIME=5m.
 FUZZTIME ?= 10s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./sinks/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./internal/urlguard/
 
 # Ten minutes of mixed faults with a summary (not in CI).
 soak: test-deps

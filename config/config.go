@@ -177,7 +177,11 @@ func (p *Pipeline) validateKey(path string) error {
 		}
 		return ps.Err()
 	}
-	ps.Also(k.Validate(path + ".key"))
+	kv := *k
+	if p.Sink.HTTP != nil {
+		kv.URLFrom = p.Sink.HTTP.URLFrom
+	}
+	ps.Also(kv.Validate(path + ".key"))
 	nats := p.Source.NATS
 	if k.From == "kafka_key" && nats != nil {
 		ps.Add(path+".key.from", "kafka_key needs source.kafka: NATS messages have no key; use header:NAME or json:a.b.c")
@@ -206,7 +210,13 @@ func (p Pipeline) Pending() int {
 // Core is the pipeline's config for shaper.New: name, bucket, rate and the
 // delivery settings of its sink.
 func (p Pipeline) Core() shaper.PipelineConfig {
-	return shaper.PipelineConfig{Name: p.Name, Bucket: p.Bucket, Rate: p.Rate.RateConfig, Delivery: p.Sink.Delivery(), Key: p.Key}
+	key := p.Key
+	if key != nil && key.From == "host" && p.Sink.HTTP != nil {
+		k := *key
+		k.URLFrom, k.MaxInFlight = p.Sink.HTTP.URLFrom, p.Sink.HTTP.MaxInFlightPerHost
+		key = &k
+	}
+	return shaper.PipelineConfig{Name: p.Name, Bucket: p.Bucket, Rate: p.Rate.RateConfig, Delivery: p.Sink.Delivery(), Key: key}
 }
 
 // Delivery returns the dispatcher settings of whichever sink is configured.

@@ -28,6 +28,9 @@ type task struct {
 	err error
 	// probe marks the attempt in flight as the circuit breaker's probe.
 	probe bool
+	// answered is whether the sink has answered the task's last request,
+	// which the lane counts until the task is settled or sent back.
+	answered bool
 	// keySlot is whether the task holds its key's slot (rate.per_key) for
 	// the departure it waits for: taken before the pipeline's own slot, so
 	// that a key whose shared slot another replica took costs the
@@ -75,13 +78,21 @@ type laneOptions struct {
 	// perKey is the most messages one lane holds (0: no bound but the
 	// capacity); maxKeys the most lanes (0: no bound).
 	perKey, maxKeys int
-	// ordered lets one message of a lane out at a time (key.ordered).
-	ordered bool
+	// ordered lets one message of a lane out at a time (key.ordered), and
+	// inFlight bounds a lane's messages in flight (0: no bound; with
+	// key.from: host, sink.http.max_in_flight_per_host), so that a slow
+	// key holds no more of the pipeline's max_in_flight than that.
+	ordered  bool
+	inFlight int
 	// limiter makes a key's own limiter (rate.per_key; nil: none), and
 	// idle is how long after its last slot such a limiter is as new.
 	limiter func(key string, now time.Time) Limiter
 	idle    time.Duration
 }
+
+// holdsBack reports whether a lane's messages in flight can keep its next
+// one from being ready, so that settling one must put the lane back in turn.
+func (o laneOptions) holdsBack() bool { return o.ordered || o.inFlight > 0 }
 
 // newBucket returns an empty bucket holding at most capacity messages,
 // with lanes shaped by o.
@@ -234,6 +245,10 @@ func (b *bucket) touchLocked(l *lane) {
 // once due.
 func (b *bucket) retry(t *task, due time.Time) {
 	b.mu.Lock()
+	if t.answered {
+		t.answered = false
+		t.lane.answered--
+	}
 	t.due = due
 	heap.Push(&t.lane.retries, t)
 	b.queued++
@@ -265,7 +280,7 @@ func (b *bucket) take(now time.Time) (*task, time.Time) {
 			return nil, now // more to look at: the caller asks again at once, having let others in
 		}
 		l := b.ring.cursor
-		at, ok := l.ready(now, b.opt.ordered)
+		at, ok := l.ready(now, b.opt.ordered, b.opt.inFlight)
 		if ok && !at.After(now) {
 			t := l.take(now, b.opt.ordered)
 			b.queued--
@@ -358,13 +373,16 @@ func (b *bucket) release(t *task) {
 	b.held--
 	l := t.lane
 	l.held--
+	if t.answered {
+		l.answered--
+	}
 	if len(l.resumes) > 0 && l.held < b.opt.perKey {
 		resumes, l.resumes = l.resumes, nil
 	}
 	if l.held == 0 {
 		b.ring.remove(l)
 		b.parkLocked(l, time.Time{}, time.Time{}, false)
-	} else if b.opt.ordered {
+	} else if b.opt.holdsBack() {
 		b.touchLocked(l)
 	}
 	b.mu.Unlock()
@@ -372,9 +390,24 @@ func (b *bucket) release(t *task) {
 		resume()
 	}
 	signal(b.room)
-	if b.opt.ordered {
-		signal(b.ready)
+	if b.opt.holdsBack() {
+		signal(b.ready) // the key's next message may go now
 	}
+}
+
+// answered tells the bucket that the sink has answered t's request: under
+// a bound of messages in flight per lane, the lane's next may go while t is
+// being settled.
+func (b *bucket) answered(t *task) {
+	if b.opt.inFlight == 0 {
+		return
+	}
+	b.mu.Lock()
+	t.answered = true
+	t.lane.answered++
+	b.touchLocked(t.lane)
+	b.mu.Unlock()
+	signal(b.ready)
 }
 
 // keys returns how many lanes exist, and how many messages went to the ""

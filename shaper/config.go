@@ -24,9 +24,10 @@ type PipelineConfig struct {
 // KeyConfig selects each message's key (key:), and so its lane.
 type KeyConfig struct {
 	// From is where the key is: header:NAME (a message header, the first
-	// value), kafka_key (the Kafka record key), or json:a.b.c (a dot path
+	// value), kafka_key (the Kafka record key), json:a.b.c (a dot path
 	// into a JSON object payload; a string is the key as it is, a number
-	// or a boolean its JSON text). Required.
+	// or a boolean its JSON text), or host (the host of the URL the
+	// message names, with sink.http.url_from). Required.
 	From string `yaml:"from"`
 	// Missing is the key of a message without one; they share its lane.
 	// Default "".
@@ -35,6 +36,15 @@ type KeyConfig struct {
 	// key go to the "" lane and are counted (shaper_key_overflow_total).
 	// Default 100000.
 	MaxKeys int `yaml:"max_keys"`
+	// URLFrom is where the message's URL is (sink.http.url_from), for
+	// From "host": the key is that URL's host. Set by the config package,
+	// not a key of the file.
+	URLFrom string `yaml:"-"`
+	// MaxInFlight bounds one key's requests in flight (0: no bound):
+	// sink.http.max_in_flight_per_host with From "host", so that a slow
+	// host holds no more of max_in_flight than that and the others go on.
+	// Set by the config package, not a key of the file.
+	MaxInFlight int `yaml:"-"`
 	// Ordered sends a key's messages in source order, one at a time: the
 	// next waits until the one before is settled (a retry waits too, and
 	// holds back only its own key). Default false.

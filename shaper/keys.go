@@ -3,6 +3,7 @@ package shaper
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"strings"
 )
 
@@ -13,6 +14,9 @@ func keyFunc(k *KeyConfig) func(*Message) string {
 		return nil
 	}
 	of := Field(k.From)
+	if k.From == "host" {
+		of = hostOf(Field(k.URLFrom))
+	}
 	return func(m *Message) string {
 		if key, ok := of(m); ok {
 			return key
@@ -40,6 +44,23 @@ func Field(from string) func(*Message) (string, bool) {
 		return func(m *Message) (string, bool) { return jsonValue(m.Payload, path) }
 	}
 	return func(*Message) (string, bool) { return "", false }
+}
+
+// hostOf reads the host (lowercased, without the port) of the URL that
+// urlOf reads; false when there is none or it is not a URL. The sink checks
+// the URL itself: a key is only a lane.
+func hostOf(urlOf func(*Message) (string, bool)) func(*Message) (string, bool) {
+	return func(m *Message) (string, bool) {
+		raw, ok := urlOf(m)
+		if !ok {
+			return "", false
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Hostname() == "" {
+			return "", false
+		}
+		return strings.ToLower(strings.TrimSuffix(u.Hostname(), ".")), true
+	}
 }
 
 // headerValue returns the first value of header name, matched exactly or,

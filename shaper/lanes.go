@@ -24,6 +24,10 @@ type lane struct {
 	// retries are the lane's messages waiting for a retry, by due time.
 	retries retryHeap
 	held    int
+	// answered counts the lane's messages whose request the sink has
+	// answered and that wait to be settled (acked, dead-lettered): they
+	// are out of the lane but no longer in flight.
+	answered int
 	// lim is the lane's own limit (nil without rate.per_key); slot is when
 	// its next slot comes, as lim said after the last Allow (only Allow
 	// moves it), and lastSlot the time of the last slot taken.
@@ -62,11 +66,12 @@ func (l *lane) pop() *task {
 // queued message, else the earliest retry; no sooner than the lane's next
 // per-key slot. An ordered lane has at most one message out of its FIFO
 // (in flight or waiting for a retry): while it is in flight, nothing of the
-// lane is ready. ok is false when the lane has nothing to send.
-func (l *lane) ready(now time.Time, ordered bool) (at time.Time, ok bool) {
-	out := l.held - l.queued() - len(l.retries) // in flight
+// lane is ready; nor is a lane with inFlight messages in flight (0: no
+// bound). ok is false when the lane has nothing to send.
+func (l *lane) ready(now time.Time, ordered bool, inFlight int) (at time.Time, ok bool) {
+	out := l.held - l.queued() - len(l.retries) // in flight or being settled
 	switch {
-	case ordered && out > 0:
+	case ordered && out > 0, inFlight > 0 && out-l.answered >= inFlight:
 		return time.Time{}, false
 	case len(l.retries) > 0 && (!l.retries[0].due.After(now) || l.queued() == 0 || ordered):
 		at = l.retries[0].due

@@ -89,6 +89,16 @@ func TestTheKeyOfAMessage(t *testing.T) {
 			t.Errorf("key from %s = %q; want %q", tt.from, got, tt.want)
 		}
 	}
+	host := keyFunc(&KeyConfig{From: "host", URLFrom: "header:Notify-Url", Missing: "none"})
+	for url, want := range map[string]string{
+		"https://Pay.Merchant.Example.:8443/cb?x=1": "pay.merchant.example",
+		"https://[2001:db8::1]/cb":                  "2001:db8::1",
+		"not a url":                                 "none",
+	} {
+		if got := host(&Message{Header: map[string][]string{"Notify-Url": {url}}}); got != want {
+			t.Errorf("key from host of %q = %q; want %q", url, got, want)
+		}
+	}
 	if got := keyFunc(&KeyConfig{From: "json:a", Missing: "none"})(&Message{Payload: []byte("not json")}); got != "none" {
 		t.Errorf("key of a payload that is not JSON = %q; want the missing key", got)
 	}

@@ -140,7 +140,7 @@ func lanesOf(cfg PipelineConfig, limiter func(string, time.Time) Limiter) laneOp
 	if k == nil {
 		return laneOptions{}
 	}
-	o := laneOptions{perKey: cfg.Bucket.PerKeyCapacity, maxKeys: k.MaxKeys, ordered: k.Ordered}
+	o := laneOptions{perKey: cfg.Bucket.PerKeyCapacity, maxKeys: k.MaxKeys, ordered: k.Ordered, inFlight: k.MaxInFlight}
 	if pk := cfg.Rate.PerKey; pk != nil && limiter != nil {
 		o.limiter = limiter
 		o.idle = time.Duration(float64(*pk.Burst) / pk.Limit * float64(time.Second))
@@ -586,6 +586,7 @@ func (p *Pipeline) send(ctx context.Context, t *task, timeout time.Duration) (st
 	err = p.sink.Send(actx, t.msg)
 	cancel()
 	end = p.clock.Now()
+	p.bucket.answered(t)
 	if code := RequestCode(err); code != "" {
 		p.m.requests.WithLabelValues(code).Inc()
 		p.m.requestDuration.Observe(end.Sub(start).Seconds())

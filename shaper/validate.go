@@ -46,12 +46,14 @@ func (k *KeyConfig) Validate(path string) error {
 	var ps check.Problems
 	switch {
 	case k.From == "":
-		ps.Add(path+".from", "required: header:NAME, kafka_key or json:a.b.c")
+		ps.Add(path+".from", "required: header:NAME, kafka_key, json:a.b.c or host")
 	case k.From == "kafka_key":
 	case k.From == "host":
-		ps.Add(path+".from", "host needs sink.http.url_from, which is not built yet")
+		if k.URLFrom == "" {
+			ps.Add(path+".from", "host needs sink.http.url_from: the host of the URL each message names")
+		}
 	case !ValidField(k.From):
-		ps.Add(path+".from", "want header:NAME, kafka_key or json:a.b.c (a dot path), got %q", k.From)
+		ps.Add(path+".from", "want header:NAME, kafka_key, json:a.b.c (a dot path) or host, got %q", k.From)
 	}
 	if k.MaxKeys < 1 {
 		ps.Add(path+".max_keys", "must be >= 1, got %d", k.MaxKeys)

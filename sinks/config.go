@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,14 +10,34 @@ import (
 	"github.com/shaper-dev/shaper/internal/check"
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
 	"github.com/shaper-dev/shaper/internal/tlsconf"
+	"github.com/shaper-dev/shaper/internal/urlguard"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/webhook"
 )
 
 // HTTPConfig configures the HTTP sink (sink.http).
 type HTTPConfig struct {
-	// URL receives every request. Required, http or https.
+	// URL receives every request: http or https. Exactly one of URL and
+	// URLFrom is required.
 	URL string `yaml:"url"`
+	// URLFrom takes each request's URL from its message instead:
+	// header:NAME or json:a.b.c (a merchant's notify URL). Only a URL to a
+	// host AllowedHosts matches is requested, only https unless an
+	// http:// entry or AllowPrivate allows http, and only to a public
+	// address unless AllowPrivate, checked again on the address actually
+	// dialled; anything else is dead-lettered "rejected", never requested.
+	URLFrom string `yaml:"url_from"`
+	// AllowedHosts are the hosts URLFrom may name: a host name or IP,
+	// "*.suffix" for any subdomain of suffix, with ":port" to allow only
+	// that port and "http://" in front to allow plain http. Required with
+	// URLFrom, and only with it.
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// AllowPrivate lets URLFrom reach loopback, private, link-local and
+	// other non-public addresses, and plain http. Default false.
+	AllowPrivate bool `yaml:"allow_private"`
+	// MaxInFlightPerHost bounds the requests in flight, and the
+	// connections kept, to one host. Default: MaxInFlight.
+	MaxInFlightPerHost int `yaml:"max_in_flight_per_host"`
 	// Method of every request. Default POST.
 	Method string `yaml:"method"`
 	// Headers are added to every request.
@@ -111,6 +132,9 @@ func (h *HTTPConfig) SetDefaults() {
 	}
 	h.TLS.SetDefaults()
 	h.DeliveryConfig.SetDefaults()
+	if h.MaxInFlightPerHost == 0 {
+		h.MaxInFlightPerHost = h.MaxInFlight
+	}
 }
 
 // Validate reports every problem of a defaulted h at key path path. It is
@@ -121,8 +145,13 @@ func (h *HTTPConfig) Validate(path string) error {
 	// their user information, path or query.
 	u, err := url.Parse(h.URL)
 	switch {
+	case h.URL == "" && h.URLFrom == "":
+		ps.Add(path+".url", "required (or url_from)")
+	case h.URL != "" && h.URLFrom != "":
+		ps.Add(path+".url", "give url or url_from, not both")
 	case h.URL == "":
-		ps.Add(path+".url", "required")
+		u = &url.URL{Scheme: "https"} // per message; only what TLS needs to know
+		h.validateURLFrom(path, &ps)
 	case err != nil:
 		ps.Add(path+".url", "want an absolute http:// or https:// URL: %s", check.URLProblem(err))
 	case u.Scheme == "":
@@ -139,6 +168,12 @@ func (h *HTTPConfig) Validate(path string) error {
 	if h.MaxBodyBytes < 0 {
 		ps.Add(path+".max_body_bytes", "must be >= 0, got %d", h.MaxBodyBytes)
 	}
+	if h.URLFrom == "" && (len(h.AllowedHosts) > 0 || h.AllowPrivate) {
+		ps.Add(path+".allowed_hosts", "and allow_private go with url_from only")
+	}
+	if h.MaxInFlightPerHost < 0 || h.MaxInFlightPerHost > h.MaxInFlight {
+		ps.Add(path+".max_in_flight_per_host", "must be >= 1 and <= max_in_flight (%d), got %d", h.MaxInFlight, h.MaxInFlightPerHost)
+	}
 	if h.TLS != nil && err == nil && u.Scheme == "http" {
 		ps.Add(path+".tls", "needs an https:// url: a plain http:// request uses no TLS")
 	}
@@ -147,6 +182,32 @@ func (h *HTTPConfig) Validate(path string) error {
 	validateProxy(path+".proxy", h.Proxy, &ps)
 	ps.Also(h.DeliveryConfig.Validate(path))
 	return ps.Err()
+}
+
+// validateURLFrom checks url_from and what goes with it.
+func (h *HTTPConfig) validateURLFrom(path string, ps *check.Problems) {
+	if !shaper.ValidField(h.URLFrom) {
+		ps.Add(path+".url_from", "want header:NAME or json:a.b.c (a dot path), got %q", h.URLFrom)
+	}
+	if len(h.AllowedHosts) == 0 {
+		ps.Add(path+".allowed_hosts", "required with url_from: the hosts a message may name")
+	} else if _, err := urlguard.New(h.AllowedHosts, h.AllowPrivate); err != nil {
+		for _, e := range check.Flatten(err) {
+			var ee *urlguard.EntryError
+			if errors.As(e, &ee) {
+				if ee.Entry == "" {
+					ps.Add(fmt.Sprintf("%s.allowed_hosts[%d]", path, ee.Index), "%s", ee.Reason)
+				} else {
+					ps.Add(fmt.Sprintf("%s.allowed_hosts[%d]", path, ee.Index), "%q: %s", ee.Entry, ee.Reason)
+				}
+				continue
+			}
+			ps.Add(path+".allowed_hosts", "%v", e)
+		}
+	}
+	if h.Proxy != "" {
+		ps.Add(path+".proxy", "is not supported with url_from: the check of the address dialled would see the proxy's")
+	}
 }
 
 // validateHeaders checks the configured headers and the key header.

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/tlsconf"
+	"github.com/shaper-dev/shaper/internal/urlguard"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/webhook"
 )
@@ -79,6 +81,7 @@ type HTTP struct {
 	mu      sync.Mutex        // guards retired, and orders Reconfigure with Close
 	retired []*http.Transport // transports of replaced settings, closed by Close
 	dial    dialFunc          // dials every connection; nil: a net.Dialer (tests set it)
+	lookup  lookupFunc        // with url_from, resolves hosts; nil: the system's (tests set it)
 }
 
 // dialFunc is the signature of net.Dialer.DialContext.
@@ -87,6 +90,9 @@ type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // httpSink is one set of settings of an HTTP sink, with its client.
 type httpSink struct {
 	url       string
+	urlOf     func(*shaper.Message) (string, bool) // with url_from: the URL a message names; nil: url
+	urlFrom   string                               // url_from, for errors
+	guard     *urlguard.Guard                      // with url_from: what a message's URL must pass
 	method    string
 	host      string      // the Host header, when configured
 	header    http.Header // configured headers, cloned into every request
@@ -119,17 +125,18 @@ var _ shaper.Sink = (*HTTP)(nil)
 // bounds the wait for response headers, in case a caller passes a ctx
 // without a deadline.
 func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
-	return newHTTPDialing(cfg, nil)
+	return newHTTPDialing(cfg, nil, nil)
 }
 
 // newHTTPDialing is NewHTTP with every connection, now and after a Reconfigure,
-// dialled by dial (nil: a net.Dialer).
-func newHTTPDialing(cfg HTTPConfig, dial dialFunc) (*HTTP, error) {
-	s, err := newHTTPSink(cfg, dial)
+// dialled by dial (nil: a net.Dialer) and, with url_from, every host looked
+// up by lookup (nil: the system's resolver).
+func newHTTPDialing(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*HTTP, error) {
+	s, err := newHTTPSink(cfg, dial, lookup)
 	if err != nil {
 		return nil, err
 	}
-	h := &HTTP{dial: dial}
+	h := &HTTP{dial: dial, lookup: lookup}
 	h.cur.Store(s)
 	return h, nil
 }
@@ -139,7 +146,7 @@ func newHTTPDialing(cfg HTTPConfig, dial dialFunc) (*HTTP, error) {
 // with the settings they started with. On error nothing changes. The
 // proxy is chosen as by NewHTTP: "environment" reads the environment again.
 func (h *HTTP) Reconfigure(cfg HTTPConfig) error {
-	s, err := newHTTPSink(cfg, h.dial)
+	s, err := newHTTPSink(cfg, h.dial, h.lookup)
 	if err != nil {
 		return err
 	}
@@ -179,8 +186,9 @@ func (h *HTTP) Close(context.Context) error {
 
 // newHTTPSink builds the settings and client of cfg, with its defaults
 // set, once HTTPConfig.Validate accepts it; dial (nil: a net.Dialer)
-// makes its connections.
-func newHTTPSink(cfg HTTPConfig, dial dialFunc) (*httpSink, error) {
+// makes its connections, and with url_from lookup (nil: the system's
+// resolver) finds their addresses.
+func newHTTPSink(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*httpSink, error) {
 	cfg.SetDefaults()
 	if err := cfg.Validate("sink.http"); err != nil {
 		return nil, err
@@ -188,6 +196,13 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc) (*httpSink, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("http: parse url: %w", withoutURL(err)) // not reached: Validate parsed it
+	}
+	var guard *urlguard.Guard
+	if cfg.URLFrom != "" {
+		if guard, err = urlguard.New(cfg.AllowedHosts, cfg.AllowPrivate); err != nil {
+			return nil, fmt.Errorf("http: allowed_hosts: %w", err) // not reached: Validate built it
+		}
+		dial = guardedDial(guard, lookup, dial)
 	}
 	tlsConfig, err := tlsconf.Client(cfg.TLS)
 	if err != nil {
@@ -202,6 +217,9 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc) (*httpSink, error) {
 		target:  u.Scheme + "://" + u.Host,
 		maxBody: cfg.MaxBodyBytes,
 		now:     time.Now,
+	}
+	if guard != nil {
+		h.urlOf, h.urlFrom, h.guard = shaper.Field(cfg.URLFrom), cfg.URLFrom, guard
 	}
 	h.addURLSecrets(u)
 	h.setHeaders(cfg.Headers)
@@ -229,10 +247,10 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc) (*httpSink, error) {
 }
 
 // newTransport returns the Transport of these settings: at most
-// cfg.MaxInFlight connections, all kept alive, dialled by dial (nil: a
-// net.Dialer).
+// cfg.MaxInFlightPerHost connections to one host and cfg.MaxInFlight kept
+// in all, dialled by dial (nil: a net.Dialer).
 func (h *httpSink) newTransport(cfg HTTPConfig, tlsConfig *tls.Config, dial dialFunc) *http.Transport {
-	conns := max(cfg.MaxInFlight, 1)
+	conns, perHost := max(cfg.MaxInFlight, 1), max(cfg.MaxInFlightPerHost, 1)
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
@@ -245,8 +263,8 @@ func (h *httpSink) newTransport(cfg HTTPConfig, tlsConfig *tls.Config, dial dial
 		// The default keeps 2 idle connections per host, so MaxInFlight
 		// workers would open and close a connection per request.
 		MaxIdleConns:          conns,
-		MaxIdleConnsPerHost:   conns,
-		MaxConnsPerHost:       conns,
+		MaxIdleConnsPerHost:   perHost,
+		MaxConnsPerHost:       perHost,
 		IdleConnTimeout:       idleConnTimeout,
 		TLSClientConfig:       tlsConfig,
 		TLSHandshakeTimeout:   tlsHandshakeTimeout,
@@ -264,19 +282,27 @@ func (h *httpSink) newTransport(cfg HTTPConfig, tlsConfig *tls.Config, dial dial
 // MaxBodyBytes, or an id or key that is not a valid header value; and the
 // wrapped cause of a network error or timeout.
 func (h *httpSink) send(ctx context.Context, m *shaper.Message) error {
+	rawURL, target, err := h.destination(m)
+	if err != nil {
+		return shaper.NotSent(err)
+	}
 	sendKey, err := h.check(m)
 	if err != nil {
 		return shaper.NotSent(err)
 	}
 	// One Send writes at most one request, whatever net/http would do.
-	req, sig, err := h.newRequest(withSentOnce(ctx), m, sendKey)
+	req, sig, err := h.newRequest(withSentOnce(ctx), rawURL, m, sendKey)
 	if err != nil {
 		return shaper.NotSent(err)
 	}
 
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("http: %s %s: %w", h.method, h.target, withoutURL(err))
+		err = fmt.Errorf("http: %s %s: %w", h.method, target, withoutURL(err))
+		if errors.Is(err, shaper.ErrRefused) {
+			return shaper.NotSent(err) // refused at the dial: nothing was sent
+		}
+		return err
 	}
 	defer drainClose(resp.Body)
 
@@ -318,8 +344,8 @@ func (h *httpSink) check(m *shaper.Message) (sendKey bool, err error) {
 // signing, its signature, which it also returns ("" when not signed). The
 // body is a bytes.Reader so that net/http can re-obtain it for a resend of
 // a request of which nothing was written.
-func (h *httpSink) newRequest(ctx context.Context, m *shaper.Message, sendKey bool) (*http.Request, string, error) {
-	req, err := http.NewRequestWithContext(ctx, h.method, h.url, bytes.NewReader(m.Payload))
+func (h *httpSink) newRequest(ctx context.Context, rawURL string, m *shaper.Message, sendKey bool) (*http.Request, string, error) {
+	req, err := http.NewRequestWithContext(ctx, h.method, rawURL, bytes.NewReader(m.Payload))
 	if err != nil {
 		return nil, "", fmt.Errorf("http: new request: %w", withoutURL(err))
 	}

@@ -89,7 +89,7 @@ func clearProxyEnv(t *testing.T) {
 func proxySink(t *testing.T, d *loopbackDialer, cfg HTTPConfig) *HTTP {
 	t.Helper()
 	probe := sinktest.Start(t, sinktest.OK)
-	h, err := newHTTPDialing(httpConfig("http://"+probe.Addr), d.dial)
+	h, err := newHTTPDialing(httpConfig("http://"+probe.Addr), d.dial, nil)
 	if err != nil {
 		t.Fatalf("newHTTPDialing: %v", err)
 	}

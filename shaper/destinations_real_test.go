@@ -1,0 +1,102 @@
+package shaper_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+// publishTo puts messages with header Notify-Url: url and bodies
+// name+"-0".. into the stream, n of them.
+func (e *env) publishTo(name, url string, n int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		m := &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%s-%d", name, i), Header: nats.Header{"Notify-Url": {url}}}
+		if _, err := e.js.PublishMsg(ctx, m); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// urlFrom makes c take each request's URL from header Notify-Url, to the
+// loopback hosts given (allow_private: the test's sinks are on loopback).
+func urlFrom(c *config.Pipeline, hosts ...string) {
+	c.Sink.HTTP.URL = ""
+	c.Sink.HTTP.URLFrom = "header:Notify-Url"
+	c.Sink.HTTP.AllowedHosts = hosts
+	c.Sink.HTTP.AllowPrivate = true
+}
+
+// Each message goes to the URL it names; one that names a URL the guard
+// refuses is dead-lettered "rejected", saying why, and never requested.
+func TestEachMessageIsDeliveredToItsOwnURLAndARefusedOneIsRejected(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := sinktest.StartAt(t, "127.0.0.1:0", sinktest.OK)
+	b := sinktest.StartAt(t, "127.0.0.2:0", sinktest.OK)
+	e.publishTo("a", a.URL, 20)
+	e.publishTo("b", b.URL, 20)
+	e.publishTo("metadata", "https://169.254.169.254/latest/meta-data/", 1)
+	e.publishTo("file", "file:///etc/passwd", 1)
+	e.publishTo("other", "https://evil.example/notify", 1)
+	e.start(e.config(a.URL, func(c *config.Pipeline) { urlFrom(c, "127.0.0.1", "127.0.0.2") }))
+	dead := e.deadLetters(3, 30*time.Second)
+	testwait.For(t, 30*time.Second, "every allowed message delivered", func() bool {
+		return a.DeliveredCount() == 20 && b.DeliveredCount() == 20
+	})
+	for name, s := range map[string]*sinktest.Sink{"a": a, "b": b} {
+		for _, r := range s.Requests() {
+			if !strings.HasPrefix(string(r.Body), name+"-") {
+				t.Errorf("sink %s received %q", name, r.Body)
+			}
+		}
+	}
+	for _, m := range dead {
+		t.Logf("dead letter %s: %s: %s", m.Data, m.Header.Get("Shaper-Reason"), m.Header.Get("Shaper-Error"))
+		if m.Header.Get("Shaper-Reason") != "rejected" || !strings.Contains(m.Header.Get("Shaper-Error"), "refused") {
+			t.Errorf("dead letter %s: reason %q, error %q; want rejected, saying it was refused", m.Data, m.Header.Get("Shaper-Reason"), m.Header.Get("Shaper-Error"))
+		}
+	}
+}
+
+// key.from: host with max_in_flight_per_host 2: a host that answers in 2 s
+// holds 2 of the pipeline's 8 requests in flight, not all of them, so a
+// fast host next to it keeps the pipeline's rate.
+func TestASlowHostDoesNotLowerTheRateToAFastOne(t *testing.T) {
+	t.Parallel()
+	const n = 150
+	e := newEnv(t)
+	fast := sinktest.StartAt(t, "127.0.0.1:0", sinktest.OK)
+	slow := sinktest.StartAt(t, "127.0.0.2:0", func(*http.Request, int) sinktest.Action { return sinktest.Action{Delay: 2 * time.Second} })
+	for range n / 10 {
+		e.publishTo("slow", slow.URL, 10)
+		e.publishTo("fast", fast.URL, 10)
+	}
+	e.start(e.config(fast.URL, func(c *config.Pipeline) {
+		urlFrom(c, "127.0.0.1", "127.0.0.2")
+		c.Rate.Limit = 50
+		c.Key = &shaper.KeyConfig{From: "host"}
+		c.Sink.HTTP.MaxInFlight, c.Sink.HTTP.MaxInFlightPerHost = 8, 2
+		c.Sink.HTTP.Timeout = 5 * time.Second
+		c.Bucket.MaxQueueTime = 5 * time.Minute
+	}))
+	testwait.For(t, 30*time.Second, "every fast message delivered", func() bool { return fast.DeliveredCount() == n })
+	at := sinktest.Arrivals(fast.Requests())
+	rate := float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds()
+	t.Logf("fast host: %d requests at %.1f/s; slow host: %d answered meanwhile, at most %d in flight", len(at), rate, slow.DeliveredCount(), slow.PeakInFlight(0))
+	if rate < 40 {
+		t.Errorf("the fast host got %.1f/s next to a slow one; want near the limit, 50/s (at least 40)", rate)
+	}
+}
