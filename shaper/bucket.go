@@ -66,6 +66,9 @@ type bucket struct {
 	ring     ring  // lanes that may have a message ready, taking turns
 	timed    timed // lanes ready at a known time, or to be forgotten then
 	overflow int64 // messages put in the "" lane because maxKeys lanes existed
+	// throttledGone counts the attempts throttled by the gates of lanes
+	// forgotten, for shaper_throttled_total.
+	throttledGone int64
 
 	// ready and room carry one pending wake-up each (size one, so a signal
 	// sent while nobody waits is kept and repeated signals coalesce).
@@ -88,6 +91,8 @@ type laneOptions struct {
 	// idle is how long after its last slot such a limiter is as new.
 	limiter func(key string, now time.Time) Limiter
 	idle    time.Duration
+	// gate makes a key's own gate (key.from: host; nil: none).
+	gate func(key string) *gate
 }
 
 // holdsBack reports whether a lane's messages in flight can keep its next
@@ -229,6 +234,9 @@ func (b *bucket) laneLocked(k string, now time.Time) *lane {
 		l.lim = b.opt.limiter(k, now)
 		l.slot = l.lim.Next(now)
 	}
+	if b.opt.gate != nil {
+		l.gate = b.opt.gate(k)
+	}
 	b.lanes[k] = l
 	return l
 }
@@ -314,6 +322,10 @@ func (b *bucket) parkLocked(l *lane, now, at time.Time, ok bool) {
 		b.timed.set(l, idle)
 	default:
 		b.timed.remove(l)
+		if l.gate != nil {
+			n, _, _ := l.gate.counts()
+			b.throttledGone += n
+		}
 		delete(b.lanes, l.key)
 	}
 }
@@ -393,6 +405,35 @@ func (b *bucket) release(t *task) {
 	if b.opt.holdsBack() {
 		signal(b.ready) // the key's next message may go now
 	}
+}
+
+// touch puts l back in turn, for take to look at again: its gate may
+// have changed.
+func (b *bucket) touch(l *lane) {
+	b.mu.Lock()
+	if l.held > 0 {
+		b.touchLocked(l)
+	}
+	b.mu.Unlock()
+	signal(b.ready)
+}
+
+// gateCounts sums the lanes' own gates: attempts throttled (also of lanes
+// forgotten) and breakers open now.
+func (b *bucket) gateCounts() (throttled int64, open int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	throttled = b.throttledGone
+	for _, l := range b.lanes {
+		if l.gate != nil {
+			n, isOpen, _ := l.gate.counts()
+			throttled += n
+			if isOpen {
+				open++
+			}
+		}
+	}
+	return throttled, open
 }
 
 // answered tells the bucket that the sink has answered t's request: under

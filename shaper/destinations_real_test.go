@@ -100,3 +100,50 @@ func TestASlowHostDoesNotLowerTheRateToAFastOne(t *testing.T) {
 		t.Errorf("the fast host got %.1f/s next to a slow one; want near the limit, 50/s (at least 40)", rate)
 	}
 }
+
+// key.from: host: a host that answers 429 with Retry-After: 1 to every
+// request, or one that is down (503 without Retry-After, so its breaker
+// opens), holds back only its own messages: the fast host beside them
+// keeps the pipeline's rate, and the throttled host gets about one request
+// a second.
+func TestAHostThatPushesBackHoldsBackOnlyItself(t *testing.T) {
+	t.Parallel()
+	const n = 150
+	e := newEnv(t)
+	fast := sinktest.StartAt(t, "127.0.0.1:0", sinktest.OK)
+	throttling := sinktest.StartAt(t, "127.0.0.2:0", func(*http.Request, int) sinktest.Action {
+		return sinktest.Action{Status: http.StatusTooManyRequests, RetryAfter: "1"}
+	})
+	down := sinktest.StartAt(t, "127.0.0.3:0", func(*http.Request, int) sinktest.Action {
+		return sinktest.Action{Status: http.StatusServiceUnavailable}
+	})
+	for range n / 10 {
+		e.publishTo("throttling", throttling.URL, 2)
+		e.publishTo("down", down.URL, 2)
+		e.publishTo("fast", fast.URL, 10)
+	}
+	p := e.start(e.config(fast.URL, func(c *config.Pipeline) {
+		urlFrom(c, "127.0.0.1", "127.0.0.2", "127.0.0.3")
+		c.Rate.Limit = 50
+		c.Key = &shaper.KeyConfig{From: "host"}
+		c.Bucket.MaxQueueTime = 5 * time.Minute
+		c.Sink.HTTP.Retry = shaper.RetryConfig{MaxAttempts: 1000, MaxElapsed: 10 * time.Minute}
+	}))
+	testwait.For(t, 30*time.Second, "every fast message delivered", func() bool { return fast.DeliveredCount() == n })
+	at := sinktest.Arrivals(fast.Requests())
+	span := at[len(at)-1].Sub(at[0])
+	rate := float64(len(at)-1) / span.Seconds()
+	_, throttled := throttling.Counts()
+	_, failed := down.Counts()
+	t.Logf("fast host: %d at %.1f/s; meanwhile the throttling host got %d requests, the down host %d; throttled %v, breakers open %v",
+		len(at), rate, throttled, failed, p.metric("shaper_throttled_total"), p.metric("shaper_breaker_open"))
+	if rate < 40 {
+		t.Errorf("the fast host got %.1f/s beside hosts that push back; want near the limit, 50/s (at least 40)", rate)
+	}
+	if most := span.Seconds() + 3; float64(throttled) > most {
+		t.Errorf("the throttling host got %d requests in %.1fs; want about one a second (Retry-After: 1)", throttled, span.Seconds())
+	}
+	if p.metric("shaper_breaker_open") < 1 {
+		t.Error("shaper_breaker_open = 0; want the down host's breaker open")
+	}
+}

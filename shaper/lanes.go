@@ -33,6 +33,9 @@ type lane struct {
 	// moves it), and lastSlot the time of the last slot taken.
 	lim            Limiter
 	slot, lastSlot time.Time
+	// gate is the lane's own Retry-After pause and breaker (key.from:
+	// host), nil otherwise.
+	gate *gate
 	// resumes let the sources paused for this key go on, once the lane has
 	// room again (see Pausable).
 	resumes []func()
@@ -82,6 +85,13 @@ func (l *lane) ready(now time.Time, ordered bool, inFlight int) (at time.Time, o
 	}
 	if l.lim != nil {
 		at = later(at, l.slot)
+	}
+	if l.gate != nil {
+		until, why := l.gate.shut(now)
+		if why != holdNone && until.IsZero() {
+			return time.Time{}, false // its probe is in flight: the result puts the lane back
+		}
+		at = later(at, until)
 	}
 	return at, true
 }

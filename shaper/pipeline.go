@@ -112,7 +112,6 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		deadLetter:   parts.DeadLetter,
 		lim:          parts.Limiter,
 		clock:        clock,
-		bucket:       newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanesOf(cfg, parts.KeyLimiter)),
 		keyOf:        keyFunc(cfg.Key),
 		metrics:      parts.Metrics,
 		m:            parts.Metrics.forPipeline(cfg.Name),
@@ -123,6 +122,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		reschedule:   make(chan struct{}, 1),
 		rate:         cfg.Rate,
 	}
+	p.bucket = newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanesOf(cfg, parts.KeyLimiter, p.hostGate))
 	p.gate = gate{log: p.log, changed: func() { signal(p.reschedule) }, waiting: p.bucket.Held, jitter: rand.Int64N}
 	if a := cfg.Rate.Adaptive; a != nil {
 		p.adaptive = newAdaptive(*a, cfg.Rate.Limit)
@@ -134,13 +134,17 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 }
 
 // lanesOf shapes the bucket's lanes for cfg: without key: there is one
-// lane, bound by nothing but the capacity.
-func lanesOf(cfg PipelineConfig, limiter func(string, time.Time) Limiter) laneOptions {
+// lane, bound by nothing but the capacity. limiter makes a key's own
+// limiter (rate.per_key) and gate a host's own gate (key.from: host).
+func lanesOf(cfg PipelineConfig, limiter func(string, time.Time) Limiter, gate func(string) *gate) laneOptions {
 	k := cfg.Key
 	if k == nil {
 		return laneOptions{}
 	}
 	o := laneOptions{perKey: cfg.Bucket.PerKeyCapacity, maxKeys: k.MaxKeys, ordered: k.Ordered, inFlight: k.MaxInFlight}
+	if k.From == "host" {
+		o.gate = gate
+	}
 	if pk := cfg.Rate.PerKey; pk != nil && limiter != nil {
 		o.limiter = limiter
 		o.idle = time.Duration(float64(*pk.Burst) / pk.Limit * float64(time.Second))
@@ -464,6 +468,12 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		if _, why := p.gate.shut(now); why != holdNone {
 			continue
 		}
+		if g := t.lane.gate; g != nil {
+			if _, why := g.shut(now); why != holdNone {
+				p.bucket.putBack(t) // its host pushed back meanwhile: the lane waits
+				return nil, true
+			}
+		}
 		if !t.keySlot {
 			if !p.bucket.spend(t, now) {
 				// Another replica took the key's shared slot: t goes
@@ -475,7 +485,7 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		}
 		if p.lim.Allow(now) {
 			t.keySlot = false
-			t.probe = p.gate.departing(now)
+			t.probe = p.gateOf(t).departing(now)
 			return t, true
 		}
 	}

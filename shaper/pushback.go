@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -22,7 +23,8 @@ type gate struct {
 	log *slog.Logger
 	// changed wakes the scheduler when a hold ends or changes.
 	changed func()
-	// waiting counts the messages held, for the log line at a hold's end.
+	// waiting counts the messages held, for the log line at a hold's end;
+	// nil for a host's own gate (key.from: host), which does not log it.
 	waiting func() int
 	// jitter returns a uniform value in [0, n): rand.Int64N.
 	jitter func(n int64) int64
@@ -66,7 +68,7 @@ func (g *gate) shut(now time.Time) (until time.Time, why hold) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.throttledSince.IsZero() && !now.Before(g.throttledUntil) {
-		g.log.Info("sink throttle over: departures resume", "throttled_for", now.Sub(g.throttledSince).Round(time.Millisecond), "waiting", g.waiting())
+		g.log.Info("sink throttle over: departures resume", g.withWaiting("throttled_for", now.Sub(g.throttledSince).Round(time.Millisecond))...)
 		g.throttledSince = time.Time{}
 	}
 	switch {
@@ -80,6 +82,14 @@ func (g *gate) shut(now time.Time) (until time.Time, why hold) {
 		return g.throttledUntil, holdThrottled
 	}
 	return time.Time{}, holdNone
+}
+
+// withWaiting returns args, and the messages waiting when the gate knows.
+func (g *gate) withWaiting(args ...any) []any {
+	if g.waiting != nil {
+		args = append(args, "waiting", g.waiting())
+	}
+	return args
 }
 
 func later(a, b time.Time) time.Time {
@@ -116,7 +126,7 @@ func (g *gate) result(now time.Time, err error, probe bool, b BreakerConfig) (in
 		// throttle): whatever the breaker feared is over.
 		g.failures = 0
 		if g.breaker != breakerClosed && (probe || g.breaker == breakerOpen) {
-			g.log.Info("circuit breaker closed: the sink answers again", "open_for", now.Sub(g.openSince).Round(time.Millisecond), "waiting", g.waiting())
+			g.log.Info("circuit breaker closed: the sink answers again", g.withWaiting("open_for", now.Sub(g.openSince).Round(time.Millisecond))...)
 			g.breaker, g.openSince = breakerClosed, time.Time{}
 			g.changed()
 		}
@@ -300,7 +310,8 @@ func (a *adaptive) setCeiling(limit float64) {
 func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *settings) bool {
 	probe := t.probe
 	t.probe = false
-	inFlightAtOpen := p.gate.result(end, err, probe, set.delivery.Breaker)
+	g := p.gateOf(t)
+	inFlightAtOpen := g.result(end, err, probe, set.delivery.Breaker)
 	var status *StatusError
 	isStatus := errors.As(err, &status)
 	throttled := isStatus && throttle(status)
@@ -309,7 +320,10 @@ func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *set
 		if limit := end.Add(set.delivery.Retry.MaxBackoff); until.After(limit) {
 			until = limit
 		}
-		p.gate.throttle(end, until, err)
+		g.throttle(end, until, err)
+	}
+	if g != &p.gate {
+		p.bucket.touch(t.lane) // its host's gate may have shut, or opened again
 	}
 	if p.adaptive != nil {
 		target := p.adaptive.cfg.LatencyTarget
@@ -318,6 +332,23 @@ func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *set
 		}
 	}
 	return throttled || inFlightAtOpen
+}
+
+// gateOf is the gate that holds t's departures and takes its results: its
+// host's own under key.from: host, else the pipeline's.
+func (p *Pipeline) gateOf(t *task) *gate {
+	if g := t.lane.gate; g != nil {
+		return g
+	}
+	return &p.gate
+}
+
+// hostGate makes the gate of one host's lane (key.from: host): its own
+// Retry-After pause and circuit breaker, so that a host that pushes back
+// holds back only its own messages. The operator's pause stays the
+// pipeline's.
+func (p *Pipeline) hostGate(host string) *gate {
+	return &gate{log: p.log.With("host", host), changed: func() { signal(p.reschedule) }, jitter: rand.Int64N}
 }
 
 // lowerLimit lowers the limit in force at a push-back to an attempt that
