@@ -3,8 +3,10 @@
 // precision of the real pipeline beside two baselines, the overhead of the
 // limiter and of a running daemon, the throughput ceiling, memory under a
 // large backlog, the Redis-shared limiter, how the rate follows a sink
-// that pushes back and what keys cost (lanes), and writes docs/benchmarks.md, docs/benchmarks.json,
-// docs/shaping.svg and docs/pushback.svg.
+// that pushes back, what keys cost (lanes) and what per-message
+// destinations cost (url_from to many hosts), and writes
+// docs/benchmarks.md, docs/benchmarks.json, docs/shaping.svg and
+// docs/pushback.svg.
 //
 // It reports against the project's goals and never fails on a missed one:
 // the figures are for people to read. It needs the Go toolchain (it builds
@@ -53,7 +55,7 @@ type options struct {
 	tmp        string // configs, logs and the shaper binary of this run
 }
 
-var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes"}
+var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations"}
 
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -140,6 +142,7 @@ func realMain(ctx context.Context, args []string) error {
 		run("picture", func() (err error) { rep.Picture, err = runPicture(ctx, o, env); return }),
 		run("pushback", func() (err error) { rep.Pushback, err = runPushback(ctx, o, env); return }),
 		run("lanes", func() (err error) { rep.Lanes, err = runLanes(ctx, o, env); return }),
+		run("destinations", func() (err error) { rep.Destinations, err = runDestinations(ctx, o, env); return }),
 	)
 	if ctx.Err() != nil {
 		return ctx.Err() // interrupted: nothing worth writing
@@ -149,6 +152,9 @@ func realMain(ctx context.Context, args []string) error {
 	}
 	if rep.Lanes != nil {
 		rep.Lanes.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
+	}
+	if rep.Destinations != nil {
+		rep.Destinations.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Machine.LoadEnd = loadAverage()
@@ -197,7 +203,8 @@ func setup(ctx context.Context, o *options) (_ *environment, err error) {
 		return nil, err
 	}
 	if env.kafka, err = startKafka(topicSteady, topicIdle, topicThroughput, topicBacklog100k, topicBacklog1M,
-		topicLanesOne, topicLanesMany, topicLanesBacklog); err != nil {
+		topicLanesOne, topicLanesMany, topicLanesBacklog,
+		topicDestinations, topicDestinationOne, topicDestinationURL); err != nil {
 		return nil, err
 	}
 	need := func(s string) bool { return len(o.only) == 0 || o.only[s] }

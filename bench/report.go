@@ -28,6 +28,8 @@ type Report struct {
 	Picture    *PictureSection    `json:"picture,omitempty"`
 	Pushback   *PushbackSection   `json:"pushback,omitempty"`
 	Lanes      *LanesSection      `json:"lanes,omitempty"`
+	// Destinations is what sink.http.url_from costs with many hosts.
+	Destinations *DestinationsSection `json:"destinations,omitempty"`
 
 	written []string
 }
@@ -146,6 +148,9 @@ func evaluateGoals(r *Report) []Goal {
 		}
 	}
 	if s := r.Lanes; s != nil {
+		goals = append(goals, s.goals()...)
+	}
+	if s := r.Destinations; s != nil {
 		goals = append(goals, s.goals()...)
 	}
 	return goals
@@ -432,6 +437,9 @@ func (r *Report) markdown() string {
 		r.pushbackMarkdown(p, s)
 	}
 	if s := r.Lanes; s != nil {
+		s.markdown(p)
+	}
+	if s := r.Destinations; s != nil {
 		s.markdown(p)
 	}
 	return b.String()
