@@ -432,7 +432,7 @@ func (s *DestinationsSection) goals() []Goal {
 }
 
 // perText writes a ratio to two decimals below 10, to one below 100,
-// else whole.
+// else whole, its digits grouped.
 func perText(v float64) string {
 	switch {
 	case v < 10:
@@ -440,7 +440,7 @@ func perText(v float64) string {
 	case v < 100:
 		return fmt.Sprintf("%.1f", v)
 	}
-	return fmt.Sprintf("%.0f", v)
+	return thousands(int(math.Round(v)))
 }
 
 // markdown writes the destinations section.
@@ -477,8 +477,8 @@ func (s *DestinationsSection) markdown(p func(string, ...any)) {
 	p("| run | window | delivered | shaper CPU per message | shaper CPU | shaper allocations per message | broker + servers CPU per message |")
 	p("|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range s.Runs {
-		p("| %s | %.1f s | %d (%s/s) | %.1f µs | %.1f%% of a core | %.0f (%.1f KiB) | %.1f µs |", r.Label, r.Seconds, r.Delivered,
-			mark(fmt.Sprintf("%.0f", r.Rate), r.Rate < 0.98*s.Limit), r.ShaperUs, r.ShaperPct, r.Allocs, r.AllocBytes/1024, r.HarnessUs)
+		p("| %s | %.1f s | %s (%.0f/s) | %.1f µs | %.1f%% of a core | %.0f (%.1f KiB) | %.1f µs |", r.Label, r.Seconds, thousands(int(r.Delivered)),
+			r.Rate, r.ShaperUs, r.ShaperPct, r.Allocs, r.AllocBytes/1024, r.HarnessUs)
 	}
 	p("")
 	p("| run | requests | hosts reached | connections opened | of them in the window | most opened to one host (goal ≤ %d) | most open at once on one host | requests per connection |", s.MaxInFlightPerHost)
