@@ -247,10 +247,19 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*httpSink, e
 }
 
 // newTransport returns the Transport of these settings: at most
-// cfg.MaxInFlightPerHost connections to one host and cfg.MaxInFlight kept
-// in all, dialled by dial (nil: a net.Dialer).
+// cfg.MaxInFlightPerHost connections to one host, and cfg.MaxInFlight kept
+// in all for a fixed url (no such cap with url_from), dialled by dial (nil:
+// a net.Dialer).
 func (h *httpSink) newTransport(cfg HTTPConfig, tlsConfig *tls.Config, dial dialFunc) *http.Transport {
 	conns, perHost := max(cfg.MaxInFlight, 1), max(cfg.MaxInFlightPerHost, 1)
+	if cfg.URLFrom != "" {
+		// No cap over all hosts: with more hosts than max_in_flight,
+		// one would close another host's idle connection each time one
+		// goes back, and every request would dial (and shake hands)
+		// anew. Each host keeps at most perHost, closed after
+		// idleConnTimeout unused.
+		conns = 0
+	}
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}

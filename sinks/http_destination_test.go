@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -169,5 +170,42 @@ func TestEachMessageGoesToTheURLItNames(t *testing.T) {
 	}
 	if _, dials := rec.record(); len(dials) > 4 {
 		t.Errorf("%d connections for 11 requests to 2 hosts: %v; want them kept alive", len(dials), dials)
+	}
+}
+
+// With url_from, connections to many hosts are kept alive: 300 requests
+// round robin over 100 loopback hosts (more than max_in_flight) open 100
+// connections, one per host, not one per request.
+func TestManyHostsKeepTheirConnections(t *testing.T) {
+	const hosts = 100
+	var urls []string
+	for i := range hosts {
+		s := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.%d.%d:0", 3+i/250, 1+i%250))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Listener = l
+		s.Start()
+		t.Cleanup(s.Close)
+		urls = append(urls, s.URL+"/notify")
+	}
+	rec := &netRecorder{}
+	var allowed []string
+	for i := range hosts {
+		allowed = append(allowed, fmt.Sprintf("127.0.%d.%d", 3+i/250, 1+i%250))
+	}
+	h, err := newHTTPDialing(urlFromConfig(true, allowed...), rec.dial, rec.lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	for i := range 3 * hosts {
+		if err := h.Send(context.Background(), notify(fmt.Sprint(i), urls[i%hosts])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, dials := rec.record(); len(dials) != hosts {
+		t.Errorf("%d connections for %d requests to %d hosts; want %d, one each, kept alive", len(dials), 3*hosts, hosts, hosts)
 	}
 }

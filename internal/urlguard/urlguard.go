@@ -45,8 +45,37 @@ const MaxURLBytes = 8 << 10
 // The zero Guard allows no host and refuses every address that is not
 // public.
 type Guard struct {
-	entries      []entry
+	// byHost holds the entries by what they match: a name or an IP's
+	// text for an exact entry, "*."+suffix for a wildcard, so that a check
+	// costs the same with 10 entries or 10 000.
+	byHost       map[string][]entry
 	allowPrivate bool
+}
+
+// candidates returns the entries that may match name or ip: the exact ones,
+// and the wildcards of each suffix of name.
+func (g *Guard) candidates(name string, ip netip.Addr) []entry {
+	if ip.IsValid() {
+		return g.byHost[ip.String()]
+	}
+	out := g.byHost[name]
+	for i := 0; i < len(name); i++ {
+		if name[i] == '.' {
+			out = append(out[:len(out):len(out)], g.byHost["*."+name[i+1:]]...)
+		}
+	}
+	return out
+}
+
+// key is what an entry is filed under in byHost.
+func (e entry) key() string {
+	switch {
+	case e.ip.IsValid():
+		return e.ip.String()
+	case e.wild:
+		return "*." + e.name
+	}
+	return e.name
 }
 
 // entry is one compiled allowed_hosts entry.
@@ -98,7 +127,7 @@ func New(allowedHosts []string, allowPrivate bool) (*Guard, error) {
 	if len(allowedHosts) == 0 {
 		return nil, errors.New("allowed_hosts: required: at least one host a message's URL may name")
 	}
-	g := &Guard{allowPrivate: allowPrivate}
+	g := &Guard{allowPrivate: allowPrivate, byHost: map[string][]entry{}}
 	var errs []error
 	for i, raw := range allowedHosts {
 		e, shown, why := parseEntry(raw, allowPrivate)
@@ -109,7 +138,7 @@ func New(allowedHosts []string, allowPrivate bool) (*Guard, error) {
 			errs = append(errs, &EntryError{Index: i, Entry: raw, Reason: why})
 			continue
 		}
-		g.entries = append(g.entries, e)
+		g.byHost[e.key()] = append(g.byHost[e.key()], e)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -453,7 +482,7 @@ func (g *Guard) Check(raw string) (*url.URL, error) {
 		}
 	}
 	hostMatched, portMatched := false, false
-	for _, e := range g.entries {
+	for _, e := range g.candidates(name, ip) {
 		if !e.matches(name, ip) {
 			continue
 		}
