@@ -1,14 +1,10 @@
 package shaper_test
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/sinktest"
@@ -16,19 +12,9 @@ import (
 	"github.com/shaper-dev/shaper/shaper"
 )
 
-// publishTo puts messages with header Notify-Url: url and bodies
-// name+"-0".. into the stream, n of them.
-func (e *env) publishTo(name, url string, n int) {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i := range n {
-		m := &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%s-%d", name, i), Header: nats.Header{"Notify-Url": {url}}}
-		if _, err := e.js.PublishMsg(ctx, m); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-}
+// publishTo puts n messages with header Notify-Url: url and bodies
+// name+"-0".. into the stream.
+func (e *env) publishTo(name, url string, n int) { e.publishHeader("Notify-Url", url, name, n) }
 
 // urlFrom makes c take each request's URL from header Notify-Url, to the
 // loopback hosts given (allow_private: the test's sinks are on loopback).

@@ -81,12 +81,16 @@ func (e *env) publish(n int) {
 
 // publishKeyed puts n messages with header Merchant-Id: key and bodies
 // key+"-0".. into the stream.
-func (e *env) publishKeyed(key string, n int) {
+func (e *env) publishKeyed(key string, n int) { e.publishHeader("Merchant-Id", key, key, n) }
+
+// publishHeader puts n messages with header name: value and bodies
+// body+"-0".. into the stream.
+func (e *env) publishHeader(name, value, body string, n int) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range n {
-		m := &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%s-%d", key, i), Header: nats.Header{"Merchant-Id": {key}}}
+		m := &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%s-%d", body, i), Header: nats.Header{name: {value}}}
 		if _, err := e.js.PublishMsg(ctx, m); err != nil {
 			e.t.Fatal(err)
 		}
