@@ -232,35 +232,9 @@ func measureCounted(ch *child, count func() int64, window time.Duration) childWi
 // Notify-Url urls[i mod len(urls)], and waits until the broker has acked
 // every one.
 func publishDestinations(ctx context.Context, k *kafkaCluster, topic string, n int, urls []string) error {
-	transport := &kafka.Transport{}
-	defer transport.CloseIdleConnections()
-	w := &kafka.Writer{
-		Addr:         kafka.TCP(k.Addrs()...),
-		Topic:        topic,
-		Balancer:     &kafka.RoundRobin{},
-		RequiredAcks: kafka.RequireAll,
-		BatchTimeout: 5 * time.Millisecond,
-		BatchSize:    10_000,
-		BatchBytes:   1 << 20,
-		Transport:    transport,
-	}
-	const chunk = 100_000 // a chunk at a time, so a large backlog is not all in memory
-	msgs := make([]kafka.Message, 0, min(n, chunk))
-	var err error
-	for from := 0; from < n && err == nil; from += chunk {
-		msgs = msgs[:0]
-		for i := from; i < min(from+chunk, n); i++ {
-			msgs = append(msgs, kafka.Message{
-				Value:   payload(i),
-				Headers: []kafka.Header{{Key: destinationsHeader, Value: []byte(urls[i%len(urls)])}},
-			})
-		}
-		err = w.WriteMessages(ctx, msgs...)
-	}
-	if err = errors.Join(err, w.Close()); err != nil {
-		return fmt.Errorf("kafka: produce to %s: %w", topic, err)
-	}
-	return nil
+	return k.PublishMessages(ctx, topic, n, func(i int) kafka.Message {
+		return kafka.Message{Value: payload(i), Headers: []kafka.Header{{Key: destinationsHeader, Value: []byte(urls[i%len(urls)])}}}
+	})
 }
 
 // hostFleet is HTTP servers on distinct loopback addresses, one per host

@@ -463,36 +463,9 @@ func (c *child) keys(name string, top int) ([]shaper.KeyStatus, error) {
 // "key-" + i mod keys in header Key, and waits until the broker has acked
 // every one.
 func publishKeyed(ctx context.Context, k *kafkaCluster, topic string, n, keys int) error {
-	transport := &kafka.Transport{}
-	defer transport.CloseIdleConnections()
-	w := &kafka.Writer{
-		Addr:         kafka.TCP(k.Addrs()...),
-		Topic:        topic,
-		Balancer:     &kafka.RoundRobin{},
-		RequiredAcks: kafka.RequireAll,
-		BatchTimeout: 5 * time.Millisecond,
-		BatchSize:    10_000,
-		BatchBytes:   1 << 20,
-		Transport:    transport,
-	}
-	// A chunk at a time, so a backlog of millions is not all in memory.
-	const chunk = 100_000
-	msgs := make([]kafka.Message, 0, min(n, chunk))
-	var err error
-	for from := 0; from < n && err == nil; from += chunk {
-		msgs = msgs[:0]
-		for i := from; i < min(from+chunk, n); i++ {
-			msgs = append(msgs, kafka.Message{
-				Value:   payload(i),
-				Headers: []kafka.Header{{Key: laneHeader, Value: fmt.Appendf(nil, "key-%06d", i%keys)}},
-			})
-		}
-		err = w.WriteMessages(ctx, msgs...)
-	}
-	if err = errors.Join(err, w.Close()); err != nil {
-		return fmt.Errorf("kafka: produce to %s: %w", topic, err)
-	}
-	return nil
+	return k.PublishMessages(ctx, topic, n, func(i int) kafka.Message {
+		return kafka.Message{Value: payload(i), Headers: []kafka.Header{{Key: laneHeader, Value: fmt.Appendf(nil, "key-%06d", i%keys)}}}
+	})
 }
 
 // decision returns the median of the decision sub-benchmark kind (turns or

@@ -51,10 +51,21 @@ func (k *Kafka) Source(topic, group string) *sources.KafkaConfig {
 
 // Publish produces n records to topic, round robin over its partitions,
 // record i with the key and value record(i) returns, and waits until the
-// broker has acked every one (acks=all) or ctx ends. It produces through a
-// transport of its own that it closes before it returns: the default one
-// would keep connections and their goroutines after the call.
+// broker has acked every one (acks=all) or ctx ends; see PublishMessages.
 func (k *Kafka) Publish(ctx context.Context, topic string, n int, record func(i int) (key, value []byte)) error {
+	return k.PublishMessages(ctx, topic, n, func(i int) kafka.Message {
+		key, value := record(i)
+		return kafka.Message{Key: key, Value: value}
+	})
+}
+
+// PublishMessages produces n records to topic, round robin over its
+// partitions, record i as message(i) gives it (key, value, headers), and
+// waits until the broker has acked every one (acks=all) or ctx ends. It
+// produces through a transport of its own that it closes before it
+// returns: the default one would keep connections and their goroutines
+// after the call.
+func (k *Kafka) PublishMessages(ctx context.Context, topic string, n int, message func(i int) kafka.Message) error {
 	transport := &kafka.Transport{}
 	defer transport.CloseIdleConnections()
 	w := &kafka.Writer{
@@ -75,8 +86,7 @@ func (k *Kafka) Publish(ctx context.Context, topic string, n int, record func(i 
 	for from := 0; from < n && err == nil; from += chunk {
 		msgs = msgs[:0]
 		for i := from; i < min(from+chunk, n); i++ {
-			key, value := record(i)
-			msgs = append(msgs, kafka.Message{Key: key, Value: value})
+			msgs = append(msgs, message(i))
 		}
 		err = w.WriteMessages(ctx, msgs...)
 	}
