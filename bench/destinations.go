@@ -202,31 +202,6 @@ func (s *DestinationsSection) measure(ctx context.Context, o *options, env *envi
 	return nil
 }
 
-// measureCounted is measureChild for a child whose deliveries count tells.
-func measureCounted(ch *child, count func() int64, window time.Duration) childWindow {
-	const mallocs, bytes = "go_memstats_mallocs_total", "go_memstats_alloc_bytes_total"
-	m0, _ := ch.scrape(mallocs, bytes) // a failed scrape leaves the allocations at 0
-	t0, cpu0, self0, n0 := time.Now(), ch.cpu(), selfCPU(), count()
-	time.Sleep(window)
-	t1, cpu1, self1, n1 := time.Now(), ch.cpu(), selfCPU(), count()
-	m1, _ := ch.scrape(mallocs, bytes)
-	w := childWindow{
-		seconds: t1.Sub(t0).Seconds(), delivered: n1 - n0,
-		childCPU: cpu1 - cpu0, harnessCPU: self1 - self0,
-	}
-	w.rate = float64(w.delivered) / w.seconds
-	w.cost.ShaperPct = 100 * w.childCPU.Seconds() / w.seconds
-	if w.delivered > 0 {
-		w.cost.ShaperUs = float64(w.childCPU.Microseconds()) / float64(w.delivered)
-		w.cost.HarnessUs = float64(w.harnessCPU.Microseconds()) / float64(w.delivered)
-		if m0 != nil && m1 != nil {
-			w.cost.Allocs = (m1[mallocs] - m0[mallocs]) / float64(w.delivered)
-			w.cost.AllocBytes = (m1[bytes] - m0[bytes]) / float64(w.delivered)
-		}
-	}
-	return w
-}
-
 // publishDestinations produces n records to topic, round robin over its
 // partitions, record i with the payload of message i and header
 // Notify-Url urls[i mod len(urls)], and waits until the broker has acked

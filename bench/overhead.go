@@ -242,14 +242,14 @@ type childWindow struct {
 	childCPU, harnessCPU time.Duration
 }
 
-// measureChild samples the child's CPU, this process's CPU and the sink's
-// count, waits window, and samples them again.
-func measureChild(ch *child, sink *sink, window time.Duration) childWindow {
+// measureCounted samples the child's CPU, this process's CPU and the
+// deliveries count gives, waits window, and samples them again.
+func measureCounted(ch *child, count func() int64, window time.Duration) childWindow {
 	const mallocs, bytes = "go_memstats_mallocs_total", "go_memstats_alloc_bytes_total"
 	m0, _ := ch.scrape(mallocs, bytes) // a failed scrape leaves the allocations at 0
-	t0, cpu0, self0, n0 := time.Now(), ch.cpu(), selfCPU(), sink.count.Load()
+	t0, cpu0, self0, n0 := time.Now(), ch.cpu(), selfCPU(), count()
 	time.Sleep(window)
-	t1, cpu1, self1, n1 := time.Now(), ch.cpu(), selfCPU(), sink.count.Load()
+	t1, cpu1, self1, n1 := time.Now(), ch.cpu(), selfCPU(), count()
 	m1, _ := ch.scrape(mallocs, bytes)
 	w := childWindow{
 		seconds: t1.Sub(t0).Seconds(), delivered: n1 - n0,
@@ -266,6 +266,12 @@ func measureChild(ch *child, sink *sink, window time.Duration) childWindow {
 		}
 	}
 	return w
+}
+
+// measureChild samples the child's CPU, this process's CPU and the sink's
+// count, waits window, and samples them again.
+func measureChild(ch *child, sink *sink, window time.Duration) childWindow {
+	return measureCounted(ch, sink.count.Load, window)
 }
 
 // idleCPU runs one `shaper run` child per source kind, each on an empty
