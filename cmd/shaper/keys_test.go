@@ -109,6 +109,22 @@ func refusingSink(t *testing.T) *sinktest.Sink {
 	})
 }
 
+// killAndRestart runs shaper on config until sink has had after
+// deliveries, SIGKILLs it, and runs it again until sink has had all of
+// them, then stops it; it returns how many came before the kill.
+func killAndRestart(t *testing.T, config string, sink *sinktest.Sink, after, all int) (before int) {
+	t.Helper()
+	first := startChild(t, config)
+	testwait.For(t, 60*time.Second, fmt.Sprintf("%d deliveries", after), func() bool { return sink.DeliveredCount() >= after })
+	first.Signal(syscall.SIGKILL)
+	first.Wait(10 * time.Second)
+	before = sink.DeliveredCount()
+	second := startChild(t, config)
+	testwait.For(t, 60*time.Second, "every message delivered after the restart", func() bool { return sink.DeliveredCount() == all })
+	second.Stop()
+	return before
+}
+
 // firstDeliveries returns, per key, the index of each message in the order
 // of its first request, and how many messages came.
 func firstDeliveries(sink *sinktest.Sink) (map[string][]int, int) {
@@ -169,14 +185,7 @@ func TestKafkaOrderedKeysKeepSourceOrderThroughRetriesAndASIGKILL(t *testing.T) 
 		Sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: 8, retry: {initial_backoff: 50ms}}}`, sink.URL),
 	}.YAML())
 
-	first := startChild(t, config)
-	testwait.For(t, 60*time.Second, "80 deliveries", func() bool { return sink.DeliveredCount() >= 80 })
-	first.Signal(syscall.SIGKILL)
-	first.Wait(10 * time.Second)
-	before := sink.DeliveredCount()
-	second := startChild(t, config)
-	testwait.For(t, 60*time.Second, "every message delivered after the restart", func() bool { return sink.DeliveredCount() == keys*each })
-	second.Stop()
+	before := killAndRestart(t, config, sink, 80, keys*each)
 
 	t.Logf("SIGKILL after %d delivered", before)
 	refused := checkFirstDeliveriesInOrder(t, sink, keys, each)
@@ -291,14 +300,7 @@ func TestJetStreamOrderedKeysAcrossASIGKILLReorderOnlyWhatWasHeld(t *testing.T) 
 		Key:    "{from: header:Merchant-Id, ordered: true}",
 		Sink:   httpSink(sink.URL, 4),
 	}.YAML())
-	first := startChild(t, config)
-	testwait.For(t, 30*time.Second, "30 deliveries", func() bool { return sink.DeliveredCount() >= 30 })
-	first.Signal(syscall.SIGKILL)
-	first.Wait(10 * time.Second)
-	before := sink.DeliveredCount()
-	second := startChild(t, config)
-	testwait.For(t, 60*time.Second, "every message delivered after the restart", func() bool { return sink.DeliveredCount() == keys*each })
-	second.Stop()
+	before := killAndRestart(t, config, sink, 30, keys*each)
 
 	firsts, unique := firstDeliveries(sink)
 	late := 0 // first delivered after a newer message of its key
