@@ -22,6 +22,10 @@ type Message struct {
 	Header map[string][]string
 	// Payload is the body, passed to the sink unchanged.
 	Payload []byte
+	// Attempts is how many attempts were made before the message came to
+	// this source: a dead letter's Shaper-Attempts when a dead-letter
+	// record is read back (a replay). A new dead letter counts on from it.
+	Attempts int
 	// Receipt settles the message with its source once its outcome is final.
 	Receipt Receipt
 }
@@ -46,8 +50,11 @@ type Receipt interface {
 // must buffer on its own (core NATS) bounds its buffer and counts what it drops.
 type Source interface {
 	// Fetch blocks until at least one message is available or ctx ends, and
-	// returns at most max messages. It returns ctx.Err() when ctx ends. Other
-	// errors are reported and Fetch is called again after a backoff.
+	// returns at most max messages. It returns ctx.Err() when ctx ends. A
+	// bounded source (a replay's range) returns io.EOF once it has handed
+	// out everything: the pipeline then finishes what it holds and Run
+	// returns. Other errors are reported and Fetch is called again after a
+	// backoff.
 	Fetch(ctx context.Context, max int) ([]*Message, error)
 	// Ready returns nil while the source is connected and able to fetch, and
 	// otherwise an error saying why not; /readyz shows it.

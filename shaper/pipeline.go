@@ -88,6 +88,9 @@ type Pipeline struct {
 	drain     chan struct{}
 	drainOnce sync.Once
 	draining  atomic.Bool
+	// exhausted is set once a bounded source has handed out everything
+	// (Fetch returned io.EOF): Run returns when the bucket is empty.
+	exhausted atomic.Bool
 
 	mu    sync.Mutex // guards rate
 	rate  RateConfig
@@ -235,7 +238,8 @@ func (p *Pipeline) stalled(now time.Time) error {
 		expired, recentWindow, sent, p.lim.Limit(now), p.settings.Load().bucket.MaxQueueTime)
 }
 
-// Run moves messages until Drain is called and the drain completes, or until
+// Run moves messages until Drain is called and the drain completes, until a
+// bounded source is exhausted and everything it gave is settled, or until
 // ctx ends. Ending ctx forces a stop: attempts in flight are cancelled, and
 // every message without a final outcome is nacked, never acked. Run returns
 // only after every message it took has been settled and its goroutines have
@@ -344,6 +348,11 @@ func (p *Pipeline) fetch(ctx context.Context) {
 		}
 		switch {
 		case ctx.Err() != nil:
+			return
+		case errors.Is(err, io.EOF):
+			p.log.Info("source exhausted; finishing what the bucket holds", "held", p.bucket.Held())
+			p.exhausted.Store(true)
+			signal(p.bucket.ready) // the scheduler checks whether it is done
 			return
 		case err != nil:
 			if err.Error() != lastErr {
@@ -505,7 +514,8 @@ func (p *Pipeline) take(ctx context.Context, now time.Time) (*task, time.Time) {
 }
 
 // next waits for the next task to send, and returns nil when schedCtx ends
-// or, while draining, once the bucket holds nothing more.
+// or, while draining or once the source is exhausted, when the bucket
+// holds nothing more.
 func (p *Pipeline) next(ctx, schedCtx context.Context) *task {
 	for {
 		now := p.clock.Now()
@@ -513,7 +523,7 @@ func (p *Pipeline) next(ctx, schedCtx context.Context) *task {
 		if t != nil {
 			return t
 		}
-		if p.draining.Load() && p.bucket.Held() == 0 {
+		if p.finishing() && p.bucket.Held() == 0 {
 			return nil
 		}
 		var wake <-chan time.Time
@@ -660,23 +670,27 @@ func (p *Pipeline) sendDeadLetter(ctx context.Context, dl *Message, timeout time
 // Shaper-Payload-Omitted giving the size of what was left out.
 func withoutPayload(dl *Message) *Message {
 	h := map[string][]string{"Shaper-Payload-Omitted": {strconv.Itoa(len(dl.Payload)) + " bytes"}}
-	for _, k := range []string{"Shaper-Reason", "Shaper-Error", "Shaper-Attempts", "Shaper-Pipeline", "Shaper-Source"} {
+	for _, k := range []string{"Shaper-Reason", "Shaper-Error", "Shaper-Attempts", "Shaper-Pipeline", "Shaper-Source", "Shaper-Id"} {
 		h[k] = dl.Header[k]
 	}
 	return &Message{ID: dl.ID, Origin: dl.Origin, Key: dl.Key, Header: h, Payload: []byte{}}
 }
 
 // deadLetterMessage is the original message with the Shaper-* headers.
+// Shaper-Attempts counts on from the attempts made before the message came
+// to the source (a dead letter replayed), and Shaper-Id keeps the id it
+// was sent with, so a replay of it sends the same Idempotency-Key.
 func (p *Pipeline) deadLetterMessage(t *task, reason Reason) *Message {
-	h := make(map[string][]string, len(t.msg.Header)+5)
+	h := make(map[string][]string, len(t.msg.Header)+6)
 	for k, v := range t.msg.Header {
 		h[k] = v
 	}
 	h["Shaper-Reason"] = []string{string(reason)}
 	h["Shaper-Error"] = []string{oneLine(t.err.Error(), 1024)}
-	h["Shaper-Attempts"] = []string{strconv.Itoa(t.attempts)}
+	h["Shaper-Attempts"] = []string{strconv.Itoa(t.msg.Attempts + t.attempts)}
 	h["Shaper-Pipeline"] = []string{p.cfg.Name}
 	h["Shaper-Source"] = []string{t.msg.Origin}
+	h["Shaper-Id"] = []string{t.msg.ID}
 	return &Message{ID: t.msg.ID, Origin: t.msg.Origin, Key: t.msg.Key, Header: h, Payload: t.msg.Payload}
 }
 
@@ -726,10 +740,14 @@ func (p *Pipeline) nack(ctx context.Context, t *task, reason NackReason, delay t
 func (p *Pipeline) released(t *task) {
 	p.bucket.release(t)
 	p.m.depth.Set(float64(p.bucket.Held()))
-	if p.draining.Load() {
-		signal(p.bucket.ready) // the scheduler checks whether the drain is done
+	if p.finishing() {
+		signal(p.bucket.ready) // the scheduler checks whether it is done
 	}
 }
+
+// finishing reports whether no more messages will be admitted: the
+// pipeline drains, or its source is exhausted.
+func (p *Pipeline) finishing() bool { return p.draining.Load() || p.exhausted.Load() }
 
 // settings are a pipeline's bucket and delivery settings, replaced whole by
 // Reconfigure.

@@ -184,6 +184,7 @@ func TestA400IsDeadLetteredAsRejectedWithoutRetry(t *testing.T) {
 			"Shaper-Attempts": "1",
 			"Shaper-Pipeline": "test",
 			"Shaper-Source":   stream + "/" + strconv.Itoa(i+1),
+			"Shaper-Id":       stream + "/" + strconv.Itoa(i+1),
 		}
 		for k, want := range checks {
 			if got := h.Get(k); got != want {

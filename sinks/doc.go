@@ -31,8 +31,8 @@
 // A message carries its broker's key and headers ([shaper.Message] Key and
 // Header): a Kafka source fills both from the record, a NATS source fills
 // Header from the NATS headers and has no key. The core adds the dead-letter
-// headers Shaper-Reason, Shaper-Error, Shaper-Attempts, Shaper-Pipeline and
-// Shaper-Source to a dead letter's Header.
+// headers Shaper-Reason, Shaper-Error, Shaper-Attempts, Shaper-Pipeline,
+// Shaper-Source and Shaper-Id to a dead letter's Header.
 //
 // The Kafka and NATS publishers pass them on as they are. [Kafka] writes the
 // key as the record key (which also picks the partition) and every value of
