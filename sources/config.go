@@ -36,6 +36,13 @@ type KafkaConfig struct {
 	// MaxWait is the longest one fetch waits at the broker for new records;
 	// it also bounds how long closing the consumer takes. Default 500ms.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// DeadLetters reads dead-letter records written by shaper (a
+	// dead_letter topic or subject) as the messages they were: each goes
+	// out with the id it was first sent with (Idempotency-Key), without
+	// the Shaper-* headers, and a dead letter of it counts its attempts on
+	// (see AsDeadLetter). A record written without its payload is passed
+	// over, and logged. Default false.
+	DeadLetters bool `yaml:"dead_letters"`
 }
 
 // Values of KafkaConfig.Start.
@@ -118,6 +125,13 @@ type NATSConfig struct {
 	// message it holds well before that, so a queued message is never
 	// redelivered while it waits. Default 30s.
 	AckWait time.Duration `yaml:"ack_wait"`
+	// DeadLetters reads dead-letter records written by shaper (a
+	// dead_letter topic or subject) as the messages they were: each goes
+	// out with the id it was first sent with (Idempotency-Key), without
+	// the Shaper-* headers, and a dead letter of it counts its attempts on
+	// (see AsDeadLetter). A record written without its payload is passed
+	// over, and logged. Default false.
+	DeadLetters bool `yaml:"dead_letters"`
 }
 
 // SetDefaults fills every field left out with its default, for the
