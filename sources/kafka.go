@@ -127,6 +127,13 @@ var errKafkaClosed = errors.New("kafka: source closed")
 // Kafka is safe for concurrent use by multiple goroutines; concurrent Fetch
 // calls take turns.
 //
+// # Dead letters
+//
+// With DeadLetters, the topic holds shaper's dead letters: each is handed
+// out as the message it was (AsDeadLetter), with its first ID and without
+// the Shaper-* headers. One written without its payload is not handed out:
+// the source acks it itself and logs its Shaper-Source.
+//
 // Kafka itself only hands out messages: a kafkaSession runs the group
 // membership, its generations and commits, and holds the nacked messages;
 // a partitionFetcher reads the partitions the session claims.
@@ -346,7 +353,9 @@ func (s *Kafka) gather(ctx context.Context, out []*shaper.Message, max int) []*s
 }
 
 // hold has the session track f's message as fetched and unfinished, and
-// returns its delivery, or nil when the session refuses it (see admit).
+// returns its delivery, or nil when the session refuses it (see admit) or,
+// with DeadLetters, when it is a dead letter written without its payload:
+// that one is finished here, so its offset commits, and logged.
 func (s *Kafka) hold(f kafkaFetched) *kafkaDelivery {
 	m := f.msg
 	d := &kafkaDelivery{session: s.session, claim: f.claim}
@@ -356,8 +365,17 @@ func (s *Kafka) hold(f kafkaFetched) *kafkaDelivery {
 		return nil
 	}
 	s.fetcher.recordLag(f.claim, m)
-	d.msg = s.fetcher.message(m, d)
+	d.msg = kafkaMessage(m, d)
 	s.health.fetched()
+	if s.session.cfg.DeadLetters {
+		record := d.msg.ID
+		if _, omitted := AsDeadLetter(&d.msg); omitted {
+			s.log.Warn("kafka: dead letter written without its payload passed over; replay it from its source",
+				"record", record, "shaper_source", d.msg.Origin)
+			_ = d.Ack(context.Background()) // fails only after Close: then it comes back after a restart
+			return nil
+		}
+	}
 	return d
 }
 

@@ -115,8 +115,10 @@ func (f *partitionFetcher) recordLag(c *kafkaClaim, m kafka.Message) {
 	c.lag.Store(max(m.HighWaterMark-m.Offset-1, 0))
 }
 
-// message returns the pipeline's message for m, with receipt r.
-func (f *partitionFetcher) message(m kafka.Message, r shaper.Receipt) shaper.Message {
+// kafkaMessage returns the pipeline's message for m, with receipt r: its ID
+// and Origin are "topic/partition/offset", and a nil value is an empty
+// payload. The live source and a replay (KafkaRange) both build theirs here.
+func kafkaMessage(m kafka.Message, r shaper.Receipt) shaper.Message {
 	id := m.Topic + "/" + strconv.Itoa(m.Partition) + "/" + strconv.FormatInt(m.Offset, 10)
 	payload := m.Value
 	if payload == nil {
