@@ -25,9 +25,11 @@ import (
 //
 // CoreNATS is safe for concurrent use by multiple goroutines.
 type CoreNATS struct {
-	conn    *natsConn
-	sub     *nats.Subscription
-	subject string
+	conn        *natsConn
+	sub         *nats.Subscription
+	subject     string
+	deadLetters bool // cfg.DeadLetters
+	log         *slog.Logger
 	// idPrefix makes generated IDs unique across sources and restarts, so a
 	// sink never takes a new message for a duplicate of an old one.
 	idPrefix string
@@ -83,10 +85,12 @@ func NewCoreNATS(cfg NATSConfig, capacity int, name string, log *slog.Logger) (*
 		return nil, err
 	}
 	return &CoreNATS{
-		conn:     conn,
-		sub:      sub,
-		subject:  cfg.Subject,
-		idPrefix: fmt.Sprintf("%08x", rand.Uint32()),
+		conn:        conn,
+		sub:         sub,
+		subject:     cfg.Subject,
+		deadLetters: cfg.DeadLetters,
+		log:         log,
+		idPrefix:    fmt.Sprintf("%08x", rand.Uint32()),
 	}, nil
 }
 
@@ -97,12 +101,12 @@ func (c *CoreNATS) Fetch(ctx context.Context, max int) ([]*shaper.Message, error
 	if err := checkFetch(ctx, "nats", max); err != nil {
 		return nil, err
 	}
-	var m *nats.Msg
-	for {
-		var err error
-		m, err = c.sub.NextMsgWithContext(ctx)
+	var first *shaper.Message
+	for first == nil {
+		m, err := c.sub.NextMsgWithContext(ctx)
 		if err == nil {
-			break
+			first = c.message(m) // nil: passed over
+			continue
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -115,9 +119,10 @@ func (c *CoreNATS) Fetch(ctx context.Context, max int) ([]*shaper.Message, error
 		}
 		return nil, fmt.Errorf("nats: next message on %q: %w", c.subject, err)
 	}
-	out := []*shaper.Message{c.message(m)}
-	// Each ErrSlowConsumer notice stands for at least one drop, so the
-	// bound only matters under a flood.
+	out := []*shaper.Message{first}
+	// Each ErrSlowConsumer notice (and each dead letter passed over)
+	// stands for at least one message, so the bound only matters under a
+	// flood.
 	for tries := 0; len(out) < max && tries < 2*max; tries++ {
 		m, err := c.sub.NextMsg(0)
 		if errors.Is(err, nats.ErrSlowConsumer) {
@@ -126,23 +131,36 @@ func (c *CoreNATS) Fetch(ctx context.Context, max int) ([]*shaper.Message, error
 		if err != nil {
 			break // nothing more buffered
 		}
-		out = append(out, c.message(m))
+		if msg := c.message(m); msg != nil {
+			out = append(out, msg)
+		}
 	}
 	return out, nil
 }
 
+// message is the pipeline message of m. With deadLetters it is the message
+// that was dead-lettered (AsDeadLetter), or nil for a dead letter written
+// without its payload, which cannot be sent: it is logged and passed over.
 func (c *CoreNATS) message(m *nats.Msg) *shaper.Message {
 	id := m.Header.Get(nats.MsgIdHdr)
 	if id == "" {
 		id = m.Subject + "/" + c.idPrefix + "-" + strconv.FormatUint(c.seq.Add(1), 10)
 	}
-	return &shaper.Message{
+	msg := &shaper.Message{
 		ID:      id,
 		Origin:  m.Subject,
 		Header:  m.Header,
 		Payload: m.Data,
 		Receipt: coreReceipt{},
 	}
+	if c.deadLetters {
+		if _, omitted := AsDeadLetter(msg); omitted {
+			c.log.Warn("nats: dead letter without its payload passed over; the original is at its Shaper-Source",
+				"shaper_source", msg.Origin, "subject", m.Subject)
+			return nil
+		}
+	}
+	return msg
 }
 
 // Ready returns nil while the source is connected, else why not, such as

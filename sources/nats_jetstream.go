@@ -267,7 +267,10 @@ func (s *JetStream) Fetch(ctx context.Context, max int) ([]*shaper.Message, erro
 				// find: the messages in hand are good.
 			}
 		}
-		return s.hold(msgs), nil
+		if out := s.hold(ctx, msgs); len(out) > 0 {
+			return out, nil
+		}
+		// Only dead letters without their payload: passed over.
 	}
 }
 
@@ -351,31 +354,31 @@ func (s *JetStream) isClosed() bool {
 }
 
 // hold turns msgs into pipeline messages and holds them until settled.
-func (s *JetStream) hold(msgs []jetstream.Msg) []*shaper.Message {
+// With cfg.DeadLetters each is the message that was dead-lettered
+// (AsDeadLetter); a dead letter written without its payload cannot be
+// sent, so it is acked, logged and not handed out.
+func (s *JetStream) hold(ctx context.Context, msgs []jetstream.Msg) []*shaper.Message {
 	now := time.Now()
-	out := make([]*shaper.Message, len(msgs))
-	rs := make([]*jsReceipt, len(msgs))
-	for i, m := range msgs {
-		// The client parsed this reply subject when the message arrived,
-		// so Metadata does not fail; the fallback only keeps Origin sane.
-		origin, seq := s.cfg.Stream+"/?", uint64(0)
-		if md, err := m.Metadata(); err == nil {
-			seq = md.Sequence.Stream
-			origin = md.Stream + "/" + strconv.FormatUint(seq, 10)
+	out := make([]*shaper.Message, 0, len(msgs))
+	rs := make([]*jsReceipt, 0, len(msgs))
+	for _, m := range msgs {
+		msg, seq := jsMessage(m, s.cfg.Stream)
+		origin := msg.Origin
+		if s.cfg.DeadLetters {
+			if _, omitted := AsDeadLetter(msg); omitted {
+				args := []any{"shaper_source", msg.Origin, "origin", origin}
+				if err := m.DoubleAck(ctx); err != nil {
+					// It comes back after AckWait and is passed over again.
+					args = append(args, "ack_err", err)
+				}
+				s.log.Warn("nats: dead letter without its payload passed over; the original is at its Shaper-Source", args...)
+				continue
+			}
 		}
-		h := m.Headers()
-		id := h.Get(nats.MsgIdHdr)
-		if id == "" {
-			id = origin
-		}
-		rs[i] = &jsReceipt{src: s, msg: m, seq: seq, origin: origin, touched: now}
-		out[i] = &shaper.Message{
-			ID:      id,
-			Origin:  origin,
-			Header:  h,
-			Payload: m.Data(),
-			Receipt: rs[i],
-		}
+		r := &jsReceipt{src: s, msg: m, seq: seq, origin: origin, touched: now}
+		msg.Receipt = r
+		rs = append(rs, r)
+		out = append(out, msg)
 	}
 	s.mu.Lock()
 	for _, r := range rs {
@@ -383,6 +386,25 @@ func (s *JetStream) hold(msgs []jetstream.Msg) []*shaper.Message {
 	}
 	s.mu.Unlock()
 	return out
+}
+
+// jsMessage is the pipeline message of m, without its receipt, and m's
+// stream sequence. Its ID is the Nats-Msg-Id, else its Origin,
+// "stream/sequence".
+func jsMessage(m jetstream.Msg, stream string) (*shaper.Message, uint64) {
+	// The client parsed the reply subject when the message arrived, so
+	// Metadata does not fail; the fallback only keeps Origin sane.
+	origin, seq := stream+"/?", uint64(0)
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+		origin = md.Stream + "/" + strconv.FormatUint(seq, 10)
+	}
+	h := m.Headers()
+	id := h.Get(nats.MsgIdHdr)
+	if id == "" {
+		id = origin
+	}
+	return &shaper.Message{ID: id, Origin: origin, Header: h, Payload: m.Data()}, seq
 }
 
 func (s *JetStream) release(r *jsReceipt) {
