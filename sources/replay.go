@@ -221,6 +221,7 @@ type rangeBooks struct {
 type placeBooks struct {
 	name        string
 	next, end   int64 // the next position to read; the first past the range
+	total       int64 // how many messages the range holds
 	first, last *rangeReceipt
 }
 
@@ -234,9 +235,19 @@ func (b *rangeBooks) place(name string, from, end int64) *placeBooks {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	pb := &placeBooks{name: name, next: from, end: max(end, from)}
+	pb.total = pb.end - from
 	b.places[name] = pb
-	b.progress.Total += pb.end - from
+	b.progress.Total += pb.total
 	return pb
+}
+
+// count sets how many messages pb's range holds, where that is not
+// end-from: a stream's range read through a subject filter, or with gaps.
+func (b *rangeBooks) count(pb *placeBooks, total int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.progress.Total += total - pb.total
+	pb.total = total
 }
 
 // read books m, read at pos of pb, and returns it with its receipt, or
