@@ -31,6 +31,11 @@ const usage = `shaper: shape bursts from NATS into a steady rate of HTTP request
 Usage:
   shaper run      --config FILE      run the pipelines until SIGTERM/SIGINT
   shaper validate --config FILE      check a config; print every problem with its key path
+  shaper replay   --config FILE --pipeline NAME [--from T] [--to T] [--rate N]
+                  [--dead-letters] [--reason R] [--dry-run]
+                                     replay a bounded range of the source (or its dead
+                                     letters) at a smooth rate, with progress; exits 0
+                                     when every message has a final outcome
   shaper demo     [--rate N] [--messages N] [--mode leaky|token] [--burst N] [--duration D]
                                      embedded NATS + embedded sink, shows shaping live
   shaper healthcheck [--url URL]     exit 0 if a running shaper's /healthz answers 200 (for containers)
@@ -105,6 +110,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err = runCmd(ctx, rest, &g, stderr)
 	case "validate":
 		err = validateCmd(rest, &g, stdout, stderr)
+	case "replay":
+		err = replayCmd(ctx, rest, &g, stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, rest, &g, stdout, stderr)
 	case "healthcheck":

@@ -36,25 +36,8 @@ func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) er
 
 	// The first SIGINT/SIGTERM ends ctx and starts the drain; the second
 	// ends force, which stops at once, still acking only what is finished.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	force, forceStop := context.WithCancel(context.WithoutCancel(ctx))
+	force, forceStop := forceOnSecondSignal(ctx, log)
 	defer forceStop()
-	go func() {
-		for n := 0; ; n++ {
-			select {
-			case <-sigs:
-				if n == 1 {
-					log.Warn("second signal: forcing exit; unfinished messages are nacked")
-					forceStop()
-					return
-				}
-			case <-force.Done():
-				return
-			}
-		}
-	}()
 
 	d, err := newDaemon(cfg, log)
 	if err != nil {
@@ -89,4 +72,33 @@ func warnIfWritableByOthers(path string, cfg *config.File, log *slog.Logger) {
 	}
 	log.Warn("the config file holds credentials and is writable by its group or by anyone: chmod go-w it",
 		"config", path, "mode", info.Mode().Perm().String(), "credentials_at", keys)
+}
+
+// forceOnSecondSignal returns a context that ends at the second
+// SIGINT/SIGTERM (ctx ends at the first), or when stop is called.
+func forceOnSecondSignal(ctx context.Context, log *slog.Logger) (force context.Context, stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	force, forceStop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 0; ; n++ {
+			select {
+			case <-sigs:
+				if n == 1 {
+					log.Warn("second signal: forcing exit; unfinished messages are nacked")
+					forceStop()
+					return
+				}
+			case <-force.Done():
+				return
+			}
+		}
+	}()
+	return force, func() {
+		signal.Stop(sigs)
+		forceStop()
+		<-done
+	}
 }

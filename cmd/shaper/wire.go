@@ -15,13 +15,30 @@ import (
 )
 
 // buildParts wires one pipeline's config to its source, sink, dead-letter
-// target and limiter.
-func buildParts(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err error) {
+// target and limiter. On error it returns what it built, for the caller to
+// close.
+func buildParts(pc config.Pipeline, log *slog.Logger) (shaper.Parts, error) {
+	parts, err := buildDelivery(pc, log)
+	if err != nil {
+		return parts, err
+	}
+	if parts.Source, err = buildSource(pc, "shaper-"+pc.Name, log.With("pipeline", pc.Name)); err != nil {
+		return parts, fmt.Errorf("source: %w", err)
+	}
+	return parts, nil
+}
+
+// buildDelivery wires the parts of one pipeline but its source: the
+// limiters, the sink and the dead-letter target. A replay gives them a
+// source of its own. On error it returns what it built, for the caller
+// to close.
+func buildDelivery(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err error) {
 	name := "shaper-" + pc.Name
-	if parts.Limiter, err = buildLimiter(pc.Rate, log.With("pipeline", pc.Name)); err != nil {
+	log = log.With("pipeline", pc.Name)
+	if parts.Limiter, err = buildLimiter(pc.Rate, log); err != nil {
 		return parts, fmt.Errorf("rate: %w", err)
 	}
-	if parts.Sink, err = buildSink(pc.Sink, name, log.With("pipeline", pc.Name)); err != nil {
+	if parts.Sink, err = buildSink(pc.Sink, name, log); err != nil {
 		return parts, fmt.Errorf("sink: %w", err)
 	}
 	if dl := pc.DeadLetter; dl != nil {
@@ -29,11 +46,8 @@ func buildParts(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err e
 			return parts, fmt.Errorf("dead_letter: %w", err)
 		}
 	}
-	if parts.KeyLimiter, err = buildKeyLimiter(pc, parts.Limiter, log.With("pipeline", pc.Name)); err != nil {
+	if parts.KeyLimiter, err = buildKeyLimiter(pc, parts.Limiter, log); err != nil {
 		return parts, fmt.Errorf("rate.per_key: %w", err)
-	}
-	if parts.Source, err = buildSource(pc, name, log.With("pipeline", pc.Name)); err != nil {
-		return parts, fmt.Errorf("source: %w", err)
 	}
 	return parts, nil
 }
