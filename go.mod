@@ -3,6 +3,7 @@ module github.com/shaper-dev/shaper
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0

@@ -96,7 +96,8 @@ func (o *replayOutput) start(p *shaper.Pipeline, src sources.Replay, start time.
 					draw()
 				case <-done:
 					draw()
-					_ = bar.Exit() // leaves the bar where it stopped, and a new line
+					_ = bar.Exit() // leaves the bar where it stopped
+					fmt.Fprintln(o.w)
 					return
 				}
 			}

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -612,5 +617,47 @@ func TestReplayUsageErrorsExit2NamingTheProblem(t *testing.T) {
 		if code != exitUsage || !strings.Contains(stderr, c.want) {
 			t.Errorf("replay %v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr, c.want)
 		}
+	}
+}
+
+// On a terminal the replay draws a live bar and ends with a summary in
+// words. The terminal is a pseudo-terminal the test reads.
+func TestReplayOnATerminalDrawsABarAndSaysHowItWent(t *testing.T) {
+	l := newJetStreamLog(t)
+	l.publish(t, 100)
+	sink := sinktest.Start(t, sinktest.OK)
+	config := replayConfig(t, l, sink, "{limit: 100}")
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatalf("open a pseudo-terminal: %v", err)
+	}
+	defer ptmx.Close()
+	cmd := exec.Command(os.Args[0], "replay", "--config", config, "--pipeline", "psp")
+	cmd.Env = append(os.Environ(), "SHAPER_TEST_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = tty, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close() // the child has its own
+	var screen bytes.Buffer
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		_, _ = io.Copy(&screen, ptmx) // ends with an error once the child's side is closed
+	}()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("replay on a terminal: %v\n%s", err, stderr.String())
+	}
+	<-read
+	out := screen.String()
+	t.Logf("the terminal showed (last 400 bytes): %q", out[max(len(out)-400, 0):])
+	for _, want := range []string{"100/100", "msg/s", "100 delivered", "\nreplay psp complete: 100 in the range, 100 delivered"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the terminal did not show %q", want)
+		}
+	}
+	if strings.Contains(out, `{"progress"`) || strings.Contains(out, `{"summary"`) {
+		t.Errorf("JSON lines on a terminal; want the bar and words")
 	}
 }
