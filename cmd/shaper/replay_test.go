@@ -451,6 +451,14 @@ func TestReplayOfTheWholeLogAtARateEndsByItselfWithEachDeliveredOnce(t *testing.
 		if !slices.Equal(keys, ids) {
 			t.Errorf("Idempotency-Keys are not the messages' ids (first %v, want %v)", keys[:3], ids[:3])
 		}
+		// Smooth: at 200/s no second holds more than 200 requests, give
+		// or take what the loopback's latency bunches.
+		arrivals := sinktest.Arrivals(sink.Requests())
+		peak := sinktest.MaxInWindow(arrivals, time.Second)
+		t.Logf("requests over %v, at most %d in any 1 s", arrivals[len(arrivals)-1].Sub(arrivals[0]).Round(time.Millisecond), peak)
+		if peak > 210 {
+			t.Errorf("%d requests in one second at --rate 200; want at most 210", peak)
+		}
 		if len(out.progress) < 2 {
 			t.Errorf("%d progress lines in %.1fs at one per 500ms; want several", len(out.progress), s.ElapsedSeconds)
 		}
