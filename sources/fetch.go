@@ -3,6 +3,7 @@ package sources
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // checkFetch returns why a Fetch of max messages cannot start: an error
@@ -38,3 +39,38 @@ func (f fetchTurn) start(ctx context.Context, broker string, max int) error {
 
 // done ends the turn that start began.
 func (f fetchTurn) done() { <-f }
+
+// handOver sends v on out, and reports whether it did: not when ctx ends
+// first. While paused reports true it waits, without sending, for the
+// change it gives; a pause that comes while it waits stops the handover.
+func handOver[T any](ctx context.Context, out chan<- T, v T, paused func() (bool, <-chan struct{})) bool {
+	for {
+		p, changed := paused()
+		ch := out
+		if p {
+			ch = nil // never ready: wait for changed or ctx
+		}
+		select {
+		case ch <- v:
+			return true
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// sleepUnless waits d, or until ctx ends (ctx.Err()) or done is closed
+// (errClosed).
+func sleepUnless(ctx context.Context, done <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return errClosed
+	}
+}

@@ -84,20 +84,7 @@ func (f *partitionFetcher) read(ctx context.Context, g *kafkaGeneration, c *kafk
 // the handover. Meanwhile kafka-go fills the reader's queue (the reader's
 // share of kafkaQueueMax) and then stops fetching.
 func (f *partitionFetcher) hand(ctx context.Context, fm kafkaFetched) bool {
-	for {
-		paused, changed := fm.claim.pauseState()
-		incoming := f.incoming
-		if paused {
-			incoming = nil // never ready: wait for changed or ctx
-		}
-		select {
-		case incoming <- fm:
-			return true
-		case <-changed:
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return handOver(ctx, f.incoming, fm, fm.claim.pauseState)
 }
 
 // skip passes over m, read in generation g, which finished before this

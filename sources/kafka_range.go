@@ -352,20 +352,7 @@ func (s *KafkaRange) read(ctx context.Context, rp *rangePartition, rc kafka.Read
 // resumed; meanwhile kafka-go fills the reader's queue and then stops
 // fetching.
 func (s *KafkaRange) hand(ctx context.Context, rp *rangePartition, m *shaper.Message) bool {
-	for {
-		paused, changed := rp.pauses.state()
-		incoming := s.incoming
-		if paused {
-			incoming = nil // never ready: wait for changed or ctx
-		}
-		select {
-		case incoming <- m:
-			return true
-		case <-changed:
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return handOver(ctx, s.incoming, m, rp.pauses.state)
 }
 
 // Fetch blocks until at least one message is available or ctx ends, and

@@ -231,7 +231,7 @@ func (s *JetStream) Fetch(ctx context.Context, max int) ([]*shaper.Message, erro
 			return nil, errClosed
 		}
 		if !s.conn.nc.IsConnected() {
-			if err := s.sleep(ctx, natsReconnectPoll); err != nil {
+			if err := sleepUnless(ctx, s.done, natsReconnectPoll); err != nil {
 				return nil, err
 			}
 			continue
@@ -331,19 +331,6 @@ func (s *JetStream) abandon(b jetstream.MessageBatch) {
 func nakAll(msgs []jetstream.Msg) {
 	for _, m := range msgs {
 		_ = m.Nak() // if lost, the server redelivers after AckWait
-	}
-}
-
-func (s *JetStream) sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return errClosed
 	}
 }
 

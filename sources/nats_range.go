@@ -417,16 +417,7 @@ func (s *JetStreamRange) pulledNothing(ctx context.Context, batchErr error) erro
 		return fmt.Errorf("nats: pull from the replay of stream %q: %w", s.stream, batchErr)
 	}
 	// Pending but not delivered at once: ask again shortly.
-	t := time.NewTimer(natsReconnectPoll)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return errClosed
-	}
+	return sleepUnless(ctx, s.done, natsReconnectPoll)
 }
 
 // consumerNow returns the replay's consumer, making it again after the
