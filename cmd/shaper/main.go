@@ -71,7 +71,7 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, fmt.Errorf("%w: --log-level: want debug, info, warn or error, got %q", errUsage, g.logLevel)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: logAttr}
 	var log *slog.Logger
 	switch g.logFormat {
 	case "text":
@@ -112,6 +112,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		err = validateCmd(rest, &g, stdout, stderr)
 	case "replay":
 		err = replayCmd(ctx, rest, &g, stdout, stderr)
+	case "schema":
+		err = schemaCmd(rest, &g, stdout, stderr)
+	case "completion":
+		err = completionCmd(rest, &g, stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, rest, &g, stdout, stderr)
 	case "healthcheck":
