@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,18 +19,40 @@ import (
 // defaults and validates the result. The error lists every problem found in
 // one pass, each with its place in the file and its key path
 // (shaper.yaml:12:7: pipelines[0].rate.limit: must be a number > 0).
+//
+// In a value, ${VAR} is the variable's value and an unset variable is a
+// problem; ${VAR:-default} is default when VAR is unset or empty, as in a
+// POSIX shell; $${ is a literal ${.
 func Load(path string) (*File, error) {
+	cfg, _, err := LoadWith(path, Options{})
+	return cfg, err
+}
+
+// Options change what LoadWith checks.
+type Options struct {
+	// SkipEnv leaves a value that names an unset ${VAR} (without a
+	// :-default) unchecked instead of failing, so that CI can check a
+	// config without its secrets. The File then holds placeholders, not
+	// values to run with.
+	SkipEnv bool
+}
+
+// LoadWith is Load with opts. Its unchecked lists, placed like the
+// problems, each value that SkipEnv left unchecked:
+//
+//	shaper.yaml:33:11: pipelines[0].sink.http.headers.Authorization: ${PSP_TOKEN} is not set: not checked
+func LoadWith(path string, opts Options) (cfg *File, unchecked []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	defer f.Close()
 	// One byte more than the cap tells a file at the cap from a larger one.
 	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	return parse(path, data, os.LookupEnv)
+	return parse(path, data, os.LookupEnv, opts)
 }
 
 // MaxConfigBytes bounds a config file: a real one is a few KB, and decoding
@@ -43,47 +66,52 @@ const maxProblems = 100
 // Parse is Load on the bytes of a config file, with lookup standing in for
 // the environment. Its problems carry their key path but no place in a file.
 func Parse(data []byte, lookup func(string) (string, bool)) (*File, error) {
-	return parse("", data, lookup)
+	cfg, _, err := parse("", data, lookup, Options{})
+	return cfg, err
 }
 
-// parse is Parse of the file called name ("" for none).
+// parse is LoadWith on the bytes of the file called name ("" for none).
 //
 // It is one pass: what does not decode (an unknown key, a wrong type, an
 // unset ${VAR}) is reported together with what does not validate, except
 // the validation problems at or below a key that did not decode, which
-// would only repeat it.
-func parse(name string, data []byte, lookup func(string) (string, bool)) (*File, error) {
+// would only repeat it, and those at or below a key left unchecked.
+func parse(name string, data []byte, lookup func(string) (string, bool), opts Options) (*File, []string, error) {
 	if len(data) > MaxConfigBytes {
-		return nil, fmt.Errorf("config: larger than %d bytes (4 MiB): not read", MaxConfigBytes)
+		return nil, nil, fmt.Errorf("config: larger than %d bytes (4 MiB): not read", MaxConfigBytes)
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	var cfg File
-	d := decoder{lookup: lookup, places: map[string]*yaml.Node{}, failed: map[string]bool{}}
+	d := decoder{lookup: lookup, skipEnv: opts.SkipEnv, places: map[string]*yaml.Node{}, failed: map[string]bool{}, unchecked: map[string]bool{}}
 	if len(root.Content) > 0 {
 		d.decode(root.Content[0], reflect.ValueOf(&cfg).Elem(), "")
 	}
 	cfg.SetDefaults()
 	errs := append(d.errs, d.explicitZeros()...)
 	for _, e := range check.Flatten(cfg.Validate()) {
-		if !d.belowFailed(e) {
+		if !d.below(d.failed, e) && !d.below(d.unchecked, e) {
 			errs = append(errs, e)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, capped(d.placed(name, d.scrub(errs)))
+	var unchecked []string
+	for _, e := range d.placed(name, d.notes) {
+		unchecked = append(unchecked, e.Error())
 	}
-	return &cfg, nil
+	if len(errs) > 0 {
+		return nil, unchecked, capped(d.placed(name, d.scrub(errs)))
+	}
+	return &cfg, unchecked, nil
 }
 
-// belowFailed reports whether a validation problem lies at or below a key
-// path that did not decode.
-func (d *decoder) belowFailed(e error) bool {
+// below reports whether a validation problem lies at or below a key path
+// in paths.
+func (d *decoder) below(paths map[string]bool, e error) bool {
 	path, _, _ := strings.Cut(e.Error(), ": ")
 	for p := path; p != ""; p = parentPath(p) {
-		if d.failed[p] {
+		if paths[p] {
 			return true
 		}
 	}
@@ -157,10 +185,15 @@ func (d *decoder) explicitZeros() []error {
 // key path, all at once, instead of yaml's first error with a line number.
 type decoder struct {
 	lookup func(string) (string, bool)
-	errs   []error
-	env    []envValue // string values that took something from the environment
-	nodes  int        // nodes decoded so far, aliases expanded
-	zeros  []zeroValue
+	// skipEnv leaves values with an unset ${VAR} unchecked (Options.SkipEnv):
+	// unchecked holds their key paths, notes says which variable each lacks.
+	skipEnv   bool
+	unchecked map[string]bool
+	notes     []error
+	errs      []error
+	env       []envValue // string values that took something from the environment
+	nodes     int        // nodes decoded so far, aliases expanded
+	zeros     []zeroValue
 	// places maps each key path to its node (the key's, or a list item's),
 	// for the line and column of a problem; failed holds the key paths
 	// that did not decode.
@@ -270,7 +303,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			seen[key] = true
 			f, ok := fields[key]
 			if !ok {
-				d.fail(kpath, "unknown key")
+				d.fail(kpath, "unknown key%s", didYouMean(key, fields))
 				continue
 			}
 			d.decode(n.Content[i+1], f, kpath)
@@ -312,12 +345,26 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 		d.fail(path, "want a single value, got %s", describe(n))
 		return
 	}
-	text, ok := d.expand(n.Value, path)
+	x, ok := d.expand(n.Value, path)
 	if !ok {
 		return
 	}
+	text := x.text
+	if x.unset {
+		// A variable is unset and SkipEnv is on. A string keeps the value
+		// as written (${PSP_TOKEN}), not "": a rule that only asks for a
+		// value (a token required off loopback, url or url_from) holds as
+		// it will once the variable is set, while the problems at this
+		// key path itself, which would judge a value not known here, are
+		// dropped (decoder.unchecked). Another type stays unset, as if
+		// left out, for the same reason.
+		if v.Kind() == reflect.String {
+			v.SetString(text)
+		}
+		return
+	}
 	shown := fmt.Sprintf("%q", text)
-	if text != n.Value {
+	if x.fromEnv {
 		shown = "a value from the environment" // may be a secret: never echo it
 		if v.Kind() == reflect.String {
 			d.env = append(d.env, envValue{path, text})
@@ -353,12 +400,24 @@ func (d *decoder) noteZero(v reflect.Value, path string) {
 	}
 }
 
-// expand replaces ${VAR} in s from the environment. An unset variable is an
-// error; its value is never echoed, since it may be a secret.
-func (d *decoder) expand(s, path string) (string, bool) {
+// expansion is a value with its ${VAR}s replaced.
+type expansion struct {
+	text string
+	// fromEnv: some of text is a variable's value, which may be a secret.
+	fromEnv bool
+	// unset: with skipEnv, a variable was unset; text keeps it as written.
+	unset bool
+}
+
+// expand replaces ${VAR} in s from the environment, and ${VAR:-default}
+// with default when VAR is unset or empty; $${ is a literal ${. An unset
+// variable without a default is an error, or with skipEnv a note that the
+// value is not checked; a value is never echoed, since it may be a secret.
+func (d *decoder) expand(s, path string) (expansion, bool) {
 	if !strings.Contains(s, "${") {
-		return s, true
+		return expansion{text: s}, true
 	}
+	var x expansion
 	var b strings.Builder
 	ok := true
 	for {
@@ -367,25 +426,45 @@ func (d *decoder) expand(s, path string) (string, bool) {
 			b.WriteString(s)
 			break
 		}
+		if i > 0 && s[i-1] == '$' {
+			b.WriteString(s[:i-1] + "${")
+			s = s[i+2:]
+			continue
+		}
 		j := strings.IndexByte(s[i:], '}')
 		if j < 0 {
 			d.fail(path, "unterminated ${ in value")
-			return "", false
+			return expansion{}, false
 		}
-		name := s[i+2 : i+j]
+		ref := s[i : i+j+1]
+		name, def, hasDef := strings.Cut(ref[2:len(ref)-1], ":-")
 		val, set := d.lookup(name)
-		if !validEnvName(name) {
+		switch {
+		case !validEnvName(name):
 			d.fail(path, "invalid variable name ${%s}", name)
 			ok = false
-		} else if !set {
+		case hasDef && strings.Contains(def, "${"):
+			d.fail(path, "${%s:-...}: a default must not hold ${ (variables do not nest); write $${ for a literal ${", name)
+			ok = false
+		case hasDef && val == "":
+			val = def
+		case !set && d.skipEnv:
+			d.notes = append(d.notes, fmt.Errorf("%s: ${%s} is not set: not checked", pathOrRoot(path), name))
+			d.unchecked[pathOrRoot(path)] = true
+			x.unset = true
+			val = ref
+		case !set:
 			d.fail(path, "environment variable %s is not set", name)
 			ok = false
+		default:
+			x.fromEnv = true
 		}
 		b.WriteString(s[:i])
 		b.WriteString(val)
 		s = s[i+j+1:]
 	}
-	return b.String(), ok
+	x.text = b.String()
+	return x, ok
 }
 
 func validEnvName(name string) bool {
@@ -440,4 +519,52 @@ func kindName(k reflect.Kind) string {
 	default:
 		return "an integer"
 	}
+}
+
+// didYouMean returns ` (did you mean "bucket"?)` for an unknown key that
+// is one slip away from a known one of known (a case difference, or one
+// letter added, dropped, changed, or swapped with the next), or "" when
+// none is. Further slips would suggest keys that were never meant.
+func didYouMean(key string, known map[string]reflect.Value) string {
+	var near []string
+	for k := range known {
+		if strings.EqualFold(k, key) || oneEditApart(k, key) {
+			near = append(near, strconv.Quote(k))
+		}
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	slices.Sort(near)
+	return " (did you mean " + strings.Join(near, " or ") + "?)"
+}
+
+// oneEditApart reports whether a and b differ by exactly one edit of the
+// optimal string alignment (Damerau-Levenshtein) distance: a byte added,
+// dropped or changed, or two adjacent bytes swapped.
+func oneEditApart(a, b string) bool {
+	if len(a) < len(b) {
+		a, b = b, a
+	}
+	switch len(a) - len(b) {
+	case 0:
+		i := 0
+		for i < len(a) && a[i] == b[i] {
+			i++
+		}
+		if i == len(a) {
+			return false // equal
+		}
+		if a[i+1:] == b[i+1:] {
+			return true // changed
+		}
+		return i+1 < len(a) && a[i] == b[i+1] && a[i+1] == b[i] && a[i+2:] == b[i+2:] // swapped
+	case 1:
+		i := 0
+		for i < len(b) && a[i] == b[i] {
+			i++
+		}
+		return a[i+1:] == b[i:] // a has one more byte, at i
+	}
+	return false
 }
