@@ -3,10 +3,12 @@ package shaper
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -22,11 +24,24 @@ const maxAdminBody = 4 << 10
 // maxTop bounds GET /v1/pipelines/{name}/keys?top=N.
 const maxTop = 1000
 
+// statusPage holds the status page that GET / serves: one HTML, one CSS
+// and one JavaScript file, with no build step and nothing fetched from
+// elsewhere. The script reads the admin API as any client does.
+//
+//go:embed statuspage
+var statusPage embed.FS
+
+// pageSecurity is the Content-Security-Policy of every admin answer:
+// scripts, styles and fetches from the admin port only, no inline script
+// or style, no <base>, no form posts, and no framing by any page.
+const pageSecurity = "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
 // Admin returns the handler of the admin API (SPEC §5) over the pipelines
-// that list returns at each call (a reload changes them): /metrics from
-// gatherer, /healthz, /readyz, GET /v1/pipelines, and the changes
-// PUT /v1/pipelines/{name}/rate, POST /v1/pipelines/{name}/pause and
-// POST /v1/pipelines/{name}/resume.
+// that list returns at each call (a reload changes them): the status page
+// at GET /, /metrics from gatherer, /healthz, /readyz, GET /v1/pipelines,
+// GET /v1/pipelines/{name}/keys, and the changes PUT
+// /v1/pipelines/{name}/rate, POST /v1/pipelines/{name}/pause and POST
+// /v1/pipelines/{name}/resume.
 //
 // Mutating calls need "Authorization: Bearer <token>" wherever the server
 // listens, loopback included: any process in the same pod or host could
@@ -39,6 +54,17 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 		log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
+	page, _ := fs.Sub(statusPage, "statuspage") // an embedded directory: Sub cannot fail
+	for pattern, file := range map[string]string{
+		"GET /{$}":            "index.html",
+		"GET /statuspage.css": "statuspage.css",
+		"GET /statuspage.js":  "statuspage.js",
+	} {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "no-cache") // an upgraded daemon serves its own page at once
+			http.ServeFileFS(w, r, page, file)
+		})
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -120,12 +146,24 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 			writeJSON(w, http.StatusOK, p.Status())
 		})
 	}
-	return mux
+	return withSecurityHeaders(mux)
 }
 
-// authorized reports whether r may mutate, and answers it when not: 403 when
-// no token is configured (mutations are off), 401 when the token is missing
-// or wrong.
+// withSecurityHeaders sets on every answer of next the headers that keep
+// the status page to itself: pageSecurity, no MIME sniffing, no framing
+// (X-Frame-Options for browsers older than frame-ancestors), and no
+// Referer sent from the page.
+func withSecurityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", pageSecurity)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		next.ServeHTTP(w, r)
+	})
+}
+
 // mutable returns the pipeline a change names, once the caller is
 // authorized; otherwise it answers the request itself and returns nil.
 func mutable(w http.ResponseWriter, r *http.Request, list func() []*Pipeline, token string) *Pipeline {
@@ -141,6 +179,9 @@ func mutable(w http.ResponseWriter, r *http.Request, list func() []*Pipeline, to
 	return nil
 }
 
+// authorized reports whether r may mutate, and answers it when not: 403 when
+// no token is configured (mutations are off), 401 when the token is missing
+// or wrong.
 func authorized(w http.ResponseWriter, r *http.Request, token string) bool {
 	switch {
 	case token == "":

@@ -225,3 +225,45 @@ func TestAPipelineThatExpiresMoreThanItSendsIsStalledAndNotReady(t *testing.T) {
 		t.Errorf("/readyz after the sink recovered = %d %q; want 200", code, body)
 	}
 }
+
+// GET /v1/pipelines carries what the status page draws: received beside
+// the outcomes (rates in and out), the oldest wait beside max_queue_time,
+// and key_from when the pipeline keeps lanes.
+func TestStatusReportsReceivedAndTheOldestWait(t *testing.T) {
+	e := newEnv(t)
+	rec := sinktest.Start(t, sinktest.OK)
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
+		c.Key = &shaper.KeyConfig{From: "header:Merchant-Id"}
+	}))
+	admin := p.serveAdmin(t, "", nil)
+	p.Pause()
+	published := time.Now()
+	e.publishKeyed("m-1", 3)
+	e.publishKeyed("m-2", 2)
+	status := func() shaper.Status {
+		t.Helper()
+		code, body := call(t, "GET", admin.URL+"/v1/pipelines", "", "")
+		var list []shaper.Status
+		if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list) != 1 {
+			t.Fatalf("GET /v1/pipelines = %d %q (%v); want one pipeline", code, body, err)
+		}
+		return list[0]
+	}
+	testwait.For(t, 10*time.Second, "5 received", func() bool { return status().Received == 5 })
+	time.Sleep(200 * time.Millisecond) // the oldest message waits on while paused
+	st := status()
+	if st.Depth != 5 || st.OldestWait < 0.2 || st.OldestWait > time.Since(published).Seconds() ||
+		st.MaxQueueTime != 60 || st.KeyFrom != "header:Merchant-Id" || st.Outcomes[shaper.OutcomeDelivered] != 0 {
+		t.Errorf("status while paused = %+v; want depth 5, oldest wait from 0.2s to %.2fs, max_queue_time 60s, key_from header:Merchant-Id, none delivered",
+			st, time.Since(published).Seconds())
+	}
+
+	p.Resume()
+	testwait.For(t, 10*time.Second, "5 delivered", func() bool { return status().Outcomes[shaper.OutcomeDelivered] == 5 })
+	if st := status(); st.Received != 5 || st.OldestWait != 0 || st.Depth != 0 {
+		t.Errorf("status once all is delivered = %+v; want received 5, oldest wait 0, depth 0", st)
+	}
+	if got := p.metric("shaper_messages_received_total"); got != 5 {
+		t.Errorf("shaper_messages_received_total = %v; want 5, as received", got)
+	}
+}

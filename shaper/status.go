@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/shaper-dev/shaper/internal/check"
 )
 
@@ -28,13 +30,27 @@ type Status struct {
 	Limiter string `json:"limiter"`
 	// Depth is every message held (queued, retrying, in flight); Queued
 	// those waiting for a departure.
-	Depth    int               `json:"depth"`
-	Queued   int               `json:"queued"`
-	Capacity int               `json:"capacity"`
-	InFlight int               `json:"in_flight"`
-	Ready    bool              `json:"ready"`
-	NotReady string            `json:"not_ready,omitempty"`
+	Depth    int    `json:"depth"`
+	Queued   int    `json:"queued"`
+	Capacity int    `json:"capacity"`
+	InFlight int    `json:"in_flight"`
+	Ready    bool   `json:"ready"`
+	NotReady string `json:"not_ready,omitempty"`
+	// Received counts the messages taken from the source, as
+	// shaper_messages_received_total does (handed-back ones included);
+	// Outcomes counts those whose outcome is final. A client that reads
+	// them twice has the rates in and out between its two reads.
+	Received int64             `json:"received"`
 	Outcomes map[Outcome]int64 `json:"outcomes"`
+	// OldestWait is how long, in seconds, the message that has waited
+	// longest for its departure has waited (0 when none waits). It counts
+	// as max_queue_time does: from admission, or from when a retry became
+	// due. MaxQueueTime is bucket.max_queue_time in force, in seconds.
+	OldestWait   float64 `json:"oldest_wait_seconds"`
+	MaxQueueTime float64 `json:"max_queue_time_seconds"`
+	// KeyFrom is key.from when the pipeline keeps a lane per key (GET
+	// /v1/pipelines/{name}/keys lists the deepest), empty without key:.
+	KeyFrom string `json:"key_from,omitempty"`
 	// ExpiredPerSecond is the expirations per second over the last 10s.
 	ExpiredPerSecond float64 `json:"expired_per_second"`
 }
@@ -69,9 +85,15 @@ func (p *Pipeline) Status() Status {
 		InFlight: int(p.attempting.Load()),
 		Limiter:  "local",
 		Ready:    true,
+		Received: p.received(),
 		Outcomes: map[Outcome]int64{},
 
+		OldestWait:       p.bucket.oldestWait(now).Seconds(),
+		MaxQueueTime:     p.settings.Load().bucket.MaxQueueTime.Seconds(),
 		ExpiredPerSecond: float64(expired) / recentWindow,
+	}
+	if p.cfg.Key != nil {
+		s.KeyFrom = p.cfg.Key.From
 	}
 	_, hold := p.gate.shut(now)
 	switch {
@@ -95,6 +117,34 @@ func (p *Pipeline) Status() Status {
 		s.Outcomes[o] = p.count[i].Load()
 	}
 	return s
+}
+
+// received returns how many messages the pipeline has taken from its
+// source: its series of shaper_messages_received_total, which the fetcher
+// counts, so that the API and the metric cannot disagree.
+func (p *Pipeline) received() int64 {
+	var m dto.Metric
+	_ = p.m.received.Write(&m) // a counter's Write does not fail
+	return int64(m.GetCounter().GetValue())
+}
+
+// oldestWait returns how long, at now, the message that has waited longest
+// for its departure has waited: the head of a lane's FIFO, or a lane's
+// first retry once it is due (a retry waits from its due time, as
+// max_queue_time counts). It looks at every lane, as top does.
+func (b *bucket) oldestWait(now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var oldest time.Duration
+	for _, l := range b.lanes {
+		if l.queued() > 0 {
+			oldest = max(oldest, now.Sub(l.fifo[l.head].queued))
+		}
+		if len(l.retries) > 0 && !l.retries[0].due.After(now) {
+			oldest = max(oldest, now.Sub(l.retries[0].due))
+		}
+	}
+	return oldest
 }
 
 // Keys returns the n deepest lanes of the bucket, deepest first.
