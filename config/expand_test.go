@@ -227,3 +227,30 @@ pipelines:
 		t.Errorf("LoadWith(SkipEnv) = %v; want no unset variable among the problems", err)
 	}
 }
+
+// yaml decodes 100.5 into an int as 100: an integer key refuses a
+// fraction instead of cutting it.
+func TestParseRefusesAFractionForAnInteger(t *testing.T) {
+	tests := []struct {
+		give string
+		want string // "" when valid
+	}{
+		{"100", ""},
+		{"1_000", ""},
+		{"0x10", ""},
+		{"'${CAP:-200}'", ""},
+		{"100.5", `pipelines[0].bucket.capacity: want an integer, got "100.5"`},
+		{"1e3", `pipelines[0].bucket.capacity: want an integer, got "1e3"`},
+		{"'${CAP:-2.5}'", `pipelines[0].bucket.capacity: want an integer, got "2.5"`},
+	}
+	for _, tt := range tests {
+		src := strings.Replace(minimal, "rate: {limit: 50}", "rate: {limit: 50}\n    bucket: {capacity: "+tt.give+"}", 1)
+		_, err := Parse([]byte(src), env(nil))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("Parse(capacity: %s) = %v; want nil", tt.give, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("Parse(capacity: %s) = %v; want %q", tt.give, err, tt.want)
+		}
+	}
+}

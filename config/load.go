@@ -385,7 +385,7 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	// Numbers and booleans: let yaml resolve the expanded text as a scalar.
-	if err := yaml.Unmarshal([]byte(text), v.Addr().Interface()); err != nil || text == "" {
+	if err := yaml.Unmarshal([]byte(text), v.Addr().Interface()); err != nil || text == "" || v.CanInt() && !isInteger(text) {
 		d.fail(path, "want %s, got %s", kindName(v.Kind()), shown)
 		return
 	}
@@ -508,6 +508,21 @@ func describe(n *yaml.Node) string {
 	default:
 		return fmt.Sprintf("%q", n.Value)
 	}
+}
+
+// isInteger reports whether text is an integer as YAML reads it: yaml
+// decodes 100.5 into an int as 100, which would make capacity: 100.5 a
+// capacity of 100.
+func isInteger(text string) bool {
+	var x any
+	if err := yaml.Unmarshal([]byte(text), &x); err != nil {
+		return false
+	}
+	switch x.(type) {
+	case int, int64, uint64:
+		return true
+	}
+	return false
 }
 
 func kindName(k reflect.Kind) string {
