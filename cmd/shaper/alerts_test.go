@@ -59,7 +59,7 @@ func TestAlertRulesAreWellFormed(t *testing.T) {
 			names[r.Alert] = true
 			if strings.TrimSpace(r.Expr) == "" {
 				t.Errorf("%s: no expr", where)
-			} else if err := promQLBalanced(r.Expr); err != nil {
+			} else if _, err := parsePromQL(r.Expr); err != nil {
 				t.Errorf("%s: expr %q: %v", where, r.Expr, err)
 			}
 			if d, err := time.ParseDuration(r.For); err != nil || d <= 0 {
@@ -75,7 +75,8 @@ func TestAlertRulesAreWellFormed(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"ShaperQueueWaitNearMaxQueueTime", "ShaperDeadLettersRising", "ShaperLimiterFallback", "ShaperSinkErrorRatioHigh", "ShaperConsumerLagGrowing"} {
+	for _, want := range []string{"ShaperQueueWaitNearMaxQueueTime", "ShaperDeadLettersRising", "ShaperLimiterFallback", "ShaperSinkErrorRatioHigh",
+		"ShaperConsumerLagGrowing", "ShaperBreakerOpen", "ShaperThrottledMostOfTheTime", "ShaperPausedForAnHour", "ShaperKeyOverflow"} {
 		if !names[want] {
 			t.Errorf("alerts.yml lacks %s", want)
 		}

@@ -5,7 +5,9 @@ package main
 // provisioning.
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/cli"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/shaper-dev/shaper/config"
@@ -244,6 +247,35 @@ func adminPort(t *testing.T, listen string) string {
 		t.Fatalf("admin.listen %q: %v", listen, err)
 	}
 	return port
+}
+
+// TestComposeFileLoadsAsDockerComposeDoes loads deploy/docker-compose.yml
+// with compose-go, the loader inside docker compose, with no environment
+// set: what `docker compose config` refuses (a key the compose schema does
+// not know, a value of the wrong type, a depends_on condition or service
+// that does not exist) fails here. It also checks that the other tests,
+// which read the file as plain YAML, see the services and images compose
+// sees once anchors and merges are applied.
+func TestComposeFileLoadsAsDockerComposeDoes(t *testing.T) {
+	path := filepath.Join(deployDir, "docker-compose.yml")
+	opts, err := cli.NewProjectOptions([]string{path}, cli.WithEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("docker compose would refuse %s: %v", path, err)
+	}
+	c := loadCompose(t)
+	got, want := slices.Sorted(maps.Keys(project.Services)), slices.Sorted(maps.Keys(c.Services))
+	if !slices.Equal(got, want) {
+		t.Fatalf("compose loads services %q; the YAML has %q", got, want)
+	}
+	for name, s := range c.Services {
+		if image := project.Services[name].Image; s.Image != "" && image != s.Image {
+			t.Errorf("service %s: compose runs image %q; read as YAML it is %q", name, image, s.Image)
+		}
+	}
 }
 
 func TestComposeServicesReferOnlyToFilesAndServicesThatExist(t *testing.T) {

@@ -11,12 +11,28 @@ import (
 )
 
 type grafanaPanel struct {
-	Title   string         `json:"title"`
-	Type    string         `json:"type"`
-	Panels  []grafanaPanel `json:"panels"`
-	Targets []struct {
+	ID          int            `json:"id"`
+	Title       string         `json:"title"`
+	Type        string         `json:"type"`
+	Description string         `json:"description"`
+	GridPos     grafanaGridPos `json:"gridPos"`
+	Panels      []grafanaPanel `json:"panels"`
+	Targets     []struct {
 		Expr string `json:"expr"`
 	} `json:"targets"`
+}
+
+// grafanaGridPos is a panel's place on the dashboard's grid, 24 columns wide.
+type grafanaGridPos struct {
+	X int `json:"x"`
+	Y int `json:"y"`
+	W int `json:"w"`
+	H int `json:"h"`
+}
+
+// overlaps reports whether two places share a cell.
+func (g grafanaGridPos) overlaps(o grafanaGridPos) bool {
+	return g.X < o.X+o.W && o.X < g.X+g.W && g.Y < o.Y+o.H && o.Y < g.Y+g.H
 }
 
 type grafanaDashboard struct {
@@ -82,11 +98,73 @@ func TestGrafanaDashboardHasAPipelineVariableThatEveryQueryUses(t *testing.T) {
 		t.Error("dashboard has no query variable pipeline over the pipeline label")
 	}
 	for where, expr := range d.exprs() {
-		if err := promQLBalanced(expr); err != nil {
+		if _, err := parsePromQL(expr); err != nil {
 			t.Errorf("%s: %q: %v", where, expr, err)
 		}
 		if strings.HasPrefix(where, "panel") && strings.Contains(expr, "shaper_") && !strings.Contains(expr, `pipeline=~"$pipeline"`) {
 			t.Errorf("%s: %q does not filter by the pipeline variable", where, expr)
 		}
+	}
+}
+
+// TestGrafanaDashboardShowsWhatEveryAlertWatches checks that each metric an
+// alert rule reads is on a panel, so that whoever gets the alert can see
+// what it saw. up is Prometheus's, not shaper's.
+func TestGrafanaDashboardShowsWhatEveryAlertWatches(t *testing.T) {
+	shown := map[string]bool{}
+	for _, expr := range loadDashboard(t).exprs() {
+		for _, m := range promQLMetrics(expr) {
+			shown[m] = true
+		}
+	}
+	for _, g := range loadAlerts(t).Groups {
+		for _, r := range g.Rules {
+			metrics := promQLMetrics(r.Expr)
+			if len(metrics) == 0 {
+				t.Errorf("alert %s: expr %q selects no metric (or does not parse)", r.Alert, r.Expr)
+			}
+			for _, m := range metrics {
+				if !shown[m] && m != "up" {
+					t.Errorf("alert %s reads %s, which no dashboard panel shows", r.Alert, m)
+				}
+			}
+		}
+	}
+}
+
+// TestGrafanaDashboardPanelsHaveTheirOwnPlaceIDAndDescription checks the
+// layout and the help texts: no two panels overlap or share an id (Grafana
+// then moves or drops one), every panel fits the 24 columns, and every
+// graph says what it shows in its own words (a description copied from
+// another panel explains the wrong thing).
+func TestGrafanaDashboardPanelsHaveTheirOwnPlaceIDAndDescription(t *testing.T) {
+	d := loadDashboard(t)
+	ids := map[int]string{}
+	descriptions := map[string]string{}
+	var placed []grafanaPanel
+	for _, p := range d.Panels {
+		if other, dup := ids[p.ID]; dup {
+			t.Errorf("panels %q and %q share id %d", other, p.Title, p.ID)
+		}
+		ids[p.ID] = p.Title
+		g := p.GridPos
+		if g.W <= 0 || g.H <= 0 || g.X < 0 || g.Y < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q: gridPos %+v does not fit the 24 columns", p.Title, g)
+		}
+		for _, q := range placed {
+			if g.overlaps(q.GridPos) {
+				t.Errorf("panels %q %+v and %q %+v overlap", p.Title, g, q.Title, q.GridPos)
+			}
+		}
+		placed = append(placed, p)
+		if p.Type == "row" {
+			continue
+		}
+		if strings.TrimSpace(p.Description) == "" {
+			t.Errorf("panel %q has no description", p.Title)
+		} else if other, dup := descriptions[p.Description]; dup {
+			t.Errorf("panels %q and %q have the same description", other, p.Title)
+		}
+		descriptions[p.Description] = p.Title
 	}
 }

@@ -4,10 +4,13 @@ package main
 // config, the image and each other.
 
 import (
+	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,7 +122,7 @@ func kubeManifests(t *testing.T) (byKind map[string]kubeObject, kustomization ma
 	for _, o := range loadKubeFile(t, filepath.Join(dir, "secret.example.yaml")) {
 		byKind[o.kind] = o
 	}
-	for _, kind := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ServiceMonitor", "Secret"} {
+	for _, kind := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "Secret"} {
 		if _, ok := byKind[kind]; !ok {
 			t.Fatalf("deploy/k8s has no %s", kind)
 		}
@@ -329,5 +332,104 @@ func TestKubeManifestsAgreeWithTheConfigTheImageAndEachOther(t *testing.T) {
 	}
 	if !named {
 		t.Errorf("Deployment image %q is not set by kustomization.yaml images", image)
+	}
+}
+
+var updatePrometheusRule = flag.Bool("update-prometheusrule", false,
+	"rewrite deploy/k8s/prometheusrule.yaml from deploy/prometheus/alerts.yml")
+
+// prometheusRuleHead is deploy/k8s/prometheusrule.yaml up to its groups,
+// which are those of deploy/prometheus/alerts.yml.
+const prometheusRuleHead = `# The alert rules of deploy/prometheus/alerts.yml for the Prometheus
+# Operator. Generated from that file: edit it, then run
+#   go test ./cmd/shaper -run TestKubePrometheusRuleCarriesTheAlertRules -update-prometheusrule
+# (the test fails while the groups here differ from its groups). Your
+# Prometheus selects PrometheusRules by label (ruleSelector, often
+# release: <helm release name>); add that label here if it does.
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: shaper
+  labels:
+    app.kubernetes.io/name: shaper
+spec:
+`
+
+// prometheusRuleFrom returns the PrometheusRule manifest that carries the
+// groups of a Prometheus rule file: the file from its groups key on,
+// indented under spec, comments included.
+func prometheusRuleFrom(t *testing.T, rules []byte) []byte {
+	t.Helper()
+	i := bytes.Index(rules, []byte("\ngroups:"))
+	if i < 0 {
+		t.Fatal("alerts.yml: no top-level groups key")
+	}
+	out := bytes.NewBufferString(prometheusRuleHead)
+	for _, line := range strings.SplitAfter(string(rules[i+1:]), "\n") {
+		if strings.TrimSpace(line) != "" {
+			out.WriteString("  ")
+		}
+		out.WriteString(line)
+	}
+	return out.Bytes()
+}
+
+// TestKubePrometheusRuleCarriesTheAlertRules checks that the PrometheusRule
+// of deploy/k8s has exactly the groups of deploy/prometheus/alerts.yml, so
+// that compose and Kubernetes alert alike, and that the job its rules match
+// on is the one the ServiceMonitor's targets get.
+func TestKubePrometheusRuleCarriesTheAlertRules(t *testing.T) {
+	rulesPath := filepath.Join(deployDir, "prometheus", "alerts.yml")
+	rulePath := filepath.Join(deployDir, "k8s", "prometheusrule.yaml")
+	if *updatePrometheusRule {
+		if err := os.WriteFile(rulePath, prometheusRuleFrom(t, readRepoFile(t, rulesPath)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, _ := kubeManifests(t)
+	pr, sm, svc := k["PrometheusRule"].doc, k["ServiceMonitor"].doc, k["Service"].doc
+	if api := yamlStr(pr["apiVersion"]); api != "monitoring.coreos.com/v1" {
+		t.Errorf("PrometheusRule apiVersion %s; want monitoring.coreos.com/v1", api)
+	}
+	if !sameLabels(yamlDig(sm, "metadata", "labels"), yamlDig(pr, "metadata", "labels")) {
+		t.Errorf("PrometheusRule labels %v lack the ServiceMonitor's %v: a Prometheus that selects one by label misses the other",
+			yamlDig(pr, "metadata", "labels"), yamlDig(sm, "metadata", "labels"))
+	}
+
+	var rules map[string]any
+	if err := yaml.Unmarshal(readRepoFile(t, rulesPath), &rules); err != nil {
+		t.Fatalf("%s: %v", rulesPath, err)
+	}
+	want, got := yamlList(rules["groups"]), yamlList(yamlDig(pr, "spec", "groups"))
+	if len(want) == 0 {
+		t.Fatal("alerts.yml has no groups")
+	}
+	if !reflect.DeepEqual(got, want) {
+		for i := range max(len(got), len(want)) {
+			var g, w any
+			if i < len(got) {
+				g = got[i]
+			}
+			if i < len(want) {
+				w = want[i]
+			}
+			if !reflect.DeepEqual(g, w) {
+				t.Errorf("PrometheusRule spec.groups[%d] differs from alerts.yml groups[%d]:\n got %v\nwant %v", i, i, g, w)
+			}
+		}
+		t.Errorf("deploy/k8s/prometheusrule.yaml is not alerts.yml's groups; regenerate it with\n" +
+			"  go test ./cmd/shaper -run TestKubePrometheusRuleCarriesTheAlertRules -update-prometheusrule")
+	}
+
+	// The Prometheus Operator names a ServiceMonitor's job after the Service
+	// (unless spec.jobLabel names a label of the Service to take it from).
+	job := yamlStr(yamlDig(svc, "metadata", "name"))
+	if l := yamlStr(yamlDig(sm, "spec", "jobLabel")); l != "" {
+		job = yamlStr(yamlDig(svc, "metadata", "labels", l))
+	}
+	for _, j := range alertJobs(t) {
+		if j != job {
+			t.Errorf("the alert rules match job=%q; the ServiceMonitor's targets get job=%q", j, job)
+		}
 	}
 }

@@ -1,108 +1,111 @@
 package main
 
-// A small PromQL scanner that the dashboard and alert tests share: balanced
-// brackets and quotes, metric names, label names.
+// PromQL as Prometheus reads it, for the dashboard, alert and PrometheusRule
+// tests: every expression goes through Prometheus's own parser
+// (promql/parser), so a query Prometheus would refuse fails here, and the
+// metric names, label names and matchers are read off its syntax tree.
 
 import (
-	"fmt"
 	"regexp"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/shaper-dev/shaper/shaper"
 )
 
-// promQLBalanced reports unbalanced brackets or quotes in a PromQL expression.
-func promQLBalanced(expr string) error {
-	var stack []rune
-	pairs := map[rune]rune{')': '(', ']': '[', '}': '{'}
-	var quote rune
-	for _, r := range expr {
-		switch {
-		case quote != 0:
-			if r == quote {
-				quote = 0
-			}
-		case r == '"' || r == '\'':
-			quote = r
-		case r == '(' || r == '[' || r == '{':
-			stack = append(stack, r)
-		case pairs[r] != 0:
-			if len(stack) == 0 || stack[len(stack)-1] != pairs[r] {
-				return fmt.Errorf("unbalanced %q", r)
-			}
-			stack = stack[:len(stack)-1]
-		}
-	}
-	if quote != 0 || len(stack) > 0 {
-		return fmt.Errorf("unclosed %q", append(stack, quote))
-	}
-	return nil
+// promQLQuery is what one expression selects.
+type promQLQuery struct {
+	metrics  []string          // metric names, in order of first use
+	labels   []string          // label names matched on or grouped by, sorted
+	matchers []*labels.Matcher // label matchers of the selectors, __name__ left out
 }
 
 var (
-	promStringRE   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'`)
-	promGrafanaVar = regexp.MustCompile(`\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\[\[[A-Za-z_][A-Za-z0-9_]*\]\]`)
-	promBracesRE   = regexp.MustCompile(`\{[^}]*\}`)
-	promRangeRE    = regexp.MustCompile(`\[[^\]]*\]`)
-	promGroupingRE = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
-	promTokenRE    = regexp.MustCompile(`[A-Za-z_:][A-Za-z0-9_:]*|[0-9][0-9A-Za-z_.]*`)
-	promSelectorRE = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\{([^}]*)\}`)
-	promMatcherRE  = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)`)
+	// grafanaRangeVar is a Grafana variable that stands for a duration
+	// ($__rate_interval in [$__rate_interval]).
+	grafanaRangeVar = regexp.MustCompile(`\$__(?:rate_interval|interval|range)\b|\$\{__(?:rate_interval|interval|range)\}`)
+	// grafanaVar is any other Grafana variable: $name, ${name}, [[name]].
+	// In the dashboard they stand inside label values (pipeline=~"$pipeline").
+	grafanaVar = regexp.MustCompile(`\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\[\[[A-Za-z_][A-Za-z0-9_]*\]\]`)
+	// grafanaLabelValues is Grafana's label_values(metric, label) variable
+	// query, which is not PromQL.
+	grafanaLabelValues = regexp.MustCompile(`^\s*label_values\(\s*(.+?)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$`)
 
-	// promKeywords are PromQL words that look like metric names: aggregation
-	// operators (which may be followed by "by (...)" before their
-	// parenthesis), binary operators and modifiers.
-	promKeywords = map[string]bool{
-		"sum": true, "min": true, "max": true, "avg": true, "group": true, "stddev": true, "stdvar": true,
-		"count": true, "count_values": true, "bottomk": true, "topk": true, "quantile": true, "limitk": true,
-		"limit_ratio": true, "by": true, "without": true, "on": true, "ignoring": true, "group_left": true,
-		"group_right": true, "bool": true, "offset": true, "and": true, "or": true, "unless": true, "atan2": true,
-		"inf": true, "nan": true, "Inf": true, "NaN": true,
-	}
+	promParser = parser.NewParser(parser.Options{})
 )
 
-// promQLMetrics returns the metric names an expression selects, Grafana
-// variables left out. A word followed by "(" is a function.
-func promQLMetrics(expr string) []string {
-	s := promGrafanaVar.ReplaceAllString(expr, "0")
-	s = promStringRE.ReplaceAllString(s, `""`)
-	s = promBracesRE.ReplaceAllString(s, " ")
-	s = promRangeRE.ReplaceAllString(s, " ")
-	s = promGroupingRE.ReplaceAllString(s, " ")
-	var out []string
-	for _, loc := range promTokenRE.FindAllStringIndex(s, -1) {
-		tok := s[loc[0]:loc[1]]
-		if tok[0] >= '0' && tok[0] <= '9' || promKeywords[tok] {
-			continue
-		}
-		if rest := strings.TrimLeft(s[loc[1]:], " \t\n"); strings.HasPrefix(rest, "(") {
-			continue // a function call
-		}
-		if !slices.Contains(out, tok) {
-			out = append(out, tok)
-		}
+// parsePromQL parses a PromQL expression, or a Grafana query holding one:
+// Grafana's duration variables become 1m, its other variables .*, and
+// label_values(metric, label) selects metric and names label.
+func parsePromQL(expr string) (promQLQuery, error) {
+	var extraLabel string
+	if m := grafanaLabelValues.FindStringSubmatch(expr); m != nil {
+		expr, extraLabel = m[1], m[2]
 	}
-	return out
-}
-
-// promQLLabels returns the label names an expression matches on or groups by.
-func promQLLabels(expr string) []string {
-	s := promGrafanaVar.ReplaceAllString(expr, "0")
-	var out []string
-	for _, m := range promSelectorRE.FindAllStringSubmatch(promStringRE.ReplaceAllString(s, `""`), -1) {
-		for _, mm := range promMatcherRE.FindAllStringSubmatch(m[2], -1) {
-			out = append(out, mm[1])
-		}
+	s := grafanaRangeVar.ReplaceAllString(expr, "1m")
+	s = grafanaVar.ReplaceAllString(s, ".*")
+	tree, err := promParser.ParseExpr(s)
+	if err != nil {
+		return promQLQuery{}, err
 	}
-	for _, m := range promGroupingRE.FindAllStringSubmatch(s, -1) {
-		for _, l := range strings.Split(m[2], ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				out = append(out, l)
+	var q promQLQuery
+	addLabels := func(names ...string) {
+		for _, l := range names {
+			if l != labels.MetricName {
+				q.labels = append(q.labels, l)
 			}
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	addLabels(extraLabel)
+	parser.Inspect(tree, func(node parser.Node, _ []parser.Node) error {
+		switch n := node.(type) {
+		case *parser.VectorSelector:
+			name := n.Name
+			for _, m := range n.LabelMatchers {
+				if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+					name = m.Value // {__name__="metric"}
+				}
+			}
+			if name != "" && !slices.Contains(q.metrics, name) {
+				q.metrics = append(q.metrics, name)
+			}
+			for _, m := range n.LabelMatchers {
+				if m.Name != labels.MetricName {
+					q.matchers = append(q.matchers, m)
+					addLabels(m.Name)
+				}
+			}
+		case *parser.AggregateExpr:
+			addLabels(n.Grouping...)
+		case *parser.BinaryExpr:
+			if vm := n.VectorMatching; vm != nil {
+				addLabels(vm.MatchingLabels...)
+				addLabels(vm.Include...)
+			}
+		}
+		return nil
+	})
+	q.labels = slices.DeleteFunc(q.labels, func(l string) bool { return l == "" })
+	slices.Sort(q.labels)
+	q.labels = slices.Compact(q.labels)
+	return q, nil
+}
+
+// promQLMetrics returns the metric names an expression selects; nothing for
+// one that does not parse (the tests of each file report that).
+func promQLMetrics(expr string) []string {
+	q, _ := parsePromQL(expr)
+	return q.metrics
+}
+
+// promQLLabels returns the label names an expression matches on or groups
+// by; nothing for one that does not parse.
+func promQLLabels(expr string) []string {
+	q, _ := parsePromQL(expr)
+	return q.labels
 }
 
 func TestDeployPromQLHelpersFindMetricNamesAndLabels(t *testing.T) {
@@ -117,17 +120,132 @@ func TestDeployPromQLHelpersFindMetricNamesAndLabels(t *testing.T) {
 			[]string{"shaper_queue_wait_seconds_bucket"}, []string{"le", "pipeline"}},
 		{`sum(rate(a_total{code!~"2.."}[5m])) / sum (rate(a_total[5m])) > bool 0.05 and on(x) b`,
 			[]string{"a_total", "b"}, []string{"code", "x"}},
-		{`label_values(shaper_messages_received_total, pipeline)`, []string{"shaper_messages_received_total", "pipeline"}, nil},
+		{`label_values(shaper_messages_received_total, pipeline)`, []string{"shaper_messages_received_total"}, []string{"pipeline"}},
 		{`max by (pipeline, instance) (shaper_limiter_fallback) == 1`, []string{"shaper_limiter_fallback"}, []string{"instance", "pipeline"}},
+		{`a > 0.5 or b / ignoring(partition) group_left(code) c > 0.5`, []string{"a", "b", "c"}, []string{"code", "partition"}},
+		{`{__name__="a", job=~"${job}"}`, []string{"a"}, []string{"job"}},
 	}
 	for _, tt := range tests {
-		if got := promQLMetrics(tt.give); !slices.Equal(got, tt.wantMetric) {
-			t.Errorf("promQLMetrics(%q) = %q; want %q", tt.give, got, tt.wantMetric)
+		q, err := parsePromQL(tt.give)
+		if err != nil {
+			t.Errorf("parsePromQL(%q): %v", tt.give, err)
+			continue
 		}
-		if got := promQLLabels(tt.give); !slices.Equal(got, tt.wantLabels) {
-			t.Errorf("promQLLabels(%q) = %q; want %q", tt.give, got, tt.wantLabels)
+		if !slices.Equal(q.metrics, tt.wantMetric) {
+			t.Errorf("parsePromQL(%q) metrics = %q; want %q", tt.give, q.metrics, tt.wantMetric)
+		}
+		if !slices.Equal(q.labels, tt.wantLabels) {
+			t.Errorf("parsePromQL(%q) labels = %q; want %q", tt.give, q.labels, tt.wantLabels)
 		}
 	}
 }
 
-// scrapedMetrics is what one /metrics scrape showed: each family's type, and
+func TestDeployPromQLRefusesWhatPrometheusRefuses(t *testing.T) {
+	for _, give := range []string{
+		`rate(shaper_requests_total)`,                    // a range vector is wanted
+		`sum by pipeline (shaper_bucket_depth)`,          // grouping needs parentheses
+		`histogram_quantil(0.99, shaper_x_bucket)`,       // no such function
+		`sum(rate(shaper_requests_total[5m])`,            // unbalanced
+		`shaper_rate_limit{pipeline=~"$pipeline}`,        // unclosed string
+		`label_values(shaper_messages_received_total)`,   // label_values without a label is not PromQL
+		`shaper_in_flight > on(pipeline) group_left 1.5`, // group_left between a vector and a scalar
+	} {
+		if _, err := parsePromQL(give); err == nil {
+			t.Errorf("parsePromQL(%q) = nil error; want Prometheus's parse error", give)
+		}
+	}
+}
+
+// deployQueries returns every PromQL expression of deploy/: the dashboard's
+// panels and variables and the alert rules (the PrometheusRule carries the
+// same rules: TestKubePrometheusRuleCarriesTheAlertRules), by where they are.
+func deployQueries(t *testing.T) map[string]string {
+	t.Helper()
+	out := loadDashboard(t).exprs()
+	for _, g := range loadAlerts(t).Groups {
+		for _, r := range g.Rules {
+			out["alert "+r.Alert] = r.Expr
+		}
+	}
+	return out
+}
+
+// labelValuesShaperWrites are the values shaper gives its enumerated labels,
+// each with the test that a value matched on must pass.
+var labelValuesShaperWrites = map[string]struct {
+	known []string          // every value, or examples where they are open-ended
+	valid func(string) bool // whether a value is one shaper writes
+}{
+	"outcome": {
+		known: []string{string(shaper.OutcomeDelivered), string(shaper.OutcomeDeadLettered), string(shaper.OutcomeExpired), string(shaper.OutcomeDropped)},
+	},
+	"reason": {
+		known: []string{string(shaper.NackShutdown), string(shaper.NackRevoked), string(shaper.NackNoDeadLetter), string(shaper.NackDeadLetterFailed), string(shaper.NackLaneFull)},
+	},
+	"code": { // shaper.RequestCode
+		known: []string{"ok", "error", "400", "404", "429", "500", "502", "503", "504"},
+		valid: regexp.MustCompile(`^(ok|error|[1-5][0-9][0-9])$`).MatchString,
+	},
+}
+
+// TestDeployPromQLMatchesOnlyLabelValuesShaperWrites checks the values of the
+// outcome, reason and code matchers: a misspelt value (reason="lane-full")
+// selects nothing, and its panel stays empty and its alert silent.
+func TestDeployPromQLMatchesOnlyLabelValuesShaperWrites(t *testing.T) {
+	checked := 0
+	for where, expr := range deployQueries(t) {
+		q, err := parsePromQL(expr)
+		if err != nil {
+			t.Errorf("%s: %q: %v", where, expr, err)
+			continue
+		}
+		for _, m := range q.matchers {
+			vals, ok := labelValuesShaperWrites[m.Name]
+			if !ok {
+				continue
+			}
+			checked++
+			switch m.Type {
+			case labels.MatchEqual, labels.MatchNotEqual:
+				valid := slices.Contains(vals.known, m.Value) || vals.valid != nil && vals.valid(m.Value)
+				if !valid {
+					t.Errorf("%s: %s: shaper never writes %s=%q (it writes %q)", where, m, m.Name, m.Value, vals.known)
+				}
+			case labels.MatchRegexp, labels.MatchNotRegexp:
+				if !slices.ContainsFunc(vals.known, func(v string) bool { return m.Matches(v) != (m.Type == labels.MatchNotRegexp) }) {
+					t.Errorf("%s: %s matches none of the values shaper writes (%q)", where, m, vals.known)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no outcome, reason or code matcher found in deploy/: the test checks nothing")
+	}
+}
+
+// alertJobs returns the job label values the alert rules match on: the
+// scrape job (compose) or the Service behind the ServiceMonitor (Kubernetes)
+// must have that name.
+func alertJobs(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, g := range loadAlerts(t).Groups {
+		for _, r := range g.Rules {
+			q, err := parsePromQL(r.Expr)
+			if err != nil {
+				t.Fatalf("alert %s: %v", r.Alert, err)
+			}
+			for _, m := range q.matchers {
+				if m.Name == "job" {
+					if m.Type != labels.MatchEqual {
+						t.Fatalf("alert %s: %s: want job=\"name\"", r.Alert, m)
+					}
+					if !slices.Contains(out, m.Value) {
+						out = append(out, m.Value)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
