@@ -4,7 +4,8 @@
 // limiter and of a running daemon, the throughput ceiling, memory under a
 // large backlog, the Redis-shared limiter, how the rate follows a sink
 // that pushes back, what keys cost (lanes) and what per-message
-// destinations cost (url_from to many hosts), and writes
+// destinations cost (url_from to many hosts), and what shaper costs beside
+// the loop a user would write instead and Benthos (peers), and writes
 // docs/benchmarks.md, docs/benchmarks.json, docs/shaping.svg and
 // docs/pushback.svg.
 //
@@ -55,7 +56,7 @@ type options struct {
 	tmp        string // configs, logs and the shaper binary of this run
 }
 
-var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations"}
+var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations", "peers"}
 
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -143,6 +144,7 @@ func realMain(ctx context.Context, args []string) error {
 		run("pushback", func() (err error) { rep.Pushback, err = runPushback(ctx, o, env); return }),
 		run("lanes", func() (err error) { rep.Lanes, err = runLanes(ctx, o, env); return }),
 		run("destinations", func() (err error) { rep.Destinations, err = runDestinations(ctx, o, env); return }),
+		run("peers", func() (err error) { rep.Peers, err = runPeers(ctx, o, env); return }),
 	)
 	if ctx.Err() != nil {
 		return ctx.Err() // interrupted: nothing worth writing
@@ -155,6 +157,9 @@ func realMain(ctx context.Context, args []string) error {
 	}
 	if rep.Destinations != nil {
 		rep.Destinations.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
+	}
+	if rep.Peers != nil {
+		rep.Peers.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Machine.LoadEnd = loadAverage()

@@ -30,6 +30,8 @@ type Report struct {
 	Lanes      *LanesSection      `json:"lanes,omitempty"`
 	// Destinations is what sink.http.url_from costs with many hosts.
 	Destinations *DestinationsSection `json:"destinations,omitempty"`
+	// Peers is shaper beside the loops users would write instead.
+	Peers *PeersSection `json:"peers,omitempty"`
 
 	written []string
 }
@@ -151,6 +153,9 @@ func evaluateGoals(r *Report) []Goal {
 		goals = append(goals, s.goals()...)
 	}
 	if s := r.Destinations; s != nil {
+		goals = append(goals, s.goals()...)
+	}
+	if s := r.Peers; s != nil {
 		goals = append(goals, s.goals()...)
 	}
 	return goals
@@ -440,6 +445,9 @@ func (r *Report) markdown() string {
 		s.markdown(p)
 	}
 	if s := r.Destinations; s != nil {
+		s.markdown(p)
+	}
+	if s := r.Peers; s != nil {
 		s.markdown(p)
 	}
 	return b.String()

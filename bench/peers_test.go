@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestPeerRunTakesRateSpacingAndCPUPerMessageFromTheWindowsArrivals(t *testing.T) {
+	// 11 arrivals 10 ms apart (100/s), the fourth 2 ms late, over a 100 ms
+	// window in which the party used 20 ms of CPU, the broker 10 ms and the
+	// sink 5 ms.
+	ts := at(0, 10, 20, 32, 40, 50, 60, 70, 80, 90, 100)
+	r := peerRun(100, ts, 100*time.Millisecond, 22*time.Millisecond, 11*time.Millisecond, 5500*time.Microsecond)
+	want := PeerRun{
+		Seconds: 0.1, Delivered: 11, CPUUs: 2000, CPUPct: 22, BrokerUs: 1000, SinkUs: 500,
+		Rate: 100, RateErrPct: 0, Max100ms: 10, JitterP50: 0, JitterP99: 2000,
+	}
+	if math.Abs(r.Rate-want.Rate) > 1e-9 || math.Abs(r.RateErrPct) > 1e-9 || math.Abs(r.CPUPct-want.CPUPct) > 1e-9 {
+		t.Errorf("peerRun rate %v (error %v%%), CPU %v%% of a core; want %v (0%%), %v%%", r.Rate, r.RateErrPct, r.CPUPct, want.Rate, want.CPUPct)
+	}
+	r.Rate, r.RateErrPct, r.CPUPct = want.Rate, want.RateErrPct, want.CPUPct
+	if r != want {
+		t.Errorf("peerRun = %+v; want %+v", r, want)
+	}
+	if empty := peerRun(100, nil, time.Second, time.Second, 0, 0); empty.Delivered != 0 || empty.CPUUs != 0 || empty.CPUPct != 100 {
+		t.Errorf("peerRun of no arrivals = %+v; want nothing delivered, no CPU per message, 100%% of a core", empty)
+	}
+}
+
+func TestPeerCaseSummaryTakesMediansAndRatiosToTheHandWrittenLoop(t *testing.T) {
+	runs := func(cpu, broker []float64) []PeerRun {
+		out := make([]PeerRun, len(cpu))
+		for i := range cpu {
+			out[i] = PeerRun{CPUUs: cpu[i], BrokerUs: broker[i], Max100ms: 100 + i}
+		}
+		return out
+	}
+	c := PeerCase{Baseline: partyLoop, Parties: []PeerParty{
+		{Name: partyLoop, ReadsBroker: true, Runs: runs([]float64{300, 200, 100}, []float64{50, 60, 40})},
+		{Name: partyBenthos, ReadsBroker: false, Runs: runs([]float64{150, 900, 100}, []float64{0, 0, 0})},
+		{Name: partyShaper, ReadsBroker: true, Runs: runs([]float64{500, 400, 450}, []float64{200, 100, 150})},
+	}}
+	c.summarize()
+	tests := []struct {
+		name                 string
+		cpu, broker          float64
+		cpuRatio, brokerRate float64
+	}{
+		{partyLoop, 200, 50, 1, 1},
+		{partyBenthos, 150, 0, 0.75, 0}, // no broker: no broker ratio
+		{partyShaper, 450, 150, 2.25, 3},
+	}
+	for _, tt := range tests {
+		p, ok := c.party(tt.name)
+		if !ok {
+			t.Fatalf("party(%q) not found", tt.name)
+		}
+		if p.Median.CPUUs != tt.cpu || p.Median.BrokerUs != tt.broker || p.Median.Max100ms != 101 {
+			t.Errorf("%s: median CPU %v, broker %v, most per 100 ms %d; want %v, %v, 101", tt.name, p.Median.CPUUs, p.Median.BrokerUs, p.Median.Max100ms, tt.cpu, tt.broker)
+		}
+		if p.CPURatio != tt.cpuRatio || p.BrokerRatio != tt.brokerRate {
+			t.Errorf("%s: ratios %v, %v; want %v, %v", tt.name, p.CPURatio, p.BrokerRatio, tt.cpuRatio, tt.brokerRate)
+		}
+	}
+}
+
+func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing.T) {
+	tests := []struct {
+		name                  string
+		cpuRatio, brokerRatio float64
+		shaper                PeerRun
+		want                  []bool // CPU, broker, precision
+	}{
+		{"all met", 0.6, 1.2, PeerRun{RateErrPct: -0.1, Max100ms: 102, JitterP99: 1000}, []bool{true, true, true}},
+		{"CPU over", 0.61, 1, PeerRun{Max100ms: 101, JitterP99: 400}, []bool{false, true, true}},
+		{"broker over", 0.5, 1.21, PeerRun{Max100ms: 101, JitterP99: 400}, []bool{true, false, true}},
+		{"rate error over", 0.5, 1, PeerRun{RateErrPct: 0.11, Max100ms: 101, JitterP99: 400}, []bool{true, true, false}},
+		{"a crowded 100 ms", 0.5, 1, PeerRun{Max100ms: 103, JitterP99: 400}, []bool{true, true, false}},
+		{"jitter over", 0.5, 1, PeerRun{Max100ms: 101, JitterP99: 1001}, []bool{true, true, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &PeersSection{Cases: []PeerCase{{
+				Source: "NATS JetStream", Limit: 1000, Allowed100ms: 102, Baseline: partyLoop,
+				Parties: []PeerParty{
+					{Name: partyLoop, ReadsBroker: true, Runs: []PeerRun{{}}, Median: PeerRun{CPUUs: 100, BrokerUs: 50}},
+					{Name: partyShaper, ReadsBroker: true, Runs: []PeerRun{tt.shaper}, Median: tt.shaper, CPURatio: tt.cpuRatio, BrokerRatio: tt.brokerRatio},
+				},
+			}}}
+			goals := s.goals()
+			if len(goals) != len(tt.want) {
+				t.Fatalf("goals() = %+v; want %d goals", goals, len(tt.want))
+			}
+			for i, g := range goals {
+				if g.Met != tt.want[i] {
+					t.Errorf("goal %q met = %v (measured %s); want %v", g.Goal, g.Met, g.Measured, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestPeersMarkdownShowsNoBrokerFiguresForAPartyWithoutABroker(t *testing.T) {
+	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: 200, Cases: []PeerCase{{
+		Source: "NATS JetStream", Limit: 1000, Allowed100ms: 102, Baseline: partyLoop,
+		Parties: []PeerParty{
+			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{CPUUs: 200, BrokerUs: 90, Max100ms: 101}, CPURatio: 1, BrokerRatio: 1},
+			{Name: partyBenthos, Label: "benthos", Median: PeerRun{CPUUs: 300, Max100ms: 103}, CPURatio: 1.5},
+		},
+	}}}
+	var b strings.Builder
+	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
+	md := b.String()
+	for _, want := range []string{
+		"| NATS JetStream → HTTP, 1000/s | the loop | 200 µs (0%) | 1.00× | 90 µs | 1.00× |",
+		"|  | benthos | 300 µs (0%) | 1.50× | – | – |",
+		"**103 (102)**",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer runs
+// one party of one case as the section does: a nats-server process with a
+// backlog, the sink process and the hand-written JetStream loop, built from
+// bench/peers, at a rate a loaded machine keeps.
+func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	bins := filepath.Join(tmp, "bin")
+	if err := buildPeers(ctx, root, bins, "sink", "natsserver", "jsloop"); err != nil {
+		t.Fatal(err)
+	}
+	b := &peerBench{o: &options{tmp: tmp}, bins: bins, warmup: 500 * time.Millisecond, window: time.Second}
+	defer b.close()
+	if b.sink, err = startPeerSink(ctx, tmp, filepath.Join(bins, "sink")); err != nil {
+		t.Fatal(err)
+	}
+	if b.natsServer, b.natsURL, err = startReady(ctx, tmp, "natsserver", filepath.Join(bins, "natsserver"),
+		"-stream", peerStream, "-subject", peerStreamIn, "-backlog", "2000"); err != nil {
+		t.Fatal(err)
+	}
+	if b.nc, err = nats.Connect(b.natsURL); err != nil {
+		t.Fatal(err)
+	}
+	if b.js, err = jetstream.New(b.nc); err != nil {
+		t.Fatal(err)
+	}
+
+	const limit = 200
+	c := &PeerCase{Name: "jetstream-200", Limit: limit}
+	loop := b.parties(c)[0]
+	if loop.name != partyLoop {
+		t.Fatalf("first JetStream party = %q; want %q", loop.name, partyLoop)
+	}
+	r, err := b.measure(ctx, c, loop, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Generous bounds: the point is that the window's arrivals come from
+	// the sink's process and the CPU from the others', not their speed.
+	if r.Delivered < 10 || r.Delivered > 2*limit {
+		t.Errorf("delivered %d in a %.1f s window at %d/s; want 10 to %d", r.Delivered, r.Seconds, limit, 2*limit)
+	}
+	if r.Rate > 1.5*limit {
+		t.Errorf("rate %.1f/s; want at most 1.5× the limit of %d/s", r.Rate, limit)
+	}
+	if r.Max100ms > 3*limit/10 {
+		t.Errorf("most per 100 ms = %d; want at most %d", r.Max100ms, 3*limit/10)
+	}
+	if r.CPUUs+r.BrokerUs+r.SinkUs == 0 {
+		t.Errorf("no CPU measured for the loop, the server or the sink: %+v", r)
+	}
+	if _, err := b.js.Consumer(ctx, peerStream, "jetstream-200-loop-1"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("the run's consumer after the run: %v; want %v", err, jetstream.ErrConsumerNotFound)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "jetstream-200-loop-1.log")); err != nil {
+		t.Errorf("the loop's log: %v", err)
+	}
+}
