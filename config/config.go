@@ -20,6 +20,9 @@
 // place in the file and its key path:
 //
 //	shaper.yaml:12:7: pipelines[0].rate.limit: must be a number > 0, got 0
+//
+// [LoadWith] with SkipEnv checks a file without its secrets, and [Schema]
+// is the file's JSON Schema, reflected from [File], for editors.
 package config
 
 import (

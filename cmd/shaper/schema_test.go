@@ -61,6 +61,8 @@ func yamlInstance(t *testing.T, src string) any {
 	return inst
 }
 
+// Every example config passes the schema, and so does every whole config
+// in the docs.
 func TestSchemaValidatesEveryExampleConfig(t *testing.T) {
 	s, _ := compiledSchema(t)
 	paths, err := filepath.Glob("../../configs/*.yaml")
@@ -75,6 +77,25 @@ func TestSchemaValidatesEveryExampleConfig(t *testing.T) {
 		if err := s.Validate(yamlInstance(t, string(data))); err != nil {
 			t.Errorf("%s fails the schema:\n%v", path, err)
 		}
+	}
+	whole := 0
+	for _, doc := range []string{"../../README.md", "../../deploy/README.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range yamlBlock.FindAllStringSubmatch(string(text), -1) {
+			if !strings.Contains(m[1], "\npipelines:") && !strings.HasPrefix(m[1], "pipelines:") {
+				continue // a piece of a pipeline
+			}
+			whole++
+			if err := s.Validate(yamlInstance(t, m[1])); err != nil {
+				t.Errorf("%s, yaml block %d fails the schema:\n%v", doc, i+1, err)
+			}
+		}
+	}
+	if whole == 0 {
+		t.Error("found no whole config in the docs")
 	}
 }
 
@@ -131,6 +152,14 @@ func TestSchemaAndValidateAgree(t *testing.T) {
 		{"signing without secret", "timeout: 2s}", "timeout: 2s, signing: {scheme: shaper}}", false},
 		{"shared without fallback", "rate: {limit: 50}", `rate: {limit: 50, shared: {redis: {addr: "127.0.0.1:6379"}}}`, false},
 		{"shared with addr and addrs", "rate: {limit: 50}", `rate: {limit: 50, shared: {redis: {addr: "a:1", addrs: ["b:1"]}, fallback_limit: 10}}`, false},
+		{"per-key limit", "rate: {limit: 50}", "rate: {limit: 50, per_key: {limit: 5}}\n    key: {from: 'header:Merchant-Id'}", true},
+		{"per-key without limit", "rate: {limit: 50}", "rate: {limit: 50, per_key: {burst: 1}}\n    key: {from: 'header:Merchant-Id'}", false},
+		{"sasl without password", `nats: {url: "nats://127.0.0.1:4222", subject: callbacks.psp, stream: CALLBACKS}`, `kafka: {brokers: ["127.0.0.1:9092"], topic: t, group: g, sasl: {mechanism: PLAIN, username: u}}`, false},
+		{"nats source without subject", "subject: callbacks.psp, ", "", false},
+		{"nats sink without subject", `http: {url: "https://psp.example.com/notify", timeout: 2s}`, `nats: {url: "nats://127.0.0.1:4222"}`, false},
+		{"kafka dead letter", "timeout: 2s}", "timeout: 2s}\n    dead_letter: {kafka: {brokers: [\"127.0.0.1:9092\"], topic: dlq}}", true},
+		{"kafka dead letter without topic", "timeout: 2s}", "timeout: 2s}\n    dead_letter: {kafka: {brokers: [\"127.0.0.1:9092\"]}}", false},
+		{"shared without redis", "rate: {limit: 50}", "rate: {limit: 50, shared: {fallback_limit: 10}}", false},
 		{"bool as a word", "timeout: 2s}", "timeout: 2s, forward_headers: sometimes}", false},
 		{"two sinks", `http: {url: "https://psp.example.com/notify", timeout: 2s}`, `http: {url: "https://psp.example.com/notify", timeout: 2s}` + "\n      nats: {url: \"nats://127.0.0.1:4222\", subject: s}", false},
 		{"dead letter without target", "timeout: 2s}", "timeout: 2s}\n    dead_letter: {}", false},
