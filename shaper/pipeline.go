@@ -62,6 +62,7 @@ type Pipeline struct {
 	metrics      *Metrics
 	m            *pipelineMetrics
 	log          *slog.Logger
+	summary      *summaryLog // the per-message events: dead letters, expiries, failed acks
 	drainTimeout time.Duration
 
 	// settings are the bucket and delivery settings in force; Reconfigure
@@ -127,6 +128,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	}
 	p.bucket = newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanesOf(cfg, parts.KeyLimiter, p.hostGate))
 	p.gate = gate{log: p.log, changed: func() { signal(p.reschedule) }, waiting: p.bucket.Held, jitter: rand.Int64N}
+	p.summary = newSummaryLog(p.log, clock)
 	if a := cfg.Rate.Adaptive; a != nil {
 		p.adaptive = newAdaptive(*a, cfg.Rate.Limit)
 	}
@@ -171,7 +173,7 @@ func (p *Pipeline) handBack(ctx context.Context, full []handBack) {
 		delay = min(max(delay, minHandBack), maxHandBack)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		if err := h.msg.Receipt.Nack(sctx, delay); err != nil {
-			p.log.Error("nack failed; the source redelivers after its own timeout", "id", h.msg.ID, "err", err)
+			p.summary.event(slog.LevelError, "nack failed; the source redelivers after its own timeout", string(NackLaneFull), h.msg.ID, err)
 		}
 		cancel()
 		p.m.nacked.WithLabelValues(string(NackLaneFull)).Inc()
@@ -258,6 +260,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.log.Info("pipeline running", "mode", p.cfg.Rate.Mode, "limit", p.cfg.Rate.Limit, "burst", *p.cfg.Rate.Burst,
 		"capacity", p.bucket.Capacity(), "max_queue_time", p.cfg.Bucket.MaxQueueTime,
 		"max_in_flight", p.cfg.Delivery.MaxInFlight, "dead_letter", p.deadLetter != nil)
+	// The summary log's last counts go out once every message is settled.
+	defer p.summary.flush()
 	var wg sync.WaitGroup // the fetcher, the drain timer, the adaptive rate, attempts and settlements
 	wg.Go(func() { p.fetch(fetchCtx) })
 	if p.adaptive != nil {
@@ -622,7 +626,7 @@ func (p *Pipeline) expire(ctx context.Context, t *task) {
 		t.err = fmt.Errorf("would wait longer than max_queue_time %s", bucket.MaxQueueTime)
 	}
 	if bucket.OnExpire == OnExpireDrop {
-		p.log.Warn("message expired; dropped by on_expire: drop", "id", t.msg.ID)
+		p.summary.event(slog.LevelWarn, "message expired; dropped by on_expire: drop", string(ReasonExpired), t.msg.ID, t.err, "source", t.msg.Origin)
 		p.ack(ctx, t, OutcomeDropped)
 		return
 	}
@@ -633,11 +637,14 @@ func (p *Pipeline) expire(ctx context.Context, t *task) {
 // dead-letter target, or when the target fails, the task is nacked instead:
 // it comes back later and is never silently lost.
 func (p *Pipeline) fail(ctx context.Context, t *task, reason Reason, outcome Outcome) {
-	log := p.log.With("id", t.msg.ID, "source", t.msg.Origin, "reason", reason, "attempts", t.attempts, "err", t.err)
+	event := func(level slog.Level, msg string, err error, args ...any) {
+		args = append(args, "source", t.msg.Origin, "attempts", t.attempts)
+		p.summary.event(level, msg, string(reason), t.msg.ID, err, args...)
+	}
 	delivery := p.settings.Load().delivery
 	delay := delivery.Retry.MaxBackoff
 	if p.deadLetter == nil {
-		log.Warn("undeliverable message nacked for redelivery: no dead_letter target is configured")
+		event(slog.LevelWarn, "undeliverable message nacked for redelivery: no dead_letter target is configured", t.err)
 		p.nack(ctx, t, NackNoDeadLetter, delay)
 		return
 	}
@@ -648,15 +655,15 @@ func (p *Pipeline) fail(ctx context.Context, t *task, reason Reason, outcome Out
 		// be forever. Send it without the payload and the message's own
 		// headers instead; the original stays in the source's log, where
 		// Shaper-Source points.
-		log.Warn("dead letter too large for its target; sent without its payload", "dead_letter_err", err)
+		event(slog.LevelWarn, "dead letter too large for its target; sent without its payload", err, "message_err", t.err)
 		err = p.sendDeadLetter(ctx, withoutPayload(dl), delivery.Timeout)
 	}
 	if err != nil {
-		log.Error("dead-letter publish failed; message nacked for redelivery", "dead_letter_err", err)
+		event(slog.LevelError, "dead-letter publish failed; message nacked for redelivery", err, "message_err", t.err)
 		p.nack(ctx, t, NackDeadLetterFailed, delay)
 		return
 	}
-	log.Warn("message dead-lettered")
+	event(slog.LevelWarn, "message dead-lettered", t.err)
 	p.ack(ctx, t, outcome)
 }
 
@@ -715,7 +722,7 @@ func (p *Pipeline) ack(ctx context.Context, t *task, outcome Outcome) {
 	if err := t.msg.Receipt.Ack(sctx); err != nil {
 		// The outcome happened; the source will redeliver, and the
 		// Idempotency-Key lets the sink drop the duplicate.
-		p.log.Error("ack failed; the message may be redelivered", "id", t.msg.ID, "outcome", outcome, "err", err)
+		p.summary.event(slog.LevelError, "ack failed; the message may be redelivered", string(outcome), t.msg.ID, err)
 	}
 	p.m.completed[outcome].Inc()
 	for i, o := range outcomes {
@@ -731,7 +738,7 @@ func (p *Pipeline) nack(ctx context.Context, t *task, reason NackReason, delay t
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	if err := t.msg.Receipt.Nack(sctx, max(delay, 0)); err != nil {
-		p.log.Error("nack failed; the source redelivers after its own timeout", "id", t.msg.ID, "err", err)
+		p.summary.event(slog.LevelError, "nack failed; the source redelivers after its own timeout", string(reason), t.msg.ID, err)
 	}
 	p.m.nacked.WithLabelValues(string(reason)).Inc()
 	p.released(t)
