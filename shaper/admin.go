@@ -65,6 +65,9 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 			http.ServeFileFS(w, r, page, file)
 		})
 	}
+	// The page has no icon; answering the browser's request for one with
+	// 404 would put an error in the console of every visit.
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
