@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -166,5 +167,35 @@ func TestGrafanaDashboardPanelsHaveTheirOwnPlaceIDAndDescription(t *testing.T) {
 			t.Errorf("panels %q and %q have the same description", other, p.Title)
 		}
 		descriptions[p.Description] = p.Title
+	}
+}
+
+// TestDeployREADMENamesPanelsTheDashboardHas checks that the panels the
+// deploy guide tells people to look at are on the dashboard under those
+// titles: a renamed panel leaves the guide pointing at nothing.
+func TestDeployREADMENamesPanelsTheDashboardHas(t *testing.T) {
+	guide := string(readRepoFile(t, filepath.Join(deployDir, "README.md")))
+	start := strings.Index(guide, "What to look at on the dashboard")
+	end := strings.Index(guide, "Things to try")
+	if start < 0 || end < start {
+		t.Fatal(`deploy/README.md: no "What to look at on the dashboard" section before "Things to try"`)
+	}
+	titles := map[string]bool{}
+	var walk func([]grafanaPanel)
+	walk = func(panels []grafanaPanel) {
+		for _, p := range panels {
+			titles[p.Title] = true
+			walk(p.Panels)
+		}
+	}
+	walk(loadDashboard(t).Panels)
+	named := regexp.MustCompile(`(?s)\*\*([^*`+"`"+`]+)\*\*`).FindAllStringSubmatch(guide[start:end], -1)
+	if len(named) == 0 {
+		t.Fatal("deploy/README.md names no panel in bold")
+	}
+	for _, m := range named {
+		if title := strings.Join(strings.Fields(m[1]), " "); !titles[title] {
+			t.Errorf("deploy/README.md points at panel %q, which the dashboard does not have", title)
+		}
 	}
 }
