@@ -111,11 +111,11 @@ function record(card, status, now) {
   if (!previous || status.received < previous.received || delivered < previous.delivered) {
     return;
   }
-  const seconds = now - previous.at;
+  const elapsed = now - previous.at;
   card.samples.push({
     at: now,
-    received: (status.received - previous.received) / seconds,
-    delivered: (delivered - previous.delivered) / seconds,
+    received: (status.received - previous.received) / elapsed,
+    delivered: (delivered - previous.delivered) / elapsed,
     depth: status.depth,
     limit: status.limit_now,
     capacity: status.capacity,
@@ -230,6 +230,7 @@ function number(n) {
   return Number.isInteger(n) ? String(n) : n.toFixed(1);
 }
 
+// seconds writes a wait in seconds, with hundredths below 10 s.
 function seconds(s) {
   return s < 10 ? s.toFixed(2) + ' s' : s.toFixed(0) + ' s';
 }
