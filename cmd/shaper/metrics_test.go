@@ -22,6 +22,7 @@ import (
 	"github.com/shaper-dev/shaper/shaper"
 )
 
+// scrapedMetrics is what one /metrics scrape showed: each family's type, and
 // the label names of its samples.
 type scrapedMetrics struct {
 	types   map[string]string          // family -> counter, gauge, histogram, ...
