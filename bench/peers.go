@@ -44,6 +44,8 @@ type PeersSection struct {
 // PeerCase is one source delivered to HTTP at one limit by several
 // parties.
 type PeerCase struct {
+	// Name is the source and the limit, such as jetstream-1000: its part
+	// before the '-' is peerJetStream, peerKafka or peerCore.
 	Name   string  `json:"name"`
 	Source string  `json:"source"`
 	Limit  float64 `json:"limit"`
