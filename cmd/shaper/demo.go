@@ -73,10 +73,12 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 		d.closeAll()
 		return err
 	}
+	// As in run: a signal drains, a second one (or SIGQUIT) stops at once.
+	force, forceStop := forceOnSecondSignal(ctx, log)
+	defer forceStop()
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	force, forceStop := context.WithCancel(context.WithoutCancel(ctx))
-	defer forceStop()
+	defer context.AfterFunc(force, stopRun)()
 	served := make(chan error, 1)
 	go func() { served <- d.serve(runCtx, force, adminLn) }()
 
@@ -90,7 +92,9 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 	fmt.Fprintf(stdout, "shaper demo: a burst of %d messages from %s, shaped to %g/s (%s mode, burst %d)\n",
 		opts.messages, broker, cfgRate.Limit, cfgRate.Mode, *cfgRate.Burst)
 	fmt.Fprintf(stdout, "metrics and admin API: http://%s/metrics  (Ctrl-C stops)\n\n", adminLn.Addr())
-	opts.report(ctx, stdout, d, &sink, start)
+	if ended := opts.report(runCtx, stdout, d, &sink, start); ended != "" {
+		log.Info(ended + ": draining")
+	}
 	stopRun()
 	err = <-served
 	fmt.Fprintf(stdout, "\ndelivered %d of %d to the sink in %.1fs\n", sink.requests.Load(), opts.messages, time.Since(start).Seconds())
@@ -169,17 +173,17 @@ func (o demoOptions) bodies() [][]byte {
 }
 
 // report prints a line a second until every message is delivered, the
-// duration has passed, or ctx ends.
-func (o demoOptions) report(ctx context.Context, stdout io.Writer, d *daemon, sink *demoSink, start time.Time) {
+// duration has passed, or ctx ends, and says which of the first two
+// ended it: "" when ctx did (a signal, logged where it was received).
+func (o demoOptions) report(ctx context.Context, stdout io.Writer, d *daemon, sink *demoSink, start time.Time) (ended string) {
 	fmt.Fprintf(stdout, "%6s %9s %10s %6s %9s %10s\n", "time", "received", "delivered", "depth", "p99 wait", "sink rate")
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	var prevWait *dto.Histogram
 	prevSink := int64(0)
-	for done := false; !done; {
+	for {
 		select {
 		case <-ctx.Done():
-			done = true
 		case <-ticker.C:
 		}
 		st := d.list()[0].Status()
@@ -189,8 +193,13 @@ func (o demoOptions) report(ctx context.Context, stdout io.Writer, d *daemon, si
 			time.Since(start).Seconds(), gather.Sum(d.registry, "shaper_messages_received_total"),
 			st.Outcomes[shaper.OutcomeDelivered], st.Depth, p99(prevWait, wait), sunk-prevSink)
 		prevWait, prevSink = wait, sunk
-		if st.Outcomes[shaper.OutcomeDelivered] >= int64(o.messages) || o.duration > 0 && time.Since(start) >= o.duration {
-			done = true
+		switch {
+		case ctx.Err() != nil:
+			return ""
+		case st.Outcomes[shaper.OutcomeDelivered] >= int64(o.messages):
+			return "every message delivered"
+		case o.duration > 0 && time.Since(start) >= o.duration:
+			return "demo duration passed"
 		}
 	}
 }

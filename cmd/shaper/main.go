@@ -107,7 +107,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
-		err = runCmd(ctx, rest, &g, stderr)
+		err = runCmd(ctx, rest, &g, stdout, stderr)
 	case "validate":
 		err = validateCmd(rest, &g, stdout, stderr)
 	case "replay":

@@ -10,14 +10,16 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/shaper-dev/shaper/config"
 )
 
-func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) error {
+func runCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	path := fs.String("config", "", "config file (required)")
 	watch := fs.Bool("watch", false, "reload the config when the file changes, as on SIGHUP")
+	dry := fs.Bool("dry-run", false, "connect to every broker, Redis and sink host of the config, report each on stdout, and exit (0: all reachable)")
 	if err := parseFlags(fs, args, g, stderr); err != nil {
 		return err
 	}
@@ -32,12 +34,20 @@ func runCmd(ctx context.Context, args []string, g *globals, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%w: %s:\n%v", errUsage, *path, err)
 	}
+	if *dry {
+		return preflight(ctx, cfg, stdout)
+	}
 	warnIfWritableByOthers(*path, cfg, log)
 
-	// The first SIGINT/SIGTERM ends ctx and starts the drain; the second
-	// ends force, which stops at once, still acking only what is finished.
+	// The first SIGINT/SIGTERM ends ctx and starts the drain; force ends
+	// at SIGQUIT or a later second signal, and stops at once, still
+	// acking only what is finished. A forced stop ends ctx too, since
+	// the fleet drains only once ctx has ended.
 	force, forceStop := forceOnSecondSignal(ctx, log)
 	defer forceStop()
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	defer context.AfterFunc(force, stopRun)()
 
 	d, err := newDaemon(cfg, log)
 	if err != nil {
@@ -74,26 +84,56 @@ func warnIfWritableByOthers(path string, cfg *config.File, log *slog.Logger) {
 		"config", path, "mode", info.Mode().Perm().String(), "credentials_at", keys)
 }
 
-// forceOnSecondSignal returns a context that ends at the second
-// SIGINT/SIGTERM (ctx ends at the first), or when stop is called.
+// forceGap is how long after the first SIGINT/SIGTERM another one must
+// come to force a stop. A supervisor may forward one signal twice (GNU
+// timeout signals the child, then the child's process group): those two
+// arrive together and must not turn a drain into a forced stop.
+const forceGap = time.Second
+
+// forceOnSecondSignal returns a context that ends at SIGQUIT, at a
+// SIGINT/SIGTERM that comes forceGap or more after the first one (which
+// ends ctx, and is logged here), or when stop is called. A signal sooner
+// than forceGap after the first is logged and ignored. SIGQUIT no longer
+// dumps the goroutines and exits 2, as Go's default handler does: it is
+// the operator's way to stop at once, whatever came before.
 func forceOnSecondSignal(ctx context.Context, log *slog.Logger) (force context.Context, stop func()) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	// Room for a burst of signals while the goroutine logs: signal.Notify
+	// drops what does not fit.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
 	force, forceStop := context.WithCancel(context.WithoutCancel(ctx))
+	var first time.Time // of the first SIGINT/SIGTERM; zero: none yet
+	if ctx.Err() != nil {
+		first = time.Now() // it came before Notify
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for n := 0; ; n++ {
+		for {
+			var sig os.Signal
 			select {
-			case <-sigs:
-				if n == 1 {
-					log.Warn("second signal: forcing exit; unfinished messages are nacked")
-					forceStop()
-					return
-				}
+			case sig = <-sigs:
 			case <-force.Done():
 				return
 			}
+			now := time.Now()
+			switch {
+			case sig == syscall.SIGQUIT:
+				log.Warn("SIGQUIT: forcing exit; unfinished messages are nacked")
+			case first.IsZero():
+				first = now
+				log.Info("signal received: draining", "signal", signalName(sig),
+					"force_with", fmt.Sprintf("SIGQUIT, or a second SIGINT/SIGTERM %s or more later", forceGap))
+				continue
+			case now.Sub(first) < forceGap:
+				log.Warn("second signal too soon after the first: ignored, the drain goes on (a supervisor forwarding one signal twice?)",
+					"signal", signalName(sig), "after", now.Sub(first).Round(time.Millisecond), "force_with", fmt.Sprintf("SIGQUIT, or a signal %s or more after the first", forceGap))
+				continue
+			default:
+				log.Warn("second signal: forcing exit; unfinished messages are nacked", "signal", signalName(sig))
+			}
+			forceStop()
+			return
 		}
 	}()
 	return force, func() {
@@ -101,4 +141,18 @@ func forceOnSecondSignal(ctx context.Context, log *slog.Logger) (force context.C
 		forceStop()
 		<-done
 	}
+}
+
+// signalName is a signal's name as operators write it: SIGTERM, not
+// "terminated".
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return sig.String()
 }

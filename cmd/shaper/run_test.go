@@ -102,15 +102,20 @@ func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T)
 	}
 }
 
+// A second SIGTERM 1.5 s after the first, during a drain that would take
+// ten seconds, stops at once (exit 1), and a restart delivers the rest.
 func TestASecondSignalForcesExitAndLosesNothing(t *testing.T) {
 	const n = 100
 	sink, config, _ := natsRun(t, n, 10, time.Minute)
 
 	first := startChild(t, config)
 	testwait.For(t, 30*time.Second, "5 deliveries", func() bool { u, _ := sink.Counts(); return u >= 5 })
-	_ = first.Cmd.Process.Signal(syscall.SIGTERM)
-	time.Sleep(200 * time.Millisecond)
-	_ = first.Cmd.Process.Signal(syscall.SIGTERM)
+	first.Signal(syscall.SIGTERM)
+	time.Sleep(1500 * time.Millisecond) // past forceGap
+	if first.Exited() {
+		t.Fatalf("shaper exited 1.5s into a drain of about 10s")
+	}
+	first.Signal(syscall.SIGTERM)
 	forced := time.Now()
 	code := first.Wait(15 * time.Second)
 	if took := time.Since(forced); took > 5*time.Second {
