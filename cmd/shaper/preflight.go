@@ -301,13 +301,13 @@ func httpReach(cfg sinks.HTTPConfig, role string) reach {
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil { // not reached: the config was validated
-		return reach{kind: "http", addr: "(url not shown)", role: role, try: func(context.Context) (string, error) { return "", err }}
+		return broken("http", "(url not shown)", role, err)
 	}
 	target := hostPort(cfg.URL, map[string]string{"http": "80", "https": "443"}[u.Scheme])
 	proxy, err := proxyOf(cfg)
 	switch {
 	case err != nil:
-		return reach{kind: "proxy", addr: "(not shown)", role: role, try: func(context.Context) (string, error) { return "", err }}
+		return broken(u.Scheme, target, role, err)
 	case proxy != nil:
 		port := map[string]string{"http": "80", "https": "443", "socks5": "1080", "socks5h": "1080"}[proxy.Scheme]
 		return reach{kind: "proxy", addr: hostPort(proxy.String(), port), role: role, try: func(ctx context.Context) (string, error) {
@@ -327,11 +327,20 @@ func httpReach(cfg sinks.HTTPConfig, role string) reach {
 	}}
 }
 
+// broken is a reach that fails with err, connecting to nothing: a part
+// that cannot be built.
+func broken(kind, addr, role string, err error) reach {
+	return reach{kind: kind, addr: addr, role: role, try: func(context.Context) (string, error) { return "", err }}
+}
+
 // proxyOf returns the proxy the HTTP sink of cfg sends its requests
 // through, nil for none, as the sink itself decides it (sink.http.proxy,
 // or the environment for "environment"). Its user information is gone:
 // the handshake needs none.
 func proxyOf(cfg sinks.HTTPConfig) (*url.URL, error) {
+	if cfg.Proxy == "" {
+		return nil, nil
+	}
 	h, err := sinks.NewHTTP(cfg)
 	if err != nil {
 		return nil, err

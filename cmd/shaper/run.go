@@ -93,9 +93,9 @@ const forceGap = time.Second
 // forceOnSecondSignal returns a context that ends at SIGQUIT, at a
 // SIGINT/SIGTERM that comes forceGap or more after the first one (which
 // ends ctx, and is logged here), or when stop is called. A signal sooner
-// than forceGap after the first is logged and ignored. SIGQUIT no longer
-// dumps the goroutines and exits 2, as Go's default handler does: it is
-// the operator's way to stop at once, whatever came before.
+// than forceGap after the first is logged and ignored. SIGQUIT does not
+// dump the goroutines and exit 2, as Go's default handler would: it is the
+// operator's way to stop at once, whatever came before.
 func forceOnSecondSignal(ctx context.Context, log *slog.Logger) (force context.Context, stop func()) {
 	// Room for a burst of signals while the goroutine logs: signal.Notify
 	// drops what does not fit.
