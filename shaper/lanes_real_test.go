@@ -121,6 +121,11 @@ func TestEachKeyKeepsItsOwnLimitUnderThePipelines(t *testing.T) {
 			t.Errorf("key %s: %d requests in one 100ms window; want at most 2", k, most)
 		}
 	}
+	// The sink answers before the ack settles the last messages: wait for
+	// the settlements, then no lane may hold anything.
+	testwait.For(t, 10*time.Second, "every message settled", func() bool {
+		return p.Status().Outcomes[shaper.OutcomeDelivered] == 3*each
+	})
 	if keys := p.Keys(10); len(keys) != 0 {
 		t.Errorf("lanes after every message was settled: %v; want none listed", keys)
 	}
