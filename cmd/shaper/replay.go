@@ -210,12 +210,9 @@ func buildReplaySource(ctx context.Context, pc config.Pipeline, opts sources.Rep
 func replay(ctx context.Context, p *shaper.Pipeline, src sources.Replay, a replayArgs, out *replayOutput, log *slog.Logger) error {
 	force, stopForce := forceOnSecondSignal(ctx, log)
 	defer stopForce()
-	interrupted := make(chan struct{})
 	go func() {
 		select {
-		case <-ctx.Done():
-			log.Warn("signal: draining the replay; a second signal stops at once")
-			close(interrupted)
+		case <-ctx.Done(): // the first signal: forceOnSecondSignal logs it
 			p.Drain()
 		case <-force.Done():
 		}
@@ -223,6 +220,7 @@ func replay(ctx context.Context, p *shaper.Pipeline, src sources.Replay, a repla
 	start := time.Now()
 	report := out.start(p, src, start)
 	runErr := p.Run(force)
+	forced := force.Err() != nil // SIGQUIT, or a second signal
 	stopForce()
 	report()
 
@@ -233,11 +231,7 @@ func replay(ctx context.Context, p *shaper.Pipeline, src sources.Replay, a repla
 		Delivered: st.Outcomes[shaper.OutcomeDelivered], DeadLettered: st.Outcomes[shaper.OutcomeDeadLettered],
 		Expired: st.Outcomes[shaper.OutcomeExpired], Dropped: st.Outcomes[shaper.OutcomeDropped],
 		ElapsedSeconds: time.Since(start).Seconds(),
-	}
-	select {
-	case <-interrupted:
-		s.Interrupted = true
-	default:
+		Interrupted:    ctx.Err() != nil || forced,
 	}
 	s.Complete = runErr == nil && !s.Interrupted && pr.Exhausted && pr.Unfinished == 0 && pr.Finished+pr.Skipped == pr.Read
 	if !s.Complete {
