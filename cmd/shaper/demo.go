@@ -91,7 +91,7 @@ func demoCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.W
 	cfgRate := cfg.Pipelines[0].Rate
 	fmt.Fprintf(stdout, "shaper demo: a burst of %d messages from %s, shaped to %g/s (%s mode, burst %d)\n",
 		opts.messages, broker, cfgRate.Limit, cfgRate.Mode, *cfgRate.Burst)
-	fmt.Fprintf(stdout, "metrics and admin API: http://%s/metrics  (Ctrl-C stops)\n\n", adminLn.Addr())
+	fmt.Fprintf(stdout, "status page: http://%[1]s/  metrics: http://%[1]s/metrics  (Ctrl-C stops)\n\n", adminLn.Addr())
 	if ended := opts.report(runCtx, stdout, d, &sink, start); ended != "" {
 		log.Info(ended + ": draining")
 	}
