@@ -519,9 +519,13 @@ func (s *PeersSection) goals() []Goal {
 				Met:      sh.CPURatio <= 0.6,
 			})
 			if base.Median.BrokerUs > 0 {
+				measured := fmt.Sprintf("%.2f× (%.0f µs against %.0f µs)", sh.BrokerRatio, sh.Median.BrokerUs, base.Median.BrokerUs)
+				if coarse(sh.Median.BrokerUs, sh.Median) || coarse(base.Median.BrokerUs, base.Median) {
+					measured += "; under 10 clock ticks of CPU in the window, within their resolution"
+				}
 				goals = append(goals, Goal{
 					Goal:     fmt.Sprintf("peers, %s: the broker's CPU per message for shaper ≤ 1.2× for the loop", where),
-					Measured: fmt.Sprintf("%.2f× (%.0f µs against %.0f µs)", sh.BrokerRatio, sh.Median.BrokerUs, base.Median.BrokerUs),
+					Measured: measured,
 					Met:      sh.BrokerRatio <= 1.2,
 				})
 			}
@@ -529,7 +533,7 @@ func (s *PeersSection) goals() []Goal {
 		m := sh.Median
 		goals = append(goals, Goal{
 			Goal:     fmt.Sprintf("peers, %s: shaper's rate error ≤ 0.1%%, at most %d in any 100 ms, jitter p99 ≤ 1 ms (at the sink's process)", where, c.Allowed100ms),
-			Measured: fmt.Sprintf("%+.2f%%, %d, %s", m.RateErrPct, m.Max100ms, micros(m.JitterP99)),
+			Measured: fmt.Sprintf("%s, %d, %s", signedPct(m.RateErrPct), m.Max100ms, micros(m.JitterP99)),
 			Met:      math.Abs(m.RateErrPct) <= 0.1 && m.Max100ms <= c.Allowed100ms && m.JitterP99 <= 1000,
 		})
 	}
@@ -570,6 +574,14 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 	p("| case | party | CPU per message (share of a core) | × loop | broker CPU per message | × loop | rate error | most per 100 ms (goal) | jitter p99 (goal ≤ 1 ms) |")
 	p("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	sinkLow, sinkHigh := math.Inf(1), 0.0
+	flagged := false
+	ticks := func(us float64, m PeerRun) string {
+		if coarse(us, m) {
+			flagged = true
+			return fmt.Sprintf("%.0f µs†", us)
+		}
+		return fmt.Sprintf("%.0f µs", us)
+	}
 	for _, c := range s.Cases {
 		for i, pt := range c.Parties {
 			name := ""
@@ -579,21 +591,47 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 			m := pt.Median
 			broker, brokerRatio := "–", "–"
 			if pt.ReadsBroker {
-				broker, brokerRatio = fmt.Sprintf("%.0f µs", m.BrokerUs), ratioText(pt.BrokerRatio)
+				broker, brokerRatio = ticks(m.BrokerUs, m), ratioText(pt.BrokerRatio)
 			}
-			p("| %s | %s | %.0f µs (%.0f%%) | %s | %s | %s | %+.2f%% | %s | %s |", name, pt.Label, m.CPUUs, m.CPUPct, ratioText(pt.CPURatio),
-				broker, brokerRatio, m.RateErrPct,
+			p("| %s | %s | %s (%.0f%%) | %s | %s | %s | %s | %s | %s |", name, pt.Label, ticks(m.CPUUs, m), m.CPUPct, ratioText(pt.CPURatio),
+				broker, brokerRatio, signedPct(m.RateErrPct),
 				mark(fmt.Sprintf("%d (%d)", m.Max100ms, c.Allowed100ms), m.Max100ms > c.Allowed100ms),
 				mark(micros(m.JitterP99), m.JitterP99 > 1000))
 			sinkLow, sinkHigh = math.Min(sinkLow, m.SinkUs), math.Max(sinkHigh, m.SinkUs)
 		}
 	}
 	p("")
+	if flagged {
+		p("†: fewer than 10 clock ticks (%v) of CPU in the window. `/proc/<pid>/stat` counts in ticks of %v, so such a", fewTicks, clockTick)
+		p("figure, and a ratio to it, is only as good as a tick either way.")
+		p("")
+	}
 	if sinkHigh > 0 {
 		p("The sink's own CPU per request ranged from %.0f to %.0f µs over the parties' medians (each party's is in", sinkLow, sinkHigh)
 		p("benchmarks.json, beside every run's figures).")
 		p("")
 	}
+}
+
+// fewTicks is the least CPU time a figure of the section is taken from
+// before it is flagged: /proc/<pid>/stat counts in clock ticks, so below
+// ten a figure is only as good as a tick either way.
+const fewTicks = 10 * clockTick
+
+// coarse reports whether us microseconds per message over run m's
+// deliveries come to less than fewTicks of CPU.
+func coarse(us float64, m PeerRun) bool {
+	return us*float64(m.Delivered) < float64(fewTicks.Microseconds())
+}
+
+// signedPct writes a percentage to two decimals with its sign, and one
+// that rounds to zero as 0.00%.
+func signedPct(v float64) string {
+	s := fmt.Sprintf("%+.2f%%", v)
+	if s == "+0.00%" || s == "-0.00%" {
+		return "0.00%"
+	}
+	return s
 }
 
 // ratioText writes a ratio to two decimals, or – when it was not measured.

@@ -110,21 +110,24 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 	}
 }
 
-func TestPeersMarkdownShowsNoBrokerFiguresForAPartyWithoutABroker(t *testing.T) {
+func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewClockTicks(t *testing.T) {
 	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: 200, Cases: []PeerCase{{
 		Source: "NATS JetStream", Limit: 1000, Allowed100ms: 102, Baseline: partyLoop,
 		Parties: []PeerParty{
-			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{CPUUs: 200, BrokerUs: 90, Max100ms: 101}, CPURatio: 1, BrokerRatio: 1},
-			{Name: partyBenthos, Label: "benthos", Median: PeerRun{CPUUs: 300, Max100ms: 103}, CPURatio: 1.5},
+			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 200, CPUPct: 20, BrokerUs: 90, RateErrPct: -0.001, Max100ms: 101}, CPURatio: 1, BrokerRatio: 1},
+			{Name: partyBenthos, Label: "benthos", Median: PeerRun{Delivered: 8000, CPUUs: 300, CPUPct: 30, RateErrPct: -25, Max100ms: 103}, CPURatio: 1.5},
+			// 8000 × 12 µs is 96 ms of CPU: 9 ticks of 10 ms.
+			{Name: partyShaper, Label: "shaper", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 250, CPUPct: 25, BrokerUs: 12, Max100ms: 102}, CPURatio: 1.25, BrokerRatio: 0.13},
 		},
 	}}}
 	var b strings.Builder
 	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
 	md := b.String()
 	for _, want := range []string{
-		"| NATS JetStream → HTTP, 1000/s | the loop | 200 µs (0%) | 1.00× | 90 µs | 1.00× |",
-		"|  | benthos | 300 µs (0%) | 1.50× | – | – |",
-		"**103 (102)**",
+		"| NATS JetStream → HTTP, 1000/s | the loop | 200 µs (20%) | 1.00× | 90 µs | 1.00× | 0.00% | 101 (102) |",
+		"|  | benthos | 300 µs (30%) | 1.50× | – | – | -25.00% | **103 (102)** |",
+		"|  | shaper | 250 µs (25%) | 1.25× | 12 µs† | 0.13× |",
+		"†: fewer than 10 clock ticks",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
