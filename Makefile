@@ -1,9 +1,13 @@
 # shaper: make run (the embedded demo), make test (everything, with -race).
 GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+# The version and commit stamped into binaries. Outside a git checkout they
+# are empty, and shaper --version falls back to what Go recorded (the
+# module's version, or the VCS revision), else "dev".
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: build run test test-faults fuzz soak vulncheck bench lint test-deps
+.PHONY: build dist run test test-faults fuzz soak vulncheck bench lint test-deps FORCE
 
 # Every package but the fault suite, which has its own target.
 PKGS = $$($(GO) list ./... | grep -v /faults)
@@ -13,6 +17,20 @@ PKGS = $$($(GO) list ./... | grep -v /faults)
 # make run and go run ./cmd/shaper demo keep the demo.
 build:
 	$(GO) build -tags nodemo -ldflags "$(LDFLAGS)" -o bin/shaper ./cmd/shaper
+
+# Release binaries for Linux and macOS on amd64 and arm64, built like make
+# build (no cgo, so they run on any libc), stripped, into $(DIST)/ with
+# SHA256SUMS: make dist, or make -j4 dist. DIST_PLATFORMS=linux-amd64 makes
+# one.
+DIST           ?= dist
+DIST_PLATFORMS ?= linux-amd64 linux-arm64 darwin-amd64 darwin-arm64
+SHA256SUM      ?= $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || echo shasum -a 256)
+dist: $(DIST_PLATFORMS:%=$(DIST)/shaper-%)
+	cd $(DIST) && $(SHA256SUM) $(DIST_PLATFORMS:%=shaper-%) > SHA256SUMS
+
+$(DIST)/shaper-%: FORCE
+	CGO_ENABLED=0 GOOS=$(word 1,$(subst -, ,$*)) GOARCH=$(word 2,$(subst -, ,$*)) \
+		$(GO) build -trimpath -tags nodemo -ldflags "$(LDFLAGS) -s -w" -o $@ ./cmd/shaper
 
 run:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/shaper demo
@@ -43,13 +61,21 @@ soak: test-deps
 vulncheck:
 	@scripts/vulncheck
 
-# The Redis-shared limiter is tested against a real redis-server process,
-# started by the tests themselves; install it where it is missing (Debian).
+# What the tests run besides Go modules, as command:Debian package: a C
+# compiler (-race needs cgo), redis-server (the shared-limiter tests start
+# real ones), chromium (the admin status page's headless-browser test) and
+# zsh (the completion test). Installed with apt-get where missing; where
+# there is no apt-get, make says what to install (macOS: brew install redis
+# zsh; brew install --cask chromium) and the tests that need it fail.
+TEST_TOOLS = gcc:gcc redis-server:redis-server chromium:chromium zsh:zsh
 test-deps:
-	@command -v redis-server >/dev/null || { \
-		echo "installing redis-server (the shared-limiter tests start real ones)"; \
-		SUDO=$$(command -v sudo || true); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@missing=; for t in $(TEST_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then \
+		echo "make test needs:$$missing; install them (macOS: brew install redis zsh; brew install --cask chromium)"; exit 0; fi; \
+	echo "installing$$missing (the tests run them)"; \
+	SUDO=$$(command -v sudo || true); \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null
 	@redis-server --version
 
 # The benchmark harness: shaping precision beside a fixed-window counter and
@@ -60,6 +86,8 @@ test-deps:
 bench: test-deps
 	$(GO) run ./bench
 
+# gofmt -l . walks the tree itself, so lint works outside a git checkout
+# (a tarball) and never waits on stdin for a list of files.
 lint:
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

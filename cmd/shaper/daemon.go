@@ -37,7 +37,7 @@ type daemon struct {
 // On error, whatever was built is closed.
 func newDaemon(cfg *config.File, log *slog.Logger) (*daemon, error) {
 	d := &daemon{cfg: cfg, registry: prometheus.NewRegistry(), log: log}
-	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), currentBuild().collector())
 	build := func(pc config.Pipeline) (shaper.Parts, error) { return buildParts(pc, log) }
 	f, err := fleet.New(cfg, build, shaper.NewMetrics(d.registry), log)
 	if err != nil {
@@ -80,7 +80,7 @@ func (d *daemon) serve(ctx, force context.Context, ln net.Listener) error {
 			d.log.Error("admin server failed", "err", err)
 		}
 	})
-	d.log.Info("shaper started", "version", version, "admin", ln.Addr().String(), "pipelines", len(d.list()))
+	d.log.Info("shaper started", "version", currentBuild().version, "admin", ln.Addr().String(), "pipelines", len(d.list()))
 
 	reloads := make(chan fleet.Reload)
 	if d.configPath != "" {

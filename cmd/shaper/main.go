@@ -1,6 +1,7 @@
-// Command shaper consumes messages from NATS into a bounded leaky bucket and
-// drains it at a fixed rate to an HTTP sink. See the README for the whole
-// story; this package only parses the command line and wires config to parts.
+// Command shaper consumes messages from Kafka or NATS into a bounded leaky
+// bucket and drains it at a fixed rate to a sink (HTTP, or a Kafka topic or
+// NATS subject). See the README for the whole story; this package only
+// parses the command line and wires config to parts.
 package main
 
 import (
@@ -12,12 +13,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 )
-
-// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
 
 // Exit codes (SPEC §3).
 const (
@@ -26,28 +25,6 @@ const (
 	exitUsage   = 2
 )
 
-const usage = `shaper: shape bursts from NATS into a steady rate of HTTP requests.
-
-Usage:
-  shaper run      --config FILE      run the pipelines until SIGTERM/SIGINT
-  shaper validate --config FILE      check a config; print every problem with its key path
-  shaper replay   --config FILE --pipeline NAME [--from T] [--to T] [--rate N]
-                  [--dead-letters] [--reason R] [--dry-run]
-                                     replay a bounded range of the source (or its dead
-                                     letters) at a smooth rate, with progress; exits 0
-                                     when every message has a final outcome
-  shaper demo     [--rate N] [--messages N] [--mode leaky|token] [--burst N] [--duration D]
-                                     embedded NATS + embedded sink, shows shaping live
-  shaper healthcheck [--url URL]     exit 0 if a running shaper's /healthz answers 200 (for containers)
-  shaper version
-
-Global flags (before or after the subcommand):
-  --log-level debug|info|warn|error  (default info)
-  --log-format json|text             (default text)
-
-Exit codes: 0 success (including a graceful drain), 1 runtime failure, 2 usage or config error.
-`
-
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -55,31 +32,144 @@ func main() {
 // errUsage marks an error of the command line or config: exit code 2.
 var errUsage = errors.New("usage")
 
-// globals are the flags every subcommand accepts.
+// command is one subcommand: its name, what follows its flags in its usage
+// line, what it does, and the function that runs it. The command's flags
+// are the FlagSet that function builds and hands to parseFlags, defined
+// once, where they are used; help and completion get that FlagSet by
+// calling the function with --help (flagsOf).
+type command struct {
+	name    string
+	args    string // such as "bash|zsh"; "" for a command that takes only flags
+	summary string
+	run     func(ctx context.Context, args []string, g *globals, stdout, stderr io.Writer) error
+}
+
+// commands are the subcommands, in the order help lists them. It is a
+// function, not a variable, because help and completion, which some of the
+// commands run, read it.
+func commands() []command {
+	return []command{
+		{name: "run", summary: "run the pipelines until SIGTERM/SIGINT (the first drains, the second forces)",
+			run: runCmd},
+		{name: "validate", summary: "check configs (repeat --config); print every problem with file:line:col and key path",
+			run: func(_ context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
+				return validateCmd(args, g, stdout, stderr)
+			}},
+		{name: "replay", summary: "replay a bounded range of a pipeline's source or dead letters at a smooth rate, with progress",
+			run: replayCmd},
+		{name: "schema", summary: "print the JSON Schema of the config file",
+			run: func(_ context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
+				return schemaCmd(args, g, stdout, stderr)
+			}},
+		{name: "demo", summary: "embedded NATS or Kafka and an embedded sink: watch a burst shaped live",
+			run: demoCmd},
+		{name: "healthcheck", summary: "exit 0 if a running shaper's /healthz answers 200 (for containers)",
+			run: healthcheckCmd},
+		{name: "completion", args: "bash|zsh", summary: "print a shell completion script (README: Install)",
+			run: func(_ context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
+				return completionCmd(args, g, stdout, stderr)
+			}},
+		{name: "version", summary: "print the version, the commit and the Go version (also: shaper --version)",
+			run: func(_ context.Context, args []string, g *globals, stdout, _ io.Writer) error {
+				return versionCmd(args, g, stdout)
+			}},
+		{name: "help", args: "[COMMAND]", summary: "print this help, or a command's with all its flags",
+			run: func(_ context.Context, args []string, g *globals, stdout, _ io.Writer) error {
+				return helpCmd(args, g, stdout)
+			}},
+	}
+}
+
+// lookupCommand returns the command of that name.
+func lookupCommand(name string) (command, bool) {
+	i := slices.IndexFunc(commands(), func(c command) bool { return c.name == name })
+	if i < 0 {
+		return command{}, false
+	}
+	return commands()[i], true
+}
+
+// Log levels and formats: the values of --log-level and --log-format.
+var (
+	logLevels  = []string{"debug", "info", "warn", "error"}
+	logFormats = []string{"json", "text"}
+)
+
+// envFallbacks are the environment variables that flags fall back to when
+// they are not on the command line: a flag given wins. config applies to
+// every command with a --config flag (run, validate, replay).
+var envFallbacks = []struct{ flag, env string }{
+	{"config", "SHAPER_CONFIG"},
+	{"log-level", "SHAPER_LOG_LEVEL"},
+	{"log-format", "SHAPER_LOG_FORMAT"},
+}
+
+// envFallback returns the environment variable that flag falls back to.
+func envFallback(flag string) (string, bool) {
+	for _, e := range envFallbacks {
+		if e.flag == flag {
+			return e.env, true
+		}
+	}
+	return "", false
+}
+
+// globals are the flags every subcommand accepts, before or after its name.
 type globals struct {
 	logLevel  string
 	logFormat string
+	// given are the flags that were on the command line, before the
+	// subcommand or after it: their environment variables are not read.
+	given map[string]bool
+	// fromEnv names the variable a flag's value came from, for errors.
+	fromEnv map[string]string
+}
+
+func newGlobals() *globals {
+	return &globals{logLevel: "info", logFormat: "text", given: map[string]bool{}, fromEnv: map[string]string{}}
+}
+
+// oneOf lists two or more values as a sentence does: "a, b or c".
+func oneOf(values []string) string {
+	last := len(values) - 1
+	return strings.Join(values[:last], ", ") + " or " + values[last]
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "debug, info, warn or error")
-	fs.StringVar(&g.logFormat, "log-format", g.logFormat, "json or text")
+	fs.StringVar(&g.logLevel, "log-level", g.logLevel, oneOf(logLevels))
+	fs.StringVar(&g.logFormat, "log-format", g.logFormat, oneOf(logFormats))
+}
+
+// source names where a flag's value came from: the flag, or its variable.
+func (g *globals) source(flag string) string {
+	if env, ok := g.fromEnv[flag]; ok {
+		return env
+	}
+	return "--" + flag
+}
+
+// check reports a log level or format that is not one of the known values,
+// naming the flag or the environment variable it came from.
+func (g *globals) check() error {
+	if !slices.Contains(logLevels, strings.ToLower(g.logLevel)) {
+		return fmt.Errorf("%w: %s: want %s, got %q", errUsage, g.source("log-level"), oneOf(logLevels), g.logLevel)
+	}
+	if !slices.Contains(logFormats, g.logFormat) {
+		return fmt.Errorf("%w: %s: want %s, got %q", errUsage, g.source("log-format"), oneOf(logFormats), g.logFormat)
+	}
+	return nil
 }
 
 func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, fmt.Errorf("%w: --log-level: want debug, info, warn or error, got %q", errUsage, g.logLevel)
+	if err := g.check(); err != nil {
+		return nil, err
 	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(g.logLevel)) // check admitted only the names slog knows
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: logAttr}
-	var log *slog.Logger
-	switch g.logFormat {
-	case "text":
-		log = slog.New(slog.NewTextHandler(w, opts))
-	case "json":
+	log := slog.New(slog.NewTextHandler(w, opts))
+	if g.logFormat == "json" {
 		log = slog.New(slog.NewJSONHandler(w, opts))
-	default:
-		return nil, fmt.Errorf("%w: --log-format: want json or text, got %q", errUsage, g.logFormat)
 	}
 	logRedisTo(log) // go-redis's logger is one per process
 	return log, nil
@@ -87,50 +177,45 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 
 // realMain runs the command line args and returns the exit code. Only main exits.
 func realMain(args []string, stdout, stderr io.Writer) int {
-	g := globals{logLevel: "info", logFormat: "text"}
+	g := newGlobals()
 	top := flag.NewFlagSet("shaper", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	g.register(top)
-	if err := top.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "shaper: %v\n\n%s", err, usage)
+	showVersion := top.Bool("version", false, "print the version and exit")
+	switch err := top.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage())
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "shaper: %v\nRun 'shaper --help' for the commands and their flags.\n", err)
 		return exitUsage
 	}
-	args = top.Args()
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+	top.Visit(func(f *flag.Flag) { g.given[f.Name] = true })
+	if *showVersion {
+		fmt.Fprintln(stdout, currentBuild())
+		return exitOK
+	}
+	if top.NArg() == 0 {
+		fmt.Fprint(stderr, usage())
 		return exitUsage
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	var err error
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "run":
-		err = runCmd(ctx, rest, &g, stdout, stderr)
-	case "validate":
-		err = validateCmd(rest, &g, stdout, stderr)
-	case "replay":
-		err = replayCmd(ctx, rest, &g, stdout, stderr)
-	case "schema":
-		err = schemaCmd(rest, &g, stdout, stderr)
-	case "completion":
-		err = completionCmd(rest, &g, stdout, stderr)
-	case "demo":
-		err = demoCmd(ctx, rest, &g, stdout, stderr)
-	case "healthcheck":
-		err = healthcheckCmd(ctx, rest, &g, stdout, stderr)
-	case "version":
-		fmt.Fprintf(stdout, "shaper %s\n", version)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-	default:
-		err = fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	name, rest := top.Arg(0), top.Args()[1:]
+	cmd, ok := lookupCommand(name)
+	if !ok {
+		fmt.Fprintf(stderr, "shaper: unknown command %q\nRun 'shaper --help' for the commands and their flags.\n", name)
+		return exitUsage
 	}
+	err := cmd.run(ctx, rest, g, stdout, stderr)
+	var help *helpRequest
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, commandHelp(cmd, help.fs))
 		return exitOK
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "shaper: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
@@ -141,18 +226,51 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// parseFlags parses a subcommand's flags, the global ones included.
-func parseFlags(fs *flag.FlagSet, args []string, g *globals, stderr io.Writer) error {
-	g.register(fs)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+// helpRequest is parseFlags' answer to -h or --help: the command's flags,
+// for realMain to print its help on stdout (and exit 0), and for help and
+// completion to list them.
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (h *helpRequest) Error() string { return fmt.Sprintf("%s: help requested", h.fs.Name()) }
+func (h *helpRequest) Unwrap() error { return flag.ErrHelp }
+
+// parseFlags parses a subcommand's flags, the global ones included, fills
+// in those not given from their environment variables (envFallbacks), and
+// checks the global ones. -h or --help returns a *helpRequest. It writes
+// nothing (the last parameter is unused): errors are returned, and realMain
+// prints them or the help.
+func parseFlags(fs *flag.FlagSet, args []string, g *globals, _ io.Writer) error {
+	if err := parseCommandLine(fs, args, g); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: %s: unexpected argument %q", errUsage, fs.Name(), fs.Arg(0))
 	}
 	return nil
+}
+
+// parseCommandLine is parseFlags for a command that also takes arguments
+// after its flags (fs.Args()).
+func parseCommandLine(fs *flag.FlagSet, args []string, g *globals) error {
+	g.register(fs)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return &helpRequest{fs: fs}
+		}
+		return fmt.Errorf("%w: %s: %v (shaper help %s lists its flags)", errUsage, fs.Name(), err, fs.Name())
+	}
+	fs.Visit(func(f *flag.Flag) { g.given[f.Name] = true })
+	for _, e := range envFallbacks {
+		v := os.Getenv(e.env)
+		if v == "" || g.given[e.flag] || fs.Lookup(e.flag) == nil {
+			continue
+		}
+		if err := fs.Set(e.flag, v); err != nil {
+			return fmt.Errorf("%w: %s: %v", errUsage, e.env, err)
+		}
+		g.fromEnv[e.flag] = e.env
+	}
+	return g.check()
 }
