@@ -60,6 +60,7 @@ type bucket struct {
 	capacity int
 	held     int // queued + waiting for retry + in flight
 	queued   int // queued + waiting for retry
+	wantRoom int // the room the fetcher waits for (WaitRoom)
 	opt      laneOptions
 
 	lanes    map[string]*lane
@@ -73,7 +74,7 @@ type bucket struct {
 	// ready and room carry one pending wake-up each (size one, so a signal
 	// sent while nobody waits is kept and repeated signals coalesce).
 	ready chan struct{} // to the scheduler: a task was added or became due
-	room  chan struct{} // to the fetcher: a held task was released
+	room  chan struct{} // to the fetcher: there is room for wantRoom
 }
 
 // laneOptions shape a bucket's lanes.
@@ -141,11 +142,20 @@ func (b *bucket) Room() int {
 	return max(b.capacity-b.held, 0)
 }
 
-// WaitRoom blocks until there is room for at least one message, and returns
-// how much, or returns 0 when ctx ends.
-func (b *bucket) WaitRoom(ctx context.Context) int {
+// WaitRoom blocks until there is room for batch messages (or for as many
+// as the capacity, if fewer), and returns how much, or returns 0 when ctx
+// ends. Releases wake it only once that room is there, not once per
+// message.
+func (b *bucket) WaitRoom(ctx context.Context, batch int) int {
 	for {
-		if n := b.Room(); n > 0 {
+		b.mu.Lock()
+		want := min(max(batch, 1), b.capacity)
+		n := b.capacity - b.held
+		if n < want {
+			b.wantRoom = want
+		}
+		b.mu.Unlock()
+		if n >= want {
 			return n
 		}
 		select {
@@ -397,11 +407,14 @@ func (b *bucket) release(t *task) {
 	} else if b.opt.holdsBack() {
 		b.touchLocked(l)
 	}
+	roomFor := b.capacity-b.held >= b.wantRoom
 	b.mu.Unlock()
 	for _, resume := range resumes {
 		resume()
 	}
-	signal(b.room)
+	if roomFor {
+		signal(b.room)
+	}
 	if b.opt.holdsBack() {
 		signal(b.ready) // the key's next message may go now
 	}

@@ -79,7 +79,7 @@ func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
 	b.admit(time.Now(), msgs(1), nil)
 	held, _ := b.take(time.Now())
 	done := make(chan int)
-	go func() { done <- b.WaitRoom(context.Background()) }()
+	go func() { done <- b.WaitRoom(context.Background(), 1) }()
 	b.release(held)
 	select {
 	case n := <-done:
@@ -92,7 +92,7 @@ func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.admit(time.Now(), msgs(1), nil)
 	cancel()
-	if n := b.WaitRoom(ctx); n != 0 {
+	if n := b.WaitRoom(ctx, 1); n != 0 {
 		t.Errorf("WaitRoom(cancelled) = %d; want 0", n)
 	}
 }
@@ -127,5 +127,41 @@ func TestEffectiveCapacityIsHeldToLimitTimesMaxQueueTime(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("effectiveCapacity(%d, %v/s, %v) = %d; want %d", tt.capacity, tt.limit, tt.wait, got, tt.want)
 		}
+	}
+}
+
+func TestBucketWaitRoomWaitsForABatchAndWakesOnceItIsThere(t *testing.T) {
+	b := newBucket(8, laneOptions{})
+	b.admit(time.Now(), msgs(8), nil)
+	var held []*task
+	for range 8 {
+		h, _ := b.take(time.Now())
+		held = append(held, h)
+	}
+	done := make(chan int)
+	go func() { done <- b.WaitRoom(context.Background(), 3) }()
+	b.release(held[0])
+	b.release(held[1])
+	select {
+	case n := <-done:
+		t.Fatalf("WaitRoom(3) returned %d with room for 2", n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.release(held[2])
+	select {
+	case n := <-done:
+		if n != 3 {
+			t.Errorf("WaitRoom(3) = %d; want 3", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitRoom(3) did not wake with room for 3")
+	}
+	// A batch larger than the capacity waits for the whole capacity.
+	go func() { done <- b.WaitRoom(context.Background(), 100) }()
+	for _, h := range held[3:] {
+		b.release(h)
+	}
+	if n := <-done; n != 8 {
+		t.Errorf("WaitRoom(100) with capacity 8 = %d; want 8", n)
 	}
 }

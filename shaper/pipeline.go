@@ -328,6 +328,21 @@ func (ps Parts) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// fetchAhead is how much of the rate a fetch brings in when the bucket is
+// full: the fetcher waits for room for limit × fetchAhead messages (at most
+// a quarter of the capacity) before it fetches again. A full bucket then
+// costs the broker one fetch per batch, not one per message settled (a
+// JetStream pull request and its reply per message), and the bucket still
+// holds three quarters of its capacity ahead of the scheduler.
+const fetchAhead = 50 * time.Millisecond
+
+// fetchBatch is the room the fetcher waits for: limit × fetchAhead, at
+// least 1, at most a quarter of the capacity.
+func (p *Pipeline) fetchBatch() int {
+	n := int(p.lim.Limit(p.clock.Now()) * fetchAhead.Seconds())
+	return max(min(n, p.bucket.Capacity()/4), 1)
+}
+
 // fetch admits messages from the source while the bucket has room, until ctx
 // ends. Errors are logged on change and retried with backoff.
 func (p *Pipeline) fetch(ctx context.Context) {
@@ -336,7 +351,7 @@ func (p *Pipeline) fetch(ctx context.Context) {
 	var lastErr string
 	dropped := uint64(0)
 	for {
-		room := p.bucket.WaitRoom(ctx)
+		room := p.bucket.WaitRoom(ctx, p.fetchBatch())
 		if room == 0 {
 			return
 		}

@@ -94,7 +94,7 @@ func (c *natsConn) close(ctx context.Context) {
 		return
 	}
 	if !c.nc.IsConnected() {
-		c.log.Warn("nats: closing while disconnected; unsent naks come back after AckWait")
+		c.log.Warn("nats: closing while disconnected; unsent acks and naks come back after AckWait")
 		return
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -104,7 +104,7 @@ func (c *natsConn) close(ctx context.Context) {
 		defer cancel()
 	}
 	if err := c.nc.FlushWithContext(ctx); err != nil {
-		c.log.Warn("nats: flush before close failed; unsent naks come back after AckWait", "err", err)
+		c.log.Warn("nats: flush before close failed; unsent acks and naks come back after AckWait", "err", err)
 	}
 }
 

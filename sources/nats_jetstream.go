@@ -444,7 +444,7 @@ func (s *JetStream) keepHeld() {
 // Close releases the source; the pipeline calls it after every fetched
 // message has been settled. It stops the InProgress loop (a message still
 // held is Nak'ed, so it comes back at once), flushes what is left to send
-// (naks; acks are already confirmed) and closes the connection. It returns an
+// (acks and naks) and closes the connection. It returns an
 // error wrapping ctx.Err() if ctx ends before the source's goroutines have,
 // after closing the connection anyway. Calling Close again returns the first
 // call's result.
@@ -496,14 +496,18 @@ type jsReceipt struct {
 	touched time.Time // when the server's AckWait timer last restarted, about
 }
 
-// Ack acks the message and waits for the server to confirm it, so an Ack that
-// returns nil is never redelivered. If the confirmation is lost the message is
-// redelivered after AckWait: a duplicate, never a loss.
-func (r *jsReceipt) Ack(ctx context.Context) error {
+// Ack acks the message: one publish, without waiting for the server to
+// confirm it (a confirmed ack costs a reply per message, half again the
+// server's CPU and the source's). The connection writes acks out in
+// batches, and Close flushes what is left. An ack lost on the way (the
+// connection drops first) makes the server redeliver the message after
+// AckWait: a duplicate, which the Idempotency-Key lets a sink drop, never
+// a loss.
+func (r *jsReceipt) Ack(context.Context) error {
 	if !r.settle() {
 		return ErrAlreadySettled
 	}
-	if err := r.msg.DoubleAck(ctx); err != nil {
+	if err := r.msg.Ack(); err != nil {
 		return fmt.Errorf("nats: ack %s: %w", r.origin, err)
 	}
 	return nil
