@@ -19,7 +19,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-ARG VERSION=dev
+# Left empty, the binary says what Go recorded of the build (shaper version).
+ARG VERSION=
 ARG TARGETOS=linux
 ARG TARGETARCH
 # -tags nodemo leaves `shaper demo` out, and with it the embedded nats-server

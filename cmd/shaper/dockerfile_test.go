@@ -195,10 +195,10 @@ func TestDockerfileBuildsAStaticVersionStampedNonRootImageWithAHealthcheck(t *te
 // from its flag help.
 func healthcheckDefaultPort(t *testing.T) string {
 	t.Helper()
-	code, _, stderr := runMain(t, "healthcheck", "-h")
-	m := regexp.MustCompile(`default "(http://[^"]+)"`).FindStringSubmatch(stderr)
+	code, stdout, _ := runMain(t, "healthcheck", "-h")
+	m := regexp.MustCompile(`\(default (http://\S+)\)`).FindStringSubmatch(stdout)
 	if code != exitOK || m == nil {
-		t.Fatalf("shaper healthcheck -h = %d, %q; want 0 and a default --url", code, stderr)
+		t.Fatalf("shaper healthcheck -h = %d, %q; want 0 and a default --url", code, stdout)
 	}
 	u, err := url.Parse(m[1])
 	if err != nil {

@@ -16,7 +16,8 @@ HTTP endpoint, a Kafka topic or a NATS subject.`
 
 // exitCodes ends the help (SPEC §3).
 const exitCodes = `Exit codes: 0 success (including a graceful drain), 1 runtime failure or a
-forced stop (second signal), 2 usage or config error.`
+forced stop (SIGQUIT, or a second signal 1 s or more after the first),
+2 usage or config error.`
 
 // helpCmd prints the help of shaper, or of the command named.
 func helpCmd(args []string, g *globals, stdout io.Writer) error {

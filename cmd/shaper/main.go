@@ -49,7 +49,7 @@ type command struct {
 // commands run, read it.
 func commands() []command {
 	return []command{
-		{name: "run", summary: "run the pipelines until SIGTERM/SIGINT (the first drains, the second forces)",
+		{name: "run", summary: "run the pipelines until SIGTERM/SIGINT (the first drains; SIGQUIT forces)",
 			run: runCmd},
 		{name: "validate", summary: "check configs (repeat --config); print every problem with file:line:col and key path",
 			run: func(_ context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
