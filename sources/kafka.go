@@ -498,16 +498,7 @@ func notify(ch chan struct{}) {
 }
 
 // sleepCtx waits d, or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) error { return sleepUnless(ctx, nil, d) }
 
 // waitCtx runs fn in a goroutine and waits for it until ctx ends.
 func waitCtx(ctx context.Context, fn func()) error {
