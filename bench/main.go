@@ -52,6 +52,7 @@ type options struct {
 	quick      bool
 	cpuprofile string
 	shaper     string // a prebuilt shaper binary for the children, instead of building ./cmd/shaper
+	peerCases  map[string]bool // the peers cases to run; empty: all
 	root       string // the module's root directory
 	tmp        string // configs, logs and the shaper binary of this run
 }
@@ -66,6 +67,7 @@ func realMain(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.quick, "quick", false, "short runs, to check the harness itself; the figures are not for publishing")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines of precision, picture and pushback, the brokers, the sinks) to this file")
 	fs.StringVar(&o.shaper, "shaper", "", "use this shaper binary for the `shaper run` children instead of building ./cmd/shaper")
+	peerCases := fs.String("peer-cases", "", "with peers: comma-separated cases to run (default all): jetstream-1000, jetstream-100, kafka-1000, core-1000")
 	render := fs.String("render", "", "measure nothing: write benchmarks.md and the pictures again from this benchmarks.json")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -79,6 +81,12 @@ func realMain(ctx context.Context, args []string) error {
 			return fmt.Errorf("-only: unknown section %q (want %s)", s, strings.Join(sections, ", "))
 		}
 		o.only[s] = true
+	}
+	o.peerCases = map[string]bool{}
+	for c := range strings.SplitSeq(*peerCases, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			o.peerCases[c] = true
+		}
 	}
 	var err error
 	if o.root, err = moduleRoot(); err != nil {

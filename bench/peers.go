@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,11 +157,14 @@ func runPeers(ctx context.Context, o *options, env *environment) (_ *PeersSectio
 	if err := buildPeers(ctx, o.root, bins, peerPrograms...); err != nil {
 		return nil, err
 	}
-	cases := []PeerCase{
+	cases := slices.DeleteFunc([]PeerCase{
 		{Name: "jetstream-1000", Source: "NATS JetStream", Limit: 1000},
 		{Name: "jetstream-100", Source: "NATS JetStream", Limit: 100},
 		{Name: "kafka-1000", Source: "Kafka (kfake)", Limit: 1000},
 		{Name: "core-1000", Source: "core NATS", Limit: 1000},
+	}, func(c PeerCase) bool { return len(o.peerCases) > 0 && !o.peerCases[c.Name] })
+	if len(cases) == 0 {
+		return nil, fmt.Errorf("-peer-cases: no case named %v", slices.Collect(maps.Keys(o.peerCases)))
 	}
 	backlogN := int(1000 * (s.WarmupSeconds + s.WindowSeconds + peerBacklogSeconds))
 	progress("peers: starting the sink, nats-server and kfake, each a process; %d messages into each broker", backlogN)
