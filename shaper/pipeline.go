@@ -107,7 +107,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	d := cfg.Delivery
 	clock := parts.Clock
 	if clock == nil {
-		clock = newSystemClock()
+		clock = systemClock{}
 	}
 	p := &Pipeline{
 		cfg:          cfg,
@@ -302,9 +302,6 @@ func (p *Pipeline) Run(ctx context.Context) error {
 }
 
 func (p *Pipeline) close(ctx context.Context) error {
-	if c, ok := p.clock.(systemClock); ok {
-		c.precise.close()
-	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	return Parts{Source: p.src, Sink: p.sink, DeadLetter: p.deadLetter, Limiter: p.lim}.Close(cctx)

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// precise is how much of a wait is slept by a preciseSleeper rather than a Go
+// precise is how much of a wait is slept by preciseSleep rather than a Go
 // timer. Go's timers wait in epoll, in whole milliseconds, so they wake up
 // to about a millisecond late; at hundreds of requests per second and more
 // that lateness is the jitter the sink sees, and in leaky mode beyond half
@@ -48,7 +48,7 @@ func sleepUntil(ctx context.Context, clock Clock, t time.Time, wakeUp <-chan str
 
 // Clock is the time a pipeline runs on: it reads the time, makes timers,
 // and sleeps the last stretch before a departure. Parts.Clock nil is the
-// machine's clock, which sleeps that stretch on a kernel timer (preciseSleeper);
+// machine's clock, which sleeps that stretch in the kernel (preciseSleep);
 // a test passes one on the fake time of testing/synctest, where the whole
 // scheduler runs in milliseconds.
 type Clock interface {
@@ -68,15 +68,12 @@ type Timer interface {
 	Stop() bool
 }
 
-// systemClock is the machine's clock. Its SleepUntil is one pipeline's:
-// it sleeps on that pipeline's own precise timer, one sleep at a time.
-type systemClock struct{ precise *preciseSleeper }
-
-func newSystemClock() systemClock { return systemClock{precise: newPreciseSleeper()} }
+// systemClock is the machine's clock.
+type systemClock struct{}
 
 func (systemClock) Now() time.Time                 { return time.Now() }
 func (systemClock) NewTimer(d time.Duration) Timer { return stdTimer{time.NewTimer(d)} }
-func (c systemClock) SleepUntil(t time.Time)       { c.precise.sleep(time.Until(t)) }
+func (systemClock) SleepUntil(t time.Time)         { preciseSleep(time.Until(t)) }
 
 // stdTimer is a *time.Timer as a Timer.
 type stdTimer struct{ t *time.Timer }
