@@ -80,9 +80,11 @@ test-deps:
 
 # The benchmark harness: shaping precision beside a fixed-window counter and
 # x/time/rate, limiter overhead (benchstat), CPU per message, idle CPU,
-# throughput with no limit, backlog memory, the Redis-shared limiter; it
-# writes docs/benchmarks.md, docs/benchmarks.json and docs/shaping.svg
-# (about 4 minutes on 2 cores; `go run ./bench -quick` checks the harness).
+# throughput with no limit, backlog memory, the Redis-shared limiter, push-back,
+# lanes, destinations, and shaper beside the peers a user would run instead
+# (hand-written loops, Benthos: `-only peers`); it writes docs/benchmarks.md,
+# docs/benchmarks.json and the pictures (peers alone take about 6.5 minutes;
+# `go run ./bench -quick` checks the harness).
 bench: test-deps
 	$(GO) run ./bench
 
