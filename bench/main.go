@@ -51,10 +51,10 @@ type options struct {
 	only       map[string]bool
 	quick      bool
 	cpuprofile string
-	shaper     string // a prebuilt shaper binary for the children, instead of building ./cmd/shaper
+	shaper     string          // a prebuilt shaper binary for the children, instead of building ./cmd/shaper
 	peerCases  map[string]bool // the peers cases to run; empty: all
-	root       string // the module's root directory
-	tmp        string // configs, logs and the shaper binary of this run
+	root       string          // the module's root directory
+	tmp        string          // configs, logs and the shaper binary of this run
 }
 
 var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations", "peers"}
