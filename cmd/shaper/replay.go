@@ -165,9 +165,7 @@ func (a replayArgs) check() (*config.File, config.Pipeline, sources.ReplayOption
 	}
 	if a.rate != 0 {
 		pc.Rate.Limit = a.rate
-		if pc.Rate.Shared != nil {
-			pc.Rate.Shared = nil // the operator's rate, on this process: not a share of the live one
-		}
+		pc.Rate.Shared = nil // the operator's rate, on this process: not a share of the live one
 		if err := pc.Validate("--rate"); err != nil {
 			problems = append(problems, err.Error())
 		}
@@ -304,8 +302,7 @@ func dryRun(ctx context.Context, src sources.Replay, where string, out *replayOu
 		}
 		switch {
 		case errors.Is(err, io.EOF):
-			from, to := src.Resume()
-			_ = from
+			_, to := src.Resume()
 			out.dryRun(where, src.Progress(), to)
 			return nil
 		case ctx.Err() != nil:
