@@ -109,19 +109,23 @@ func (r RedisConfig) Validate(path string) error {
 	return ps.Err()
 }
 
-// client returns a Redis client for r whose calls the limiter bounds with
-// timeout: go-redis neither retries nor waits past it.
-func (r RedisConfig) client(timeout time.Duration) (redis.UniversalClient, error) {
+// Addresses returns the addresses of r: Addr, or Addrs.
+func (r RedisConfig) Addresses() []string {
+	if r.Addr != "" {
+		return []string{r.Addr}
+	}
+	return r.Addrs
+}
+
+// Client returns a Redis client for r whose calls the caller bounds with
+// timeout (by its context): go-redis neither retries nor waits past it.
+func (r RedisConfig) Client(timeout time.Duration) (redis.UniversalClient, error) {
 	tlsCfg, err := tlsconf.Client(r.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	addrs := r.Addrs
-	if r.Addr != "" {
-		addrs = []string{r.Addr}
-	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:      addrs,
+		Addrs:      r.Addresses(),
 		MasterName: r.MasterName,
 		Username:   r.Username,
 		Password:   r.Password,
@@ -156,7 +160,7 @@ func (s OwnedShared) Keys(cfg SharedKeysConfig) (*SharedKeys, error) {
 // of rate local (mode, limit and burst) under o, which owns its client.
 // log receives what SharedConfig.Logger would.
 func NewSharedFrom(o SharedOptions, local Config, log *slog.Logger, now time.Time) (*OwnedShared, error) {
-	client, err := o.Redis.client(o.Timeout)
+	client, err := o.Redis.Client(o.Timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/shaper-dev/shaper/config"
@@ -269,19 +268,11 @@ func natsTargetCheck(subject string) func(context.Context, *nats.Conn) (string, 
 // redisReach sends PING to the Redis of rate.shared, with its
 // credentials and TLS.
 func redisReach(cfg limiter.RedisConfig, role string) reach {
-	addrs := cfg.Addrs
-	if cfg.Addr != "" {
-		addrs = []string{cfg.Addr}
-	}
-	return reach{kind: "redis", addr: strings.Join(addrs, ","), role: role, try: func(ctx context.Context) (string, error) {
-		tlsCfg, err := tlsconf.Client(cfg.TLS)
+	return reach{kind: "redis", addr: strings.Join(cfg.Addresses(), ","), role: role, try: func(ctx context.Context) (string, error) {
+		client, err := cfg.Client(preflightTimeout)
 		if err != nil {
 			return "", err
 		}
-		client := redis.NewUniversalClient(&redis.UniversalOptions{
-			Addrs: addrs, MasterName: cfg.MasterName, Username: cfg.Username, Password: cfg.Password,
-			DB: cfg.DB, TLSConfig: tlsCfg, MaxRetries: -1, DialTimeout: preflightTimeout,
-		})
 		defer client.Close()
 		if err := client.Ping(ctx).Err(); err != nil {
 			return "", err
