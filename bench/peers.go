@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -162,11 +163,13 @@ func runPeers(ctx context.Context, o *options, env *environment) (_ *PeersSectio
 		{Name: "jetstream-100", Source: "NATS JetStream", Limit: 100},
 		{Name: "kafka-1000", Source: "Kafka (kfake)", Limit: 1000},
 		{Name: "core-1000", Source: "core NATS", Limit: 1000},
+		{Name: "jetstream-5000", Source: "NATS JetStream", Limit: 5000},
 	}, func(c PeerCase) bool { return len(o.peerCases) > 0 && !o.peerCases[c.Name] })
 	if len(cases) == 0 {
 		return nil, fmt.Errorf("-peer-cases: no case named %v", slices.Collect(maps.Keys(o.peerCases)))
 	}
-	backlogN := int(1000 * (s.WarmupSeconds + s.WindowSeconds + peerBacklogSeconds))
+	fastest := slices.MaxFunc(cases, func(a, b PeerCase) int { return cmp.Compare(a.Limit, b.Limit) }).Limit
+	backlogN := int(fastest * (s.WarmupSeconds + s.WindowSeconds + peerBacklogSeconds))
 	progress("peers: starting the sink, nats-server and kfake, each a process; %d messages into each broker", backlogN)
 	b, err := startPeerBench(ctx, o, env.bin, bins, backlogN)
 	if err != nil {
