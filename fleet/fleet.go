@@ -43,6 +43,9 @@ type Fleet struct {
 	build   Builder
 	metrics *shaper.Metrics
 	log     *slog.Logger
+	// clock is every pipeline's, so that their sleeps before departures
+	// share the one limit on holding a P (see shaper.MachineClock).
+	clock *shaper.MachineClock
 
 	mu      sync.Mutex
 	cfg     *config.File       // the config in force
@@ -62,7 +65,7 @@ type member struct {
 // New builds every pipeline of cfg with build, without starting them. On
 // error, whatever was built is closed.
 func New(cfg *config.File, build Builder, metrics *shaper.Metrics, log *slog.Logger) (*Fleet, error) {
-	f := &Fleet{build: build, metrics: metrics, log: log, cfg: cfg, members: map[string]*member{}}
+	f := &Fleet{build: build, metrics: metrics, log: log, clock: &shaper.MachineClock{}, cfg: cfg, members: map[string]*member{}}
 	for _, pc := range cfg.Pipelines {
 		m, err := f.newMember(pc)
 		if err != nil {
@@ -82,6 +85,9 @@ func (f *Fleet) newMember(pc config.Pipeline) (*member, error) {
 		return nil, err
 	}
 	parts.Metrics, parts.Logger, parts.DrainTimeout = f.metrics, f.log, f.cfg.Shutdown.DrainTimeout
+	if parts.Clock == nil {
+		parts.Clock = f.clock
+	}
 	return &member{p: shaper.New(pc.Core(), parts), cfg: pc, parts: parts, done: make(chan struct{})}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,7 +108,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	d := cfg.Delivery
 	clock := parts.Clock
 	if clock == nil {
-		clock = systemClock{}
+		clock = &MachineClock{}
 	}
 	p := &Pipeline{
 		cfg:          cfg,
@@ -421,6 +422,11 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 		}
 		p.m.queueWait.Observe(p.clock.Now().Sub(t.queued).Seconds())
 		wg.Go(func() { p.attempt(ctx, t) }) // the attempt owns the token now
+		// Let the attempt write its request on this P now: the scheduler
+		// is about to sleep until the next slot holding the P (see
+		// MachineClock), and the attempt would wait for another P to
+		// steal it, up to a whole interval at 1000/s.
+		runtime.Gosched()
 	}
 }
 

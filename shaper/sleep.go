@@ -2,10 +2,12 @@ package shaper
 
 import (
 	"context"
+	"runtime"
+	"sync/atomic"
 	"time"
 )
 
-// precise is how much of a wait is slept by preciseSleep rather than a Go
+// precise is how much of a wait is slept in the kernel rather than on a Go
 // timer. Go's timers wait in epoll, in whole milliseconds, so they wake up
 // to about a millisecond late; at hundreds of requests per second and more
 // that lateness is the jitter the sink sees, and in leaky mode beyond half
@@ -48,7 +50,7 @@ func sleepUntil(ctx context.Context, clock Clock, t time.Time, wakeUp <-chan str
 
 // Clock is the time a pipeline runs on: it reads the time, makes timers,
 // and sleeps the last stretch before a departure. Parts.Clock nil is the
-// machine's clock, which sleeps that stretch in the kernel (preciseSleep);
+// machine's clock (a MachineClock), which sleeps that stretch in the kernel;
 // a test passes one on the fake time of testing/synctest, where the whole
 // scheduler runs in milliseconds.
 type Clock interface {
@@ -68,12 +70,36 @@ type Timer interface {
 	Stop() bool
 }
 
-// systemClock is the machine's clock.
-type systemClock struct{}
+// MachineClock is the machine's clock. It sleeps the last stretch before a
+// departure in the kernel, holding the goroutine's P while fewer than
+// GOMAXPROCS-1 other sleeps of this clock hold one (sleepHoldingP), and
+// otherwise as a system call that frees the P (sleepInSyscall): one P at
+// least is always free for the rest of the process, whatever the number of
+// pipelines. The pipelines of one process share one MachineClock; the
+// zero value is ready to use.
+type MachineClock struct {
+	sleeping atomic.Int32 // SleepUntil calls now; all but GOMAXPROCS-1 of them free their P
+}
 
-func (systemClock) Now() time.Time                 { return time.Now() }
-func (systemClock) NewTimer(d time.Duration) Timer { return stdTimer{time.NewTimer(d)} }
-func (systemClock) SleepUntil(t time.Time)         { preciseSleep(time.Until(t)) }
+// Now returns time.Now().
+func (*MachineClock) Now() time.Time { return time.Now() }
+
+// NewTimer returns a time.Timer as a Timer.
+func (*MachineClock) NewTimer(d time.Duration) Timer { return stdTimer{time.NewTimer(d)} }
+
+// SleepUntil sleeps until t in the kernel (see MachineClock).
+func (c *MachineClock) SleepUntil(t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	defer c.sleeping.Add(-1)
+	if int(c.sleeping.Add(1)) < runtime.GOMAXPROCS(0) {
+		sleepHoldingP(d)
+		return
+	}
+	sleepInSyscall(d)
+}
 
 // stdTimer is a *time.Timer as a Timer.
 type stdTimer struct{ t *time.Timer }

@@ -4,7 +4,8 @@ package shaper
 
 import "time"
 
-// preciseSleep sleeps d; outside Linux it is an ordinary sleep.
-func preciseSleep(d time.Duration) {
-	time.Sleep(d)
-}
+// sleepHoldingP sleeps d; outside Linux it is an ordinary sleep.
+func sleepHoldingP(d time.Duration) { time.Sleep(d) }
+
+// sleepInSyscall sleeps d; outside Linux it is an ordinary sleep.
+func sleepInSyscall(d time.Duration) { time.Sleep(d) }
