@@ -154,6 +154,11 @@ type Limiter struct {
 	// taken is whether any slot has been handed out: a late first caller
 	// has no schedule to keep.
 	taken bool
+	// promised is the slot Next last told a caller to wait for, when it
+	// was still to come (promising true); Allow takes it as a caller that
+	// waited for it, whose lateness is its wake-up's, not idle time.
+	promised  int64
+	promising bool
 }
 
 // New returns a Limiter for cfg whose start, for the first slot and for the
@@ -187,7 +192,8 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 
 	l.mu.Lock()
 	d := l.slotLocked(n)
-	l.takeLocked(n, d, l.lateAllowed())
+	l.promising = false
+	l.takeLocked(n, d, l.lateAllowed(), false)
 	l.mu.Unlock()
 
 	return l.start.Add(time.Duration(d))
@@ -210,15 +216,20 @@ func (l *Limiter) Allow(now time.Time) bool {
 	// The caller waited for this slot, so its lateness is a timer's
 	// wake-up plus its own work since the last slot: up to an interval
 	// more than Reserve's caller (who asks as soon as it has sent) keeps
-	// the schedule.
-	l.takeLocked(n, d, int64(l.interval)+l.lateAllowed())
+	// the schedule. A caller that Next told to wait for this very slot and
+	// woke later still (its thread was not run in time) keeps as much of
+	// the schedule as that allows, and loses only the rest.
+	stalled := l.promising && l.promised == l.slotLocked(0) // the slot it waited for, though d is now
+	l.promising = false
+	l.takeLocked(n, d, int64(l.interval)+l.lateAllowed(), stalled)
 	return true
 }
 
 // takeLocked takes slot d for a caller at n: it moves TAT past it. In Leaky
-// mode a caller late by at most late nanoseconds keeps the schedule. It
-// requires that l.mu is held.
-func (l *Limiter) takeLocked(n, d, late int64) {
+// mode a caller late by at most late nanoseconds keeps the schedule; a
+// stalled one, later still for a slot it waited for, keeps it as if late
+// by exactly late. It requires that l.mu is held.
+func (l *Limiter) takeLocked(n, d, late int64, stalled bool) {
 	if d > l.last {
 		l.last = d
 	}
@@ -232,8 +243,18 @@ func (l *Limiter) takeLocked(n, d, late int64) {
 	// slot. After real idle time the schedule restarts and there is no
 	// burst; so it does at the first slot, which has no schedule to keep
 	// (a pipeline whose first message came 19ms after the limiter was
-	// made would otherwise send its second 1ms after it, at 50/s).
-	if n > l.tat && (l.tau > 0 || n-l.tat > late || !l.taken) {
+	// made would otherwise send its second 1ms after it, at 50/s). A
+	// stalled caller is not idle time: it sheds only what is past late,
+	// so a wake-up 2 intervals late at 5000/s loses half an interval, not
+	// two, and the slots still go no closer together than after a wake-up
+	// exactly late by late.
+	switch {
+	case n <= l.tat:
+	case l.tau > 0 || !l.taken:
+		l.tat, l.tatFrac = n, 0
+	case n-l.tat > late && stalled:
+		l.tat, l.tatFrac = n-late, 0
+	case n-l.tat > late:
 		l.tat, l.tatFrac = n, 0
 	}
 	l.taken = true
@@ -252,6 +273,7 @@ func (l *Limiter) Next(now time.Time) time.Time {
 	n := max(int64(now.Sub(l.start)), 0)
 	l.mu.Lock()
 	d := l.slotLocked(n)
+	l.promised, l.promising = d, d > n
 	l.mu.Unlock()
 	return l.start.Add(time.Duration(d))
 }
@@ -300,6 +322,7 @@ func (l *Limiter) SetRateAt(now time.Time, limit float64, burst int) {
 	// Slots owed at the last slot, counted in intervals in force there.
 	owed := (float64(l.tat-l.last) + l.tatFrac) / l.intervalAt(l.last)
 	l.warmup = 0
+	l.promising = false
 	l.setRate(limit, burst)
 	base := min(l.last, n)
 	span := math.Min(math.Max(owed*l.interval, 0), maxNanos)

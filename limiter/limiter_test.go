@@ -523,27 +523,75 @@ func TestAllowTakesTheSlotOnlyOnceItHasCome(t *testing.T) {
 
 // A Leaky caller that waited for its slot and woke late by up to an
 // interval plus half an interval takes it as if on time, so the rate does
-// not lose its lateness; later than that, the schedule restarts from now.
+// not lose its lateness; later than that, it keeps the schedule as if late
+// by exactly that much (it catches up by one slot, no more) and loses only
+// the rest. A caller that was not told to wait for the slot (idle time, or
+// a rate changed meanwhile) restarts the schedule from now.
 func TestAllowKeepsTheScheduleOfACallerAWakeUpLate(t *testing.T) {
 	tests := []struct {
 		late     time.Duration
+		waited   bool          // Next told the caller to wait for the slot
 		wantNext time.Duration // after the slot at 1s, taken late
 	}{
-		{0, 1001 * time.Millisecond},
-		{700 * time.Microsecond, 1001 * time.Millisecond},
-		{1500 * time.Microsecond, 1001500 * time.Microsecond}, // the next slot is due already: the caller catches up
-		{1600 * time.Microsecond, 1002600 * time.Microsecond},
+		{0, true, 1001 * time.Millisecond},
+		{700 * time.Microsecond, true, 1001 * time.Millisecond},
+		{1500 * time.Microsecond, true, 1001500 * time.Microsecond}, // the next slot is due already: the caller catches up
+		{1600 * time.Microsecond, true, 1001600 * time.Microsecond}, // 0.1ms shed: as if 1.5ms late
+		{50 * time.Millisecond, true, 1050 * time.Millisecond},      // 48.5ms shed
+		{1600 * time.Microsecond, false, 1002600 * time.Microsecond},
+		{50 * time.Millisecond, false, 1051 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 1000, Burst: 1})
 		l.Reserve(at(time.Second - time.Millisecond))
-		slot := l.Next(at(time.Second - time.Millisecond))
+		slot := at(time.Second)
+		if tt.waited {
+			if got := l.Next(at(time.Second - time.Millisecond)); !got.Equal(slot) {
+				t.Fatalf("Next = start+%v; want start+1s", got.Sub(start))
+			}
+		}
 		if !l.Allow(slot.Add(tt.late)) {
 			t.Fatalf("late by %v: Allow = false; want the slot", tt.late)
 		}
 		if got := l.Next(slot.Add(tt.late)).Sub(start); got != tt.wantNext {
-			t.Errorf("late by %v: the next slot is at start+%v; want start+%v", tt.late, got, tt.wantNext)
+			t.Errorf("late by %v, waited %v: the next slot is at start+%v; want start+%v", tt.late, tt.waited, got, tt.wantNext)
 		}
+	}
+}
+
+// A stalled caller catches up no more, however late, than one woken an
+// interval and a half late: at 5000/s, woken 1 ms late for every tenth
+// slot, no 1 ms holds more than 7 slots (5, and 2 more: the one due
+// already and the next, half an interval on), and the schedule loses
+// only what is past an interval and a half of each stall.
+func TestAStalledCallerCatchesUpAsIfAnIntervalAndAHalfLateAndLosesTheRest(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 5000, Burst: 1})
+	now := start
+	var sent []time.Time
+	for k := range 1000 {
+		slot := l.Next(now)
+		now = slot
+		if k%10 == 9 {
+			now = slot.Add(time.Millisecond)
+		}
+		if !l.Allow(now) {
+			t.Fatalf("slot %d: Allow(%v) = false", k, now.Sub(start))
+		}
+		sent = append(sent, now)
+	}
+	for i := range sent {
+		j := i
+		for j < len(sent) && sent[j].Sub(sent[i]) < time.Millisecond {
+			j++
+		}
+		if j-i > 7 {
+			t.Fatalf("%d slots in the 1ms from %v; want at most 7", j-i, sent[i].Sub(start))
+		}
+	}
+	// Each stall sheds 1ms - 300µs = 700µs; the last one, slot 999's own,
+	// is still its wake-up.
+	if got, want := sent[len(sent)-1].Sub(start), 999*200*time.Microsecond+99*700*time.Microsecond+time.Millisecond; got != want {
+		t.Errorf("slot 999 went at start+%v; want start+%v", got, want)
 	}
 }
 
