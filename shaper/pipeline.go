@@ -407,7 +407,15 @@ func (p *Pipeline) fetch(ctx context.Context) {
 // whose slot would come past its deadline expires without spending one (the
 // next task is looked at instead), and a rate change while the scheduler
 // waits wakes it to ask again under the new rate.
+//
+// Attempts run on workers: a task goes to an idle one, or to a new one when
+// none is idle, so there are as many as were ever busy at once (at most
+// max_in_flight sending, and those still settling what the sink answered).
+// A worker keeps its goroutine, and the stack the HTTP client grew, from
+// one attempt to the next; the workers end when the scheduler returns.
 func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
+	work := make(chan *task)
+	defer close(work)
 	for {
 		if !p.inFlight.acquire(schedCtx) {
 			return
@@ -421,12 +429,24 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		p.m.queueWait.Observe(p.clock.Now().Sub(t.queued).Seconds())
-		wg.Go(func() { p.attempt(ctx, t) }) // the attempt owns the token now
+		select { // the attempt owns the token now
+		case work <- t:
+		default:
+			wg.Go(func() { p.work(ctx, t, work) })
+		}
 		// Let the attempt write its request on this P now: the scheduler
 		// is about to sleep until the next slot holding the P (see
 		// MachineClock), and the attempt would wait for another P to
 		// steal it, up to a whole interval at 1000/s.
 		runtime.Gosched()
+	}
+}
+
+// work is a worker: it makes the attempt of t, then of each task it
+// receives from work, until work is closed.
+func (p *Pipeline) work(ctx context.Context, t *task, work <-chan *task) {
+	for ok := true; ok; t, ok = <-work {
+		p.attempt(ctx, t)
 	}
 }
 
