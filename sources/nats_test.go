@@ -170,9 +170,15 @@ func TestJetStreamAckedAreNotRedeliveredAfterRestartAndUnackedAre(t *testing.T) 
 		},
 		{
 			// A crash settles nothing: the server redelivers after AckWait.
+			// What the server has as acked is not redelivered; so the
+			// crash comes once the acks, which gather for natsAckEvery
+			// before they are published, have reached it.
 			name:    "crash",
 			ackWait: time.Second,
 			stop: func(t *testing.T, src *JetStream) {
+				testwait.For(t, 10*time.Second, "the server to count 5 acks", func() bool {
+					return consumerInfo(t, src.js).AckFloor.Stream == 5
+				})
 				src.conn.nc.Close()
 				closeSource(t, src)
 			},
@@ -202,6 +208,30 @@ func TestJetStreamAckedAreNotRedeliveredAfterRestartAndUnackedAre(t *testing.T) 
 			ack(t, again...)
 			expectNothing(t, second, 2*time.Second) // no acked message comes back
 		})
+	}
+}
+
+// Acks go out in batches: they reach the server within a moment of Ack
+// without Close, and those acked just before Close are published by it, so
+// none of them is redelivered.
+func TestJetStreamAcksReachTheServerInBatchesAndAllBeforeClose(t *testing.T) {
+	s, js := startJetStream(t)
+	publish(t, js, 0, 40, nil)
+	src := newSource(t, jsConfig(s.ClientURL(), 30*time.Second), 100)
+	got := fetchN(t, src, 40, 10)
+	ack(t, got[:20]...)
+	var info *jetstream.ConsumerInfo
+	if !testwait.Until(10*time.Second, func() bool {
+		info = consumerInfo(t, js)
+		return info.AckFloor.Stream == 20
+	}) {
+		t.Fatalf("ack floor %d after 20 acks; want 20 within 10s", info.AckFloor.Stream)
+	}
+	ack(t, got[20:]...)
+	closeSource(t, src) // at once: the last 20 acks are still gathering
+	if info = consumerInfo(t, js); info.AckFloor.Stream != 40 || info.NumAckPending != 0 || info.NumRedelivered != 0 {
+		t.Errorf("after Close: ack floor %d, ack pending %d, redelivered %d; want 40, 0, 0",
+			info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered)
 	}
 }
 
