@@ -18,13 +18,15 @@
 //     its source (Pausable) or hands messages back;
 //   - pushback.go: the gate (a pause, a sink's Retry-After, the circuit
 //     breaker) that holds every departure, and the adaptive rate;
-//   - pipeline.go: fetcher, scheduler, dispatcher, expiry, dead letters,
-//     acks and the graceful drain — the whole life of a message, top to bottom;
-//   - sleep.go: the Clock a pipeline runs on (Parts.Clock; the machine's by
-//     default, a testing/synctest one in the scheduler tests) and departures
-//     on time (the last 2ms slept in the kernel, since Go timers wake up to
-//     a millisecond late); semaphore.go: max_in_flight, resizable by a
-//     reload;
+//   - pipeline.go: fetcher (in batches of limit × 50 ms), scheduler,
+//     attempt workers, expiry, dead letters, acks and the graceful drain —
+//     the whole life of a message, top to bottom;
+//   - sleep.go: the Clock a pipeline runs on (Parts.Clock; a MachineClock
+//     shared by the process's pipelines by default, a testing/synctest one
+//     in the scheduler tests) and departures on time (the last 2ms slept
+//     in the kernel, since Go timers wake up to a millisecond late, holding
+//     the P while one is left for the rest); semaphore.go: max_in_flight,
+//     resizable by a reload;
 //   - retry.go: the retry policy (backoff with full jitter, Retry-After,
 //     retryable and permanent statuses);
 //   - metrics.go, status.go, recent.go, admin.go: Prometheus metrics,
