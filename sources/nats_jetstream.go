@@ -34,10 +34,11 @@ const (
 	// would be flushed after the reconnect, and the server would deliver to
 	// an inbox nobody reads, holding those messages for AckWait.
 	natsReconnectPoll = 100 * time.Millisecond
-	// natsAckEvery is how long acks gather before they are published
-	// together: the connection then writes them out in one system call and
-	// the server reads them in one, instead of one of each per message
-	// (at 1000/s, 5 acks a write). It delays an ack, never a message.
+	// natsAckEvery is how often acks are published at most: those that come
+	// within it of the last publish gather and go together, and the
+	// connection writes them out in one system call and the server reads
+	// them in one, instead of one of each per message (at 1000/s, 5 acks a
+	// write). It delays an ack, never a message.
 	natsAckEvery = 5 * time.Millisecond
 )
 
@@ -66,6 +67,7 @@ type JetStream struct {
 
 	ackMu    sync.Mutex
 	acks     []jetstream.Msg // acked, not yet published (publishAcks)
+	acksAt   time.Time       // when acks were last published
 	acksDone bool            // publishAcks has ended: ack publishes at once
 	ackKick  chan struct{}   // the first ack of a batch has come
 
@@ -453,11 +455,16 @@ func (s *JetStream) keepHeld() {
 	}
 }
 
-// ack publishes the ack of m with the next batch (publishAcks), or at once
-// once the source is closing.
+// ack publishes the ack of m at once when no ack was published in the
+// last natsAckEvery (and once the source is closing); otherwise it leaves
+// it to publishAcks, which publishes it with the others that come until
+// natsAckEvery after the last. At 100/s every ack goes at once; at 1000/s
+// they go five at a time.
 func (s *JetStream) ack(m jetstream.Msg) error {
 	s.ackMu.Lock()
-	if s.acksDone {
+	now := time.Now()
+	if s.acksDone || len(s.acks) == 0 && now.Sub(s.acksAt) >= natsAckEvery {
+		s.acksAt = now
 		s.ackMu.Unlock()
 		return m.Ack()
 	}
@@ -473,17 +480,17 @@ func (s *JetStream) ack(m jetstream.Msg) error {
 	return nil
 }
 
-// publishAcks publishes the acks gathered over natsAckEvery after the first
-// of each batch, one after the other, so that the connection's flusher
-// writes them out together. At close it publishes what is left, before
-// Close flushes the connection. It runs until close.
+// publishAcks publishes the acks that ack left to it natsAckEvery after
+// the last were published, one after the other, so that the connection's
+// flusher writes them out together. At close it publishes what is left,
+// before Close flushes the connection. It runs until close.
 func (s *JetStream) publishAcks() {
 	defer s.wg.Done()
 	var batch []jetstream.Msg
 	publish := func(last bool) {
 		s.ackMu.Lock()
 		batch, s.acks = s.acks, batch[:0]
-		s.acksDone = last
+		s.acksAt, s.acksDone = time.Now(), last
 		s.ackMu.Unlock()
 		var failed int
 		var firstErr error
@@ -509,7 +516,10 @@ func (s *JetStream) publishAcks() {
 			return
 		case <-s.ackKick:
 		}
-		timer.Reset(natsAckEvery)
+		s.ackMu.Lock()
+		wait := natsAckEvery - time.Since(s.acksAt)
+		s.ackMu.Unlock()
+		timer.Reset(wait)
 		select {
 		case <-s.done:
 			timer.Stop()
@@ -574,8 +584,8 @@ type jsReceipt struct {
 	touched time.Time // when the server's AckWait timer last restarted, about
 }
 
-// Ack acks the message: a publish with the next batch of acks, within
-// natsAckEvery, without waiting for the server to confirm it (a confirmed
+// Ack acks the message: a publish, at once or with the next batch of acks
+// within natsAckEvery (see ack), without waiting for the server to confirm it (a confirmed
 // ack costs a reply per message, half again the server's CPU and the
 // source's). Close publishes and flushes what is left. An ack lost on the
 // way (the connection drops first, or the process dies within
