@@ -32,7 +32,10 @@ type Parts struct {
 	// KeyLimiter makes one key's own limiter, starting at now, under
 	// rate.per_key; nil when there is none.
 	KeyLimiter func(key string, now time.Time) Limiter
-	// Clock is the time the pipeline runs on; nil is the machine's clock.
+	// Clock is the time the pipeline runs on; nil is a MachineClock of
+	// the pipeline's own. The pipelines of one process should share one
+	// MachineClock, which keeps a P free for the rest whatever their
+	// number (package fleet does).
 	Clock   Clock
 	Metrics *Metrics
 	Logger  *slog.Logger
