@@ -325,7 +325,7 @@ func (b *peerBench) parties(c *PeerCase) []peerParty {
 		return []peerParty{
 			{name: partyLoop, label: "hand-written: nats.go jetstream Consume + x/time/rate Wait + net/http, 8 workers, Ack after a 2xx", readsBroker: true,
 				start: func(id string) (party, error) { return loop(id, false) }},
-			{name: partyLoopDoubleAck, label: "the same with DoubleAck (shaper's ack)", readsBroker: true,
+			{name: partyLoopDoubleAck, label: "the same with DoubleAck (shaper's ack before issue 17)", readsBroker: true,
 				start: func(id string) (party, error) { return loop(id, true) }},
 			{name: partyBenthos, label: fmt.Sprintf("Benthos core %s: generate → local rate_limit (1 per %v) → http_client, max_in_flight 8 (no broker)", benthosVersion, peerInterval(c.Limit)),
 				start: func(id string) (party, error) {
