@@ -340,11 +340,18 @@ func (ps Parts) Close(ctx context.Context) error {
 // holds three quarters of its capacity ahead of the scheduler.
 const fetchAhead = 50 * time.Millisecond
 
+// minFetchBatch is the least room the fetcher waits for, capacity allowing:
+// at 100/s, limit × fetchAhead is 5 messages, and a JetStream pull per 5
+// messages costs nats-server more per message than a pull per 50
+// (measured at 100/s: 213–226 against 180–193 µs per message, and shaper
+// 386–479 against 333–400). From 1000/s up limit × fetchAhead is larger.
+const minFetchBatch = 50
+
 // fetchBatch is the room the fetcher waits for: limit × fetchAhead, at
-// least 1, at most a quarter of the capacity.
+// least minFetchBatch, at most a quarter of the capacity, at least 1.
 func (p *Pipeline) fetchBatch() int {
 	n := int(p.lim.Limit(p.clock.Now()) * fetchAhead.Seconds())
-	return max(min(n, p.bucket.Capacity()/4), 1)
+	return max(min(max(n, minFetchBatch), p.bucket.Capacity()/4), 1)
 }
 
 // fetch admits messages from the source while the bucket has room, until ctx
