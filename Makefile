@@ -87,7 +87,7 @@ test-deps:
 # throughput with no limit, backlog memory, the Redis-shared limiter, push-back,
 # lanes, destinations, and shaper beside the peers a user would run instead
 # (hand-written loops, Benthos: `-only peers`); it writes docs/benchmarks.md,
-# docs/benchmarks.json and the pictures (peers alone take about 6.5 minutes;
+# docs/benchmarks.json and the pictures (peers alone take about 8.5 minutes;
 # `go run ./bench -quick` checks the harness).
 bench: test-deps
 	$(GO) run ./bench
