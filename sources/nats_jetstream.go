@@ -585,10 +585,10 @@ type jsReceipt struct {
 }
 
 // Ack acks the message: a publish, at once or with the next batch of acks
-// within natsAckEvery (see ack), without waiting for the server to confirm it (a confirmed
-// ack costs a reply per message, half again the server's CPU and the
-// source's). Close publishes and flushes what is left. An ack lost on the
-// way (the connection drops first, or the process dies within
+// within natsAckEvery (see ack), without waiting for the server to confirm
+// it (a confirmed ack costs a reply per message, half again the server's
+// CPU and the source's). Close publishes and flushes what is left. An ack
+// lost on the way (the connection drops first, or the process dies within
 // natsAckEvery) makes the server redeliver the message after AckWait: a
 // duplicate, which the Idempotency-Key lets a sink drop, never a loss.
 func (r *jsReceipt) Ack(context.Context) error {
