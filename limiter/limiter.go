@@ -154,11 +154,10 @@ type Limiter struct {
 	// taken is whether any slot has been handed out: a late first caller
 	// has no schedule to keep.
 	taken bool
-	// promised is the slot Next last told a caller to wait for, when it
-	// was still to come (promising true); Allow takes it as a caller that
-	// waited for it, whose lateness is its wake-up's, not idle time.
-	promised  int64
-	promising bool
+	// promised is the slot Next last told a caller to wait for, while it
+	// was still to come, or -1; Allow takes it as a caller that waited for
+	// it, whose lateness is its wake-up's, not idle time.
+	promised int64
 }
 
 // New returns a Limiter for cfg whose start, for the first slot and for the
@@ -168,9 +167,10 @@ func New(cfg Config, now time.Time) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{
-		start:  now,
-		mode:   cfg.Mode,
-		warmup: int64(cfg.Warmup),
+		start:    now,
+		mode:     cfg.Mode,
+		warmup:   int64(cfg.Warmup),
+		promised: -1,
 	}
 	l.setRate(cfg.Limit, cfg.Burst)
 	return l, nil
@@ -192,7 +192,7 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 
 	l.mu.Lock()
 	d := l.slotLocked(n)
-	l.promising = false
+	l.promised = -1
 	l.takeLocked(n, d, l.lateAllowed(), false)
 	l.mu.Unlock()
 
@@ -219,8 +219,8 @@ func (l *Limiter) Allow(now time.Time) bool {
 	// the schedule. A caller that Next told to wait for this very slot and
 	// woke later still (its thread was not run in time) keeps as much of
 	// the schedule as that allows, and loses only the rest.
-	stalled := l.promising && l.promised == l.slotLocked(0) // the slot it waited for, though d is now
-	l.promising = false
+	stalled := l.promised == l.slotLocked(0) // the slot it waited for, though d is now
+	l.promised = -1
 	l.takeLocked(n, d, int64(l.interval)+l.lateAllowed(), stalled)
 	return true
 }
@@ -273,7 +273,10 @@ func (l *Limiter) Next(now time.Time) time.Time {
 	n := max(int64(now.Sub(l.start)), 0)
 	l.mu.Lock()
 	d := l.slotLocked(n)
-	l.promised, l.promising = d, d > n
+	l.promised = -1
+	if d > n {
+		l.promised = d
+	}
 	l.mu.Unlock()
 	return l.start.Add(time.Duration(d))
 }
@@ -322,7 +325,7 @@ func (l *Limiter) SetRateAt(now time.Time, limit float64, burst int) {
 	// Slots owed at the last slot, counted in intervals in force there.
 	owed := (float64(l.tat-l.last) + l.tatFrac) / l.intervalAt(l.last)
 	l.warmup = 0
-	l.promising = false
+	l.promised = -1
 	l.setRate(limit, burst)
 	base := min(l.last, n)
 	span := math.Min(math.Max(owed*l.interval, 0), maxNanos)
