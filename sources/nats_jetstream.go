@@ -435,16 +435,7 @@ func (s *JetStream) keepHeld() {
 			}
 			s.mu.Unlock()
 			cutoff := now.Add(-s.progressEvery / 2)
-			var failed int
-			var firstErr error
-			for _, r := range rs {
-				if err := r.progress(now, cutoff); err != nil {
-					if failed == 0 {
-						firstErr = err
-					}
-					failed++
-				}
-			}
+			failed, firstErr := failures(rs, func(r *jsReceipt) error { return r.progress(now, cutoff) })
 			if failed > 0 {
 				s.log.Warn("nats: could not send InProgress; these messages may be redelivered",
 					"messages", failed, "err", firstErr)
@@ -492,16 +483,7 @@ func (s *JetStream) publishAcks() {
 		batch, s.acks = s.acks, batch[:0]
 		s.acksAt, s.acksDone = time.Now(), last
 		s.ackMu.Unlock()
-		var failed int
-		var firstErr error
-		for _, m := range batch {
-			if err := m.Ack(); err != nil {
-				if failed == 0 {
-					firstErr = err
-				}
-				failed++
-			}
-		}
+		failed, firstErr := failures(batch, jetstream.Msg.Ack)
 		if failed > 0 {
 			s.log.Warn("nats: could not publish acks; these messages will be redelivered after AckWait", "messages", failed, "err", firstErr)
 		}
@@ -527,6 +509,20 @@ func (s *JetStream) publishAcks() {
 		}
 		publish(false)
 	}
+}
+
+// failures calls f with each of items and returns how many calls failed
+// and the first error: what one log line says of a batch.
+func failures[T any](items []T, f func(T) error) (n int, first error) {
+	for _, it := range items {
+		if err := f(it); err != nil {
+			if n == 0 {
+				first = err
+			}
+			n++
+		}
+	}
+	return n, first
 }
 
 // Close releases the source; the pipeline calls it after every fetched
