@@ -347,11 +347,12 @@ const fetchAhead = 50 * time.Millisecond
 // 386–479 against 333–400). From 1000/s up limit × fetchAhead is larger.
 const minFetchBatch = 50
 
-// fetchBatch is the room the fetcher waits for: limit × fetchAhead, at
-// least minFetchBatch, at most a quarter of the capacity, at least 1.
-func (p *Pipeline) fetchBatch() int {
-	n := int(p.lim.Limit(p.clock.Now()) * fetchAhead.Seconds())
-	return max(min(max(n, minFetchBatch), p.bucket.Capacity()/4), 1)
+// fetchBatch is the room the fetcher waits for at limit with a bucket of
+// capacity: limit × fetchAhead, at least minFetchBatch, at most a quarter
+// of the capacity, at least 1.
+func fetchBatch(limit float64, capacity int) int {
+	n := int(limit * fetchAhead.Seconds())
+	return max(min(max(n, minFetchBatch), capacity/4), 1)
 }
 
 // fetch admits messages from the source while the bucket has room, until ctx
@@ -362,7 +363,7 @@ func (p *Pipeline) fetch(ctx context.Context) {
 	var lastErr string
 	dropped := uint64(0)
 	for {
-		room := p.bucket.WaitRoom(ctx, p.fetchBatch())
+		room := p.bucket.WaitRoom(ctx, fetchBatch(p.lim.Limit(p.clock.Now()), p.bucket.Capacity()))
 		if room == 0 {
 			return
 		}
