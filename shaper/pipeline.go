@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,9 +81,9 @@ type Pipeline struct {
 	attempting atomic.Int64
 	// recent counts what was sent and what expired lately, for the state.
 	recent recent
-	// reschedule carries one pending wake-up to the scheduler waiting for
-	// a slot under the old rate, or for a hold of the gate that changed.
-	reschedule chan struct{}
+	// alarm is what the scheduler waits on for each departure; a rate
+	// change, or a hold of the gate that changed, rings it to ask again.
+	alarm Alarm
 	// gate holds departures while paused, throttled or the breaker is
 	// open; adaptive (nil: off) moves the limit in force.
 	gate     gate
@@ -127,11 +126,11 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		drainTimeout: parts.DrainTimeout,
 		inFlight:     newSemaphore(d.MaxInFlight),
 		drain:        make(chan struct{}),
-		reschedule:   make(chan struct{}, 1),
+		alarm:        clock.NewAlarm(),
 		rate:         cfg.Rate,
 	}
 	p.bucket = newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanesOf(cfg, parts.KeyLimiter, p.hostGate))
-	p.gate = gate{log: p.log, changed: func() { signal(p.reschedule) }, waiting: p.bucket.Held, jitter: rand.Int64N}
+	p.gate = gate{log: p.log, changed: p.alarm.Ring, waiting: p.bucket.Held, jitter: rand.Int64N}
 	p.summary = newSummaryLog(p.log, clock)
 	if a := cfg.Rate.Adaptive; a != nil {
 		p.adaptive = newAdaptive(*a, cfg.Rate.Limit)
@@ -427,6 +426,8 @@ func (p *Pipeline) fetch(ctx context.Context) {
 func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 	work := make(chan *task)
 	defer close(work)
+	defer p.alarm.Close()
+	defer context.AfterFunc(schedCtx, p.alarm.Ring)()
 	for {
 		if !p.inFlight.acquire(schedCtx) {
 			return
@@ -445,11 +446,6 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 		default:
 			wg.Go(func() { p.work(ctx, t, work) })
 		}
-		// Let the attempt write its request on this P now: the scheduler
-		// is about to sleep until the next slot holding the P (see
-		// MachineClock), and the attempt would wait for another P to
-		// steal it, up to a whole interval at 1000/s.
-		runtime.Gosched()
 	}
 }
 
@@ -516,7 +512,7 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 			}
 			continue
 		}
-		switch sleepUntil(schedCtx, p.clock, at, p.reschedule) {
+		switch sleepUntil(schedCtx, p.alarm, at) {
 		case woken:
 			continue // the rate or a hold changed: ask again
 		case cancelled:

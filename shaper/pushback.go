@@ -348,7 +348,7 @@ func (p *Pipeline) gateOf(t *task) *gate {
 // holds back only its own messages. The operator's pause stays the
 // pipeline's.
 func (p *Pipeline) hostGate(host string) *gate {
-	return &gate{log: p.log.With("host", host), changed: func() { signal(p.reschedule) }, jitter: rand.Int64N}
+	return &gate{log: p.log.With("host", host), changed: p.alarm.Ring, jitter: rand.Int64N}
 }
 
 // lowerLimit lowers the limit in force at a push-back to an attempt that
@@ -403,7 +403,7 @@ func (p *Pipeline) adapt(ctx context.Context) {
 // and the bucket capacity, which follows it. It requires that p.mu is held.
 func (p *Pipeline) applyLimitLocked(limit float64) {
 	p.lim.SetRate(limit, *p.rate.Burst)
-	signal(p.reschedule)
+	p.alarm.Ring()
 	p.bucket.SetCapacity(effectiveCapacity(p.settings.Load().bucket, limit))
 	p.m.capacity.Set(float64(p.bucket.Capacity()))
 }

@@ -23,14 +23,38 @@ import (
 // pipeline runs there, so a minute of shaping takes milliseconds and every
 // departure falls exactly where the limiter put it.
 
-// bubbleClock is shaper.Clock on the bubble's fake time: it sleeps the last
-// stretch before a departure on a timer, where the machine's clock sleeps
-// it in the kernel (which the bubble cannot see).
+// bubbleClock is shaper.Clock on the bubble's fake time: its alarms wait on
+// timers of the bubble, where the machine's clock waits on the kernel's
+// (which the bubble cannot see).
 type bubbleClock struct{}
 
 func (bubbleClock) Now() time.Time                        { return time.Now() }
 func (bubbleClock) NewTimer(d time.Duration) shaper.Timer { return bubbleTimer{time.NewTimer(d)} }
-func (bubbleClock) SleepUntil(t time.Time)                { time.Sleep(time.Until(t)) }
+func (bubbleClock) NewAlarm() shaper.Alarm                { return bubbleAlarm{make(chan struct{}, 1)} }
+
+// bubbleAlarm is a shaper.Alarm on a timer of the bubble; ring holds one
+// pending Ring.
+type bubbleAlarm struct{ ring chan struct{} }
+
+func (a bubbleAlarm) Wait(t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-a.ring:
+		return false
+	}
+}
+
+func (a bubbleAlarm) Ring() {
+	select {
+	case a.ring <- struct{}{}:
+	default:
+	}
+}
+
+func (bubbleAlarm) Close() {}
 
 type bubbleTimer struct{ t *time.Timer }
 

@@ -190,7 +190,7 @@ func checkRate(mode string, limit float64, burst int, maxQueueTime time.Duration
 func (p *Pipeline) setRateLocked(limit float64, burst int) {
 	old := p.rate
 	p.lim.SetRate(limit, burst)
-	signal(p.reschedule) // a scheduler waiting for a slot of the old rate asks again
+	p.alarm.Ring() // a scheduler waiting for a slot of the old rate asks again
 	p.rate.Limit, p.rate.Burst = limit, &burst
 	if p.adaptive != nil {
 		p.adaptive.setCeiling(limit) // the adaptive rate starts again from the new limit
