@@ -31,12 +31,14 @@ type daemon struct {
 	// configPath is reloaded on SIGHUP; watch also reloads it when it changes.
 	configPath string
 	watch      bool
+	// procs sets GOMAXPROCS from the pipelines' total rate.
+	procs *procs
 }
 
 // newDaemon builds every pipeline's parts from cfg, without starting them.
 // On error, whatever was built is closed.
 func newDaemon(cfg *config.File, log *slog.Logger) (*daemon, error) {
-	d := &daemon{cfg: cfg, registry: prometheus.NewRegistry(), log: log}
+	d := &daemon{cfg: cfg, registry: prometheus.NewRegistry(), log: log, procs: newProcs(log)}
 	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), currentBuild().collector())
 	build := func(pc config.Pipeline) (shaper.Parts, error) { return buildParts(pc, log) }
 	f, err := fleet.New(cfg, build, shaper.NewMetrics(d.registry), log)
@@ -68,8 +70,15 @@ func (d *daemon) listen() (net.Listener, error) {
 // they have drained, or force ends and they have stopped. Meanwhile it
 // reloads the config on SIGHUP and, with watch, when the file changes.
 func (d *daemon) serve(ctx, force context.Context, ln net.Listener) error {
+	d.procs.set(totalLimit(d.list()))
+	admin := shaper.Admin(d.list, d.registry, d.cfg.Admin.Token, d.log)
 	srv := &http.Server{
-		Handler:           shaper.Admin(d.list, d.registry, d.cfg.Admin.Token, d.log),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			admin.ServeHTTP(w, r)
+			if r.Method == http.MethodPut { // a rate set through the API
+				d.procs.set(totalLimit(d.list()))
+			}
+		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -136,6 +145,11 @@ func (d *daemon) watchConfig(ctx context.Context, hups <-chan os.Signal, reloads
 		}
 		select {
 		case reloads <- fleet.Reload{Config: cfg, Why: why}:
+			var total float64
+			for _, pc := range cfg.Pipelines {
+				total += pc.Rate.Limit
+			}
+			d.procs.set(total)
 		case <-ctx.Done():
 			return
 		}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+)
+
+// A real daemon runs its Go code on one P while its pipelines' limits sum
+// to at most oneProcRate, and on the runtime's default above: as started,
+// after a rate set through the admin API, and after a reload. GOMAXPROCS in
+// the environment wins over all of it.
+func TestGOMAXPROCSFollowsThePipelinesTotalRate(t *testing.T) {
+	const token = "procs-test-token-0123456789"
+	natsURL := startJetStream(t, 0)
+	sink := sinktest.Start(t, sinktest.OK)
+	configText := func(limit int) string {
+		return strings.Replace(runConfig(natsURL, sink.URL, limit, 0),
+			`admin: {listen: "127.0.0.1:0"}`, `admin: {listen: "127.0.0.1:0", token: "`+token+`"}`, 1)
+	}
+	procsOf := func(c *childtest.Process, want float64, when string) {
+		t.Helper()
+		c.WaitMetrics(20*time.Second, fmt.Sprintf("go_sched_gomaxprocs_threads %v %s", want, when), func(m childtest.Metrics) bool {
+			return m.Sum("go_sched_gomaxprocs_threads") == want
+		})
+	}
+	setRate := func(c *childtest.Process, limit int) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, "http://"+c.Admin()+"/v1/pipelines/psp/rate",
+			strings.NewReader(fmt.Sprintf(`{"limit": %d}`, limit)))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("PUT rate %d = %d; want 200", limit, resp.StatusCode)
+		}
+	}
+
+	above := oneProcRate * 2
+	config := childtest.WriteConfig(t, configText(above))
+	c := startShaper(t, []string{"GOMAXPROCS="}, "run", "--config", config)
+	var byDefault float64
+	c.WaitMetrics(20*time.Second, "go_sched_gomaxprocs_threads", func(m childtest.Metrics) bool {
+		byDefault = m.Sum("go_sched_gomaxprocs_threads")
+		return byDefault >= 1
+	})
+	t.Logf("the runtime's default here: GOMAXPROCS %v", byDefault)
+
+	setRate(c, oneProcRate)
+	procsOf(c, 1, "after PUT rate "+fmt.Sprint(oneProcRate))
+	setRate(c, above)
+	procsOf(c, byDefault, "after PUT rate "+fmt.Sprint(above))
+	reload(t, c, config, configText(100), "GOMAXPROCS set for the pipelines' total rate\" gomaxprocs=1 total_limit=100")
+	procsOf(c, 1, "after a reload to 100/s")
+	c.Stop()
+
+	fixed := startShaper(t, []string{"GOMAXPROCS=3"}, "run", "--config", childtest.WriteConfig(t, configText(100)))
+	procsOf(fixed, 3, "with GOMAXPROCS=3 in the environment at 100/s")
+	fixed.Stop()
+}
