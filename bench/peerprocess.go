@@ -75,6 +75,12 @@ type process struct {
 
 // startProcess starts bin with args in dir's files for name.
 func startProcess(dir, name, bin string, args ...string) (*process, error) {
+	return startProcessEnv(dir, name, bin, nil, args...)
+}
+
+// startProcessEnv is startProcess with env added to the harness's
+// environment.
+func startProcessEnv(dir, name, bin string, env []string, args ...string) (*process, error) {
 	p := &process{out: filepath.Join(dir, name+".out"), log: filepath.Join(dir, name+".log"), exited: make(chan struct{})}
 	out, err := os.Create(p.out)
 	if err != nil {
@@ -87,6 +93,9 @@ func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	}
 	defer log.Close()
 	p.cmd = exec.Command(bin, args...)
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = out, log
 	// It outlives nothing: if the harness dies, so does it, rather than go
 	// on using the CPU of the next run.

@@ -128,6 +128,7 @@ const (
 const (
 	partyLoop          = "loop"
 	partyLoopDoubleAck = "loop-double-ack"
+	partyLoopOneP      = "loop-one-p"
 	partyBenthos       = "benthos"
 	partyShaper        = "shaper"
 )
@@ -309,24 +310,26 @@ func (b *peerBench) close() {
 func (b *peerBench) parties(c *PeerCase) []peerParty {
 	limit := strconv.FormatFloat(c.Limit, 'f', -1, 64)
 	sink, workers := b.sink.callbackURL(), strconv.Itoa(peerWorkers)
-	shaper := peerParty{name: partyShaper, label: "shaper run, leaky, max_in_flight 8, bucket 1000", readsBroker: true,
+	shaper := peerParty{name: partyShaper, label: "shaper run, leaky, max_in_flight 8, bucket 1000 (GOMAXPROCS as it sets it: 1 up to 500/s)", readsBroker: true,
 		start: func(id string) (party, error) {
 			return startChild(b.shaper, b.o.tmp, id, b.shaperYAML(c, id))
 		}}
 	switch peerSource(c.Name) {
 	case peerJetStream:
-		loop := func(id string, doubleAck bool) (party, error) {
+		loop := func(id string, doubleAck bool, env []string) (party, error) {
 			args := []string{"-nats", b.natsURL, "-stream", peerStream, "-consumer", id, "-sink", sink, "-rate", limit, "-workers", workers}
 			if doubleAck {
 				args = append(args, "-double-ack")
 			}
-			return startProcess(b.o.tmp, id, filepath.Join(b.bins, "jsloop"), args...)
+			return startProcessEnv(b.o.tmp, id, filepath.Join(b.bins, "jsloop"), env, args...)
 		}
 		return []peerParty{
 			{name: partyLoop, label: "hand-written: nats.go jetstream Consume + x/time/rate Wait + net/http, 8 workers, Ack after a 2xx", readsBroker: true,
-				start: func(id string) (party, error) { return loop(id, false) }},
+				start: func(id string) (party, error) { return loop(id, false, nil) }},
 			{name: partyLoopDoubleAck, label: "the same with DoubleAck (shaper's ack before issue 17)", readsBroker: true,
-				start: func(id string) (party, error) { return loop(id, true) }},
+				start: func(id string) (party, error) { return loop(id, true, nil) }},
+			{name: partyLoopOneP, label: "the same (Ack) at GOMAXPROCS=1, the threads shaper takes up to 500/s", readsBroker: true,
+				start: func(id string) (party, error) { return loop(id, false, []string{"GOMAXPROCS=1"}) }},
 			{name: partyBenthos, label: fmt.Sprintf("Benthos core %s: generate → local rate_limit (1 per %v) → http_client, max_in_flight 8 (no broker)", benthosVersion, peerInterval(c.Limit)),
 				start: func(id string) (party, error) {
 					path, err := writeBenthosConfig(b.o.tmp, id, c.Limit, sink)
