@@ -60,8 +60,8 @@ func TestMachineAlarmWaitsUntilItsTimeOrARing(t *testing.T) {
 				if !a.Wait(at) {
 					t.Fatalf("Wait(%v from now) = false with no Ring; want true", d)
 				}
-				if late := time.Since(at); late < 0 || late > 50*time.Millisecond {
-					t.Errorf("Wait(%v from now) ended %v after its time; want at it or after, within 50ms", d, late)
+				if late := time.Since(at); late < 0 || late > time.Second {
+					t.Errorf("Wait(%v from now) ended %v after its time; want at it or after, within 1s", d, late)
 				}
 			}
 			if runtime.GOOS == "linux" && a.(*machineAlarm).fd.Load() == nil {
