@@ -100,12 +100,13 @@ func (*MachineClock) NewTimer(d time.Duration) Timer { return stdTimer{time.NewT
 func (c *MachineClock) NewAlarm() Alarm { return &machineAlarm{clock: c, ring: make(chan struct{}, 1)} }
 
 // holdUntil sleeps until t holding the P, and reports false, having slept
-// nothing, when GOMAXPROCS-1 other alarms of c already hold theirs. It
+// nothing, when procs-1 (GOMAXPROCS-1) other alarms of c already hold
+// theirs. It
 // yields first: the attempt the scheduler just handed over then writes its
 // request on this P now instead of waiting for another to steal it.
-func (c *MachineClock) holdUntil(t time.Time) bool {
+func (c *MachineClock) holdUntil(t time.Time, procs int) bool {
 	defer c.holding.Add(-1)
-	if int(c.holding.Add(1)) >= runtime.GOMAXPROCS(0) {
+	if int(c.holding.Add(1)) >= procs {
 		return false
 	}
 	runtime.Gosched()
@@ -126,11 +127,11 @@ type machineAlarm struct {
 }
 
 func (a *machineAlarm) Wait(t time.Time) bool {
-	if runtime.GOMAXPROCS(0) > 1 {
+	if procs := runtime.GOMAXPROCS(0); procs > 1 {
 		if !a.waitUntil(t.Add(-precise)) {
 			return false
 		}
-		if a.clock.holdUntil(t) {
+		if a.clock.holdUntil(t, procs) {
 			return true
 		}
 	}

@@ -145,11 +145,7 @@ func (d *daemon) watchConfig(ctx context.Context, hups <-chan os.Signal, reloads
 		}
 		select {
 		case reloads <- fleet.Reload{Config: cfg, Why: why}:
-			var total float64
-			for _, pc := range cfg.Pipelines {
-				total += pc.Rate.Limit
-			}
-			d.procs.set(total)
+			d.procs.set(configuredLimit(cfg))
 		case <-ctx.Done():
 			return
 		}

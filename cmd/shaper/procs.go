@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -62,7 +63,18 @@ func (p *procs) set(total float64) {
 		"total_limit", total, "one_p_up_to", oneProcRate)
 }
 
-// totalLimit is the sum of the limits the pipelines are set to.
+// configuredLimit is the sum of the limits cfg's pipelines are set to: a
+// reload's, before the fleet has applied it.
+func configuredLimit(cfg *config.File) float64 {
+	var sum float64
+	for _, pc := range cfg.Pipelines {
+		sum += pc.Rate.Limit
+	}
+	return sum
+}
+
+// totalLimit is the sum of the limits the pipelines are set to now (an
+// admin API call may have changed them).
 func totalLimit(pipelines []*shaper.Pipeline) float64 {
 	var sum float64
 	for _, p := range pipelines {
