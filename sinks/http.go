@@ -95,7 +95,7 @@ type httpSink struct {
 	guard     *urlguard.Guard                      // with url_from: what a message's URL must pass
 	method    string
 	host      string      // the Host header, when configured
-	header    http.Header // configured headers, cloned into every request
+	header    http.Header // configured headers; every request's map shares their values, read only
 	target    string      // scheme://host for errors: no userinfo, path or query
 	maxBody   int64
 	forward   bool   // send m.Header as HTTP headers
@@ -112,7 +112,6 @@ type httpSink struct {
 	longestSecret int
 
 	transport *http.Transport
-	client    *http.Client
 }
 
 var _ shaper.Sink = (*HTTP)(nil)
@@ -223,6 +222,7 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*httpSink, e
 	}
 	h.addURLSecrets(u)
 	h.setHeaders(cfg.Headers)
+	h.setBasicAuth(u)
 	h.forward = cfg.ForwardHeaders
 	if cfg.KeyHeader != "" {
 		h.keyHeader = http.CanonicalHeaderKey(cfg.KeyHeader)
@@ -235,14 +235,11 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*httpSink, e
 	}
 	slices.SortFunc(h.secrets, func(a, b []byte) int { return len(b) - len(a) })
 
+	// Requests go to the Transport itself, not through an http.Client:
+	// a redirect is an answer (not followed), there are no cookies, and
+	// the ctx of each Send bounds its attempt. It spares every request the
+	// Client's copy of its headers and URL.
 	h.transport = h.newTransport(cfg, tlsConfig, dial)
-	h.client = &http.Client{
-		Transport: h.transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-		// No Timeout: the ctx of each Send bounds its attempt.
-	}
 	return h, nil
 }
 
@@ -305,9 +302,9 @@ func (h *httpSink) send(ctx context.Context, m *shaper.Message) error {
 		return shaper.NotSent(err)
 	}
 
-	resp, err := h.client.Do(req)
+	resp, err := h.transport.RoundTrip(req)
 	if err != nil {
-		err = fmt.Errorf("http: %s %s: %w", h.method, target, withoutURL(err))
+		err = fmt.Errorf("http: %s %s: %w", h.method, target, schemeMismatch(withoutURL(err)))
 		if errors.Is(err, shaper.ErrRefused) {
 			return shaper.NotSent(err) // refused at the dial: nothing was sent
 		}
@@ -358,7 +355,12 @@ func (h *httpSink) newRequest(ctx context.Context, rawURL string, m *shaper.Mess
 	if err != nil {
 		return nil, "", fmt.Errorf("http: new request: %w", withoutURL(err))
 	}
-	req.Header = h.header.Clone()
+	// One map, sized for what is added below; the configured values are
+	// shared, capped so that an append could never write into them.
+	req.Header = make(http.Header, len(h.header)+len(h.signHeaders)+len(m.Header)+2)
+	for k, v := range h.header {
+		req.Header[k] = v[:len(v):len(v)]
+	}
 	if h.forward {
 		h.forwardHeaders(req.Header, m.Header)
 	}
@@ -377,6 +379,16 @@ func (h *httpSink) newRequest(ctx context.Context, rawURL string, m *shaper.Mess
 		req.Host = h.host
 	}
 	return req, sig, nil
+}
+
+// schemeMismatch returns http.ErrSchemeMismatch for an https request that
+// an HTTP server answered (as http.Client does), and err otherwise.
+func schemeMismatch(err error) error {
+	var rh tls.RecordHeaderError
+	if errors.As(err, &rh) && string(rh.RecordHeader[:]) == "HTTP/" {
+		return http.ErrSchemeMismatch
+	}
+	return err
 }
 
 // drainClose reads what is left of a response body, up to maxDrain, so

@@ -1,13 +1,15 @@
-// This file holds the HTTP sink's header rules: the configured headers and
-// the key header it accepts, which broker headers may be forwarded (never
-// the hop-by-hop, framing and reserved names), and which names and values
-// are valid HTTP.
+// This file holds the HTTP sink's header rules: the configured headers, the
+// Basic authentication of the URL's user information, the key header it
+// accepts, which broker headers may be forwarded (never the hop-by-hop,
+// framing and reserved names), and which names and values are valid HTTP.
 
 package sinks
 
 import (
+	"encoding/base64"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -51,6 +53,19 @@ func (h *httpSink) setHeaders(headers map[string]string) {
 		}
 		h.header.Set(name, value)
 	}
+}
+
+// setBasicAuth sends the user information of the sink's URL u as Basic
+// authentication, as http.Client would, unless an Authorization header is
+// configured; the encoded value is a secret too.
+func (h *httpSink) setBasicAuth(u *url.URL) {
+	if u.User == nil || h.header.Get("Authorization") != "" {
+		return
+	}
+	pw, _ := u.User.Password()
+	token := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pw))
+	h.header.Set("Authorization", "Basic "+token)
+	h.addSecrets(token)
 }
 
 // forwardHeaders adds the message headers src to the request headers dst,

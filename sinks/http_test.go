@@ -3,6 +3,7 @@ package sinks
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -815,5 +816,35 @@ func TestHTTPReconfigureAppliesNewHeadersAndURLToTheNextSend(t *testing.T) {
 	}
 	if uri := sink.Requests()[2].URI; uri != "/v2" {
 		t.Errorf("after a refused Reconfigure the request went to %s; want /v2", uri)
+	}
+}
+
+func TestHTTPSendTakesBasicAuthFromTheURLUnlessAnAuthorizationHeaderIsConfigured(t *testing.T) {
+	tests := []struct {
+		name    string
+		headers map[string]string
+		want    string
+	}{
+		{"from the url", nil, "Basic " + base64.StdEncoding.EncodeToString([]byte("u@ser:p:ss"))},
+		{"configured header wins", map[string]string{"authorization": "Bearer t0ken-of-the-config"}, "Bearer t0ken-of-the-config"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := make(chan string, 2)
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				got <- r.Header.Get("Authorization")
+			})
+			cfg := httpConfig(strings.Replace(srv.URL, "http://", "http://u%40ser:p%3Ass@", 1) + "/cb")
+			cfg.Headers = tt.headers
+			h := newHTTP(t, cfg)
+			for i := range 2 { // the second request must carry it too
+				if code, err := sendCode(testCtx(t), h, &shaper.Message{ID: fmt.Sprint(i), Payload: []byte("x")}); code != "ok" || err != nil {
+					t.Fatalf("Send = %q, %v; want \"ok\", nil", code, err)
+				}
+				if a := <-got; a != tt.want {
+					t.Errorf("request %d: Authorization = %q; want %q", i, a, tt.want)
+				}
+			}
+		})
 	}
 }
