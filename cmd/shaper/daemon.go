@@ -71,6 +71,7 @@ func (d *daemon) listen() (net.Listener, error) {
 // reloads the config on SIGHUP and, with watch, when the file changes.
 func (d *daemon) serve(ctx, force context.Context, ln net.Listener) error {
 	d.procs.set(totalLimit(d.list()))
+	defer startGCPace()()
 	admin := shaper.Admin(d.list, d.registry, d.cfg.Admin.Token, d.log)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -87,6 +87,7 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	p := shaper.New(pc.Core(), parts)
 	log.Info("replay starting", "pipeline", pc.Name, "from", where, "total", src.Progress().Total, "limit", pc.Rate.Limit)
 	newProcs(log).set(pc.Rate.Limit)
+	defer startGCPace()()
 	return replay(ctx, p, src, a, out, log)
 }
 
