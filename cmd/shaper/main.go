@@ -1,7 +1,9 @@
 // Command shaper consumes messages from Kafka or NATS into a bounded leaky
 // bucket and drains it at a fixed rate to a sink (HTTP, or a Kafka topic or
 // NATS subject). See the README for the whole story; this package only
-// parses the command line and wires config to parts.
+// parses the command line, wires config to parts, and sets the Go runtime
+// for the pipelines it runs: its threads (procs.go) and its heap floor
+// (heap.go).
 package main
 
 import (
