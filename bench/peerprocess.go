@@ -143,10 +143,14 @@ func (p *process) ready(ctx context.Context, timeout time.Duration) (string, err
 	}
 }
 
-// cpu returns the CPU time the process has used, from /proc/<pid>/stat;
-// 0 once it has exited.
+// cpu returns the CPU time the process has used, from its process CPU
+// clock (processCPU), or where that cannot be read from /proc/<pid>/stat
+// (see PeersSection.CPUClock); 0 once it has exited.
 func (p *process) cpu() time.Duration {
-	d, err := procCPU(p.cmd.Process.Pid)
+	d, err := processCPU(p.cmd.Process.Pid)
+	if err != nil {
+		d, err = procCPU(p.cmd.Process.Pid)
+	}
 	if err != nil {
 		return 0
 	}

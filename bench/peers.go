@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,6 +40,11 @@ type PeersSection struct {
 	// BodyBytes is the size of every message's body.
 	BodyBytes int        `json:"body_bytes"`
 	Cases     []PeerCase `json:"cases"`
+	// CPUClock is where every process's CPU time came from: cpuClockProcess
+	// (its process CPU clock, in nanoseconds), or "" (utime + stime of
+	// /proc/<pid>/stat, in 10 ms ticks: the harness before this field, or a
+	// system whose clock could not be read).
+	CPUClock string `json:"cpu_clock,omitempty"`
 	// MeasuredBy is the run that measured the section, which stays with it
 	// when it is merged into the report of another run.
 	MeasuredBy Provenance `json:"measured_by"`
@@ -87,8 +93,8 @@ type PeerParty struct {
 }
 
 // PeerRun is one run of a party, over its window: the messages the sink
-// received in it and the CPU each process used (utime + stime from
-// /proc/<pid>/stat, 10 ms ticks).
+// received in it and the CPU each process used (see
+// PeersSection.CPUClock).
 type PeerRun struct {
 	Seconds   float64 `json:"seconds"`
 	Delivered int     `json:"delivered"`
@@ -151,6 +157,9 @@ const peerBacklogSeconds = 20
 func runPeers(ctx context.Context, o *options, env *environment) (_ *PeersSection, err error) {
 	probe := startLoadProbe()
 	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: backlog.Size}
+	if _, err := processCPU(os.Getpid()); err == nil {
+		s.CPUClock = cpuClockProcess
+	}
 	if o.quick {
 		s.Runs, s.WarmupSeconds, s.WindowSeconds = 1, 1, 2
 	}
@@ -531,7 +540,7 @@ func (s *PeersSection) goals() []Goal {
 			})
 			if base.Median.BrokerUs > 0 {
 				measured := fmt.Sprintf("%.2f× (%.0f µs against %.0f µs)", sh.BrokerRatio, sh.Median.BrokerUs, base.Median.BrokerUs)
-				if coarse(sh.Median.BrokerUs, sh.Median) || coarse(base.Median.BrokerUs, base.Median) {
+				if s.coarse(sh.Median.BrokerUs, sh.Median) || s.coarse(base.Median.BrokerUs, base.Median) {
 					measured += "; under 10 clock ticks of CPU in the window, within their resolution"
 				}
 				goals = append(goals, Goal{
@@ -560,8 +569,13 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 	p("same %d-byte bodies to the same HTTP sink at the same limit, %d requests in flight at most: one party at a time,", s.BodyBytes, peerWorkers)
 	p("every party of every case in turn, %d %s; the figures are the medians of a party's runs. Every party, the broker", s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
 	p("(`bench/peers/natsserver`: nats-server with JetStream; `bench/peers/kafkaserver`: kfake) and the sink")
-	p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's utime + stime from")
-	p("`/proc/<pid>/stat` over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink", s.WindowSeconds, s.WarmupSeconds)
+	if s.CPUClock == cpuClockProcess {
+		p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's CPU clock (clock_gettime of")
+		p("its CPUCLOCK, every thread, in ns) over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink", s.WindowSeconds, s.WarmupSeconds)
+	} else {
+		p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's utime + stime from")
+		p("`/proc/<pid>/stat` over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink", s.WindowSeconds, s.WarmupSeconds)
+	}
 	p("received in the window; rate, spacing and jitter are of the arrivals that the sink's process recorded in it.")
 	if m := s.MeasuredBy; m.Command != "" {
 		p("Measured by `%s` (%s, commit %s).", m.Command, m.Date, orDash(m.Commit))
@@ -587,7 +601,7 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 	sinkLow, sinkHigh := math.Inf(1), 0.0
 	flagged := false
 	ticks := func(us float64, m PeerRun) string {
-		if coarse(us, m) {
+		if s.coarse(us, m) {
 			flagged = true
 			return fmt.Sprintf("%.0f µs†", us)
 		}
@@ -624,15 +638,20 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 	}
 }
 
+// cpuClockProcess is PeersSection.CPUClock for figures read from each
+// process's CPU clock (processCPU).
+const cpuClockProcess = "process"
+
 // fewTicks is the least CPU time a figure of the section is taken from
 // before it is flagged: /proc/<pid>/stat counts in clock ticks, so below
 // ten a figure is only as good as a tick either way.
 const fewTicks = 10 * clockTick
 
 // coarse reports whether us microseconds per message over run m's
-// deliveries come to less than fewTicks of CPU.
-func coarse(us float64, m PeerRun) bool {
-	return us*float64(m.Delivered) < float64(fewTicks.Microseconds())
+// deliveries come to less than fewTicks of CPU counted in clock ticks
+// (never for figures of the process CPU clock).
+func (s *PeersSection) coarse(us float64, m PeerRun) bool {
+	return s.CPUClock == "" && us*float64(m.Delivered) < float64(fewTicks.Microseconds())
 }
 
 // signedPct writes a percentage to two decimals with its sign, and one

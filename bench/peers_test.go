@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +134,62 @@ func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewCloc
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
+	}
+
+	// Read from each process's CPU clock, in ns, the same figures are
+	// exact: nothing is flagged, and the text says where they came from.
+	s.CPUClock = cpuClockProcess
+	b.Reset()
+	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
+	md = b.String()
+	if !strings.Contains(md, "|  | shaper | 250 µs (25%) | 1.25× | 12 µs | 0.13× |") || strings.Contains(md, "†") {
+		t.Errorf("with CPUClock %q the markdown flags a figure, or lacks the shaper row unflagged:\n%s", s.CPUClock, md)
+	}
+	if !strings.Contains(md, "CPU clock") || strings.Contains(md, "/proc/<pid>/stat") {
+		t.Errorf("with CPUClock %q the markdown does not say CPU comes from each process's CPU clock:\n%s", s.CPUClock, md)
+	}
+}
+
+// processCPU reads a process's CPU time in nanoseconds: this process's, as
+// getrusage counts it, and another's (a child's) as its /proc/<pid>/stat
+// does to within a clock tick.
+func TestProcessCPUCountsWhatGetrusageAndProcStatCount(t *testing.T) {
+	var before, after syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &before); err != nil {
+		t.Fatal(err)
+	}
+	c0, err := processCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for x, deadline := 0, time.Now().Add(200*time.Millisecond); time.Now().Before(deadline); x++ {
+		_ = x * x // burn CPU
+	}
+	c1, err := processCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &after); err != nil {
+		t.Fatal(err)
+	}
+	rusage := time.Duration(after.Utime.Nano()+after.Stime.Nano()) - time.Duration(before.Utime.Nano()+before.Stime.Nano())
+	if d := c1 - c0; d < 100*time.Millisecond || d > rusage+20*time.Millisecond {
+		t.Errorf("CPU clock moved %v over a 200 ms busy loop; getrusage counted %v", d, rusage)
+	}
+
+	child := exec.Command("sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	stat, err2 := procCPU(child.Process.Pid) // first: the clock only grows
+	clock, err1 := processCPU(child.Process.Pid)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("processCPU: %v; procCPU: %v", err1, err2)
+	}
+	if clock < stat || clock > stat+2*clockTick {
+		t.Errorf("a child's CPU clock %v; its /proc/<pid>/stat %v: want the clock within a tick above", clock, stat)
 	}
 }
 
