@@ -569,13 +569,12 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 	p("same %d-byte bodies to the same HTTP sink at the same limit, %d requests in flight at most: one party at a time,", s.BodyBytes, peerWorkers)
 	p("every party of every case in turn, %d %s; the figures are the medians of a party's runs. Every party, the broker", s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
 	p("(`bench/peers/natsserver`: nats-server with JetStream; `bench/peers/kafkaserver`: kfake) and the sink")
+	cpuFrom := "utime + stime from `/proc/<pid>/stat`"
 	if s.CPUClock == cpuClockProcess {
-		p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's CPU clock (clock_gettime of")
-		p("its CPUCLOCK, every thread, in ns) over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink", s.WindowSeconds, s.WarmupSeconds)
-	} else {
-		p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's utime + stime from")
-		p("`/proc/<pid>/stat` over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink", s.WindowSeconds, s.WarmupSeconds)
+		cpuFrom = "CPU clock (clock_gettime of its CPUCLOCK, every thread, in ns)"
 	}
+	p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's %s", cpuFrom)
+	p("over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink", s.WindowSeconds, s.WarmupSeconds)
 	p("received in the window; rate, spacing and jitter are of the arrivals that the sink's process recorded in it.")
 	if m := s.MeasuredBy; m.Command != "" {
 		p("Measured by `%s` (%s, commit %s).", m.Command, m.Date, orDash(m.Commit))

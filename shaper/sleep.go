@@ -101,9 +101,9 @@ func (c *MachineClock) NewAlarm() Alarm { return &machineAlarm{clock: c, ring: m
 
 // holdUntil sleeps until t holding the P, and reports false, having slept
 // nothing, when procs-1 (GOMAXPROCS-1) other alarms of c already hold
-// theirs. It
-// yields first: the attempt the scheduler just handed over then writes its
-// request on this P now instead of waiting for another to steal it.
+// theirs. It yields first: the attempt the scheduler just handed over then
+// writes its request on this P now instead of waiting for another to steal
+// it.
 func (c *MachineClock) holdUntil(t time.Time, procs int) bool {
 	defer c.holding.Add(-1)
 	if int(c.holding.Add(1)) >= procs {
