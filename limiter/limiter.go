@@ -20,6 +20,13 @@
 // Reserve is called, so no ticker or goroutine runs and an idle limiter uses
 // no CPU.
 //
+// A caller woken a little late for its slot keeps the schedule, so the rate
+// does not lose its wake-ups; the next slot then comes sooner. Leaky mode
+// therefore also remembers its last departures, as many as a 100ms window
+// may hold, and gives no slot that would put limit/10 + 1 of them in one:
+// what the schedule forgives never shows as a burst to an API that counts
+// per 100ms or per second.
+//
 // Shared applies the same formula to one limit for several replicas: the
 // TAT, the limit and the burst live in one Redis key moved by a Lua script
 // on the server's clock, each replica leases short runs of slots from it to
@@ -158,6 +165,19 @@ type Limiter struct {
 	// was still to come, or -1; Allow takes it as a caller that waited for
 	// it, whose lateness is its wake-up's, not idle time.
 	promised int64
+
+	// sent holds, in Leaky mode, the departure times of the last slots
+	// taken (a slot's time, or its caller's now when that is later), as a
+	// ring whose oldest entry is sent[oldest] once it is full: as many as a
+	// closed window of length window may hold, window·limit + 1. The next
+	// slot comes after the oldest of them plus window, so no such window
+	// ever holds more, whatever lateness the schedule forgives. A rate
+	// change empties it. It is empty in Token mode, and beyond
+	// maxWindowSlots.
+	sent   []int64
+	oldest int
+	// full is whether sent holds a departure in every entry.
+	full bool
 }
 
 // New returns a Limiter for cfg whose start, for the first slot and for the
@@ -183,7 +203,8 @@ func New(cfg Config, now time.Time) (*Limiter, error) {
 // exactly 1/limit apart; a caller late for its slot by less than half an
 // interval (and at most 1ms: a timer waking late) gets it at its now, so
 // the next slot can come up to that much sooner, and the long-run rate stays
-// exact. No slot is earlier than the start passed to New.
+// exact; no closed 100ms window holds more than limit/10 + 1 slots. No slot
+// is earlier than the start passed to New.
 // Reserve does not allocate.
 func (l *Limiter) Reserve(now time.Time) time.Time {
 	// Sub saturates instead of overflowing. A time before the start counts
@@ -216,12 +237,13 @@ func (l *Limiter) Allow(now time.Time) bool {
 	// The caller waited for this slot, so its lateness is a timer's
 	// wake-up plus its own work since the last slot: up to an interval
 	// more than Reserve's caller (who asks as soon as it has sent) keeps
-	// the schedule. A caller that Next told to wait for this very slot and
-	// woke later still (its thread was not run in time) keeps as much of
-	// the schedule as that allows, and loses only the rest.
+	// the schedule, and never more than maxCatchUp. A caller that Next told
+	// to wait for this very slot and woke later still (its thread was not
+	// run in time) keeps as much of the schedule as that allows, and loses
+	// only the rest.
 	stalled := l.promised == l.slotLocked(0) // the slot it waited for, though d is now
 	l.promised = -1
-	l.takeLocked(n, d, int64(l.interval)+l.lateAllowed(), stalled)
+	l.takeLocked(n, d, min(int64(l.interval)+l.lateAllowed(), maxCatchUp), stalled)
 	return true
 }
 
@@ -233,17 +255,28 @@ func (l *Limiter) takeLocked(n, d, late int64, stalled bool) {
 	if d > l.last {
 		l.last = d
 	}
+	// A slot the window held back after its schedule's time was not late
+	// by that much: the hold, up to an interval, is forgiven along with
+	// the caller's own lateness (no more, or the schedule could fall ever
+	// further behind and the window alone would set the rate).
+	if l.full {
+		late += min(max(l.sent[l.oldest]+int64(window)+1-l.tat, 0), int64(l.interval))
+	}
+	l.recordLocked(max(n, d))
 	// TAT = max(TAT, now) + T, where T is the interval in force at the
 	// slot's own time (it differs from l.interval only during warm-up).
 	// In Leaky mode a caller that is only a little late — a timer's
 	// wake-up — keeps the schedule instead of restarting it, so wake-up
 	// lateness does not lower the rate. With Reserve's allowance, under half
 	// an interval, any window of length w still holds at most w/T + 1
-	// slots; Allow's, an interval more, lets a late caller catch up by one
-	// slot. After real idle time the schedule restarts and there is no
-	// burst; so it does at the first slot, which has no schedule to keep
-	// (a pipeline whose first message came 19ms after the limiter was
-	// made would otherwise send its second 1ms after it, at 50/s). A
+	// slots; Allow's, an interval more (at most maxCatchUp), lets a late
+	// caller catch up by one slot, and the window of the last departures
+	// (slotLocked) keeps even that out of any 100ms window that holds
+	// limit/10 + 1 already. After real idle time the schedule restarts
+	// and there is no burst; so it does at the first slot, which has no
+	// schedule to keep (a pipeline whose first message came 19ms after
+	// the limiter was made would otherwise send its second 1ms after it,
+	// at 50/s). A
 	// stalled caller is not idle time: it sheds only what is past late,
 	// so a wake-up 2 intervals late at 5000/s loses half an interval, not
 	// two, and the slots still go no closer together than after a wake-up
@@ -283,13 +316,31 @@ func (l *Limiter) Next(now time.Time) time.Time {
 
 // slotLocked returns the slot for a caller at n nanoseconds after the start:
 // max(n, TAT-tau), rounded up to a whole nanosecond so that rounding never
-// lets a slot go early. It requires that l.mu is held.
+// lets a slot go early, and in Leaky mode no earlier than a window after
+// the oldest of the last departures that a window may hold. It requires
+// that l.mu is held.
 func (l *Limiter) slotLocked(n int64) int64 {
 	d := l.tat - l.tau // tat >= 0 and tau <= maxNanos: no overflow
 	if l.tatFrac > l.tauFrac {
 		d++
 	}
+	if l.full {
+		d = max(d, addSat(l.sent[l.oldest], int64(window)+1))
+	}
 	return max(d, n)
+}
+
+// recordLocked notes a departure at t in the ring of the last ones. It
+// requires that l.mu is held.
+func (l *Limiter) recordLocked(t int64) {
+	if len(l.sent) == 0 {
+		return
+	}
+	l.sent[l.oldest] = t
+	l.oldest++
+	if l.oldest == len(l.sent) {
+		l.oldest, l.full = 0, true
+	}
 }
 
 // SetRate is SetRateAt(time.Now(), limit, burst).
@@ -322,8 +373,13 @@ func (l *Limiter) SetRateAt(now time.Time, limit float64, burst int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
-	// Slots owed at the last slot, counted in intervals in force there.
+	// Slots owed at the last slot, counted in intervals in force there:
+	// in Leaky mode one, also when the last slot went late and the next
+	// one was due already.
 	owed := (float64(l.tat-l.last) + l.tatFrac) / l.intervalAt(l.last)
+	if l.mode == Leaky {
+		owed = max(owed, 1)
+	}
 	l.warmup = 0
 	l.promised = -1
 	l.setRate(limit, burst)
@@ -345,6 +401,18 @@ func (l *Limiter) setRate(limit float64, burst int) {
 	tau := math.Min(float64(burst-1)*l.interval, maxNanos)
 	l.tau = int64(math.Floor(tau))
 	l.tauFrac = tau - math.Floor(tau)
+	size := 0
+	if l.mode == Leaky {
+		size = int(math.Min(math.Floor(float64(window)/l.interval)+1, maxWindowSlots+1))
+		if size > maxWindowSlots {
+			size = 0
+		}
+	}
+	// The window starts afresh: a rate change takes effect from now.
+	if size != len(l.sent) {
+		l.sent = make([]int64, size)
+	}
+	l.oldest, l.full = 0, false
 }
 
 // Limit returns the limit in slots per second in force at now: the
@@ -381,6 +449,22 @@ func (l *Limiter) intervalAt(n int64) float64 {
 
 // maxLeakyLate bounds how late a Leaky caller may be and keep the schedule.
 const maxLeakyLate = int64(time.Millisecond)
+
+// maxCatchUp bounds how late a caller of Allow may be and still keep the
+// schedule, or keep as much of it as that allows when it stalled: later
+// than this is idle time or a stall, not a timer's wake-up, and catching
+// it up would send two requests closer together than a slow rate allows.
+const maxCatchUp = int64(2 * time.Millisecond)
+
+// window is the length of the windows in which Leaky mode never lets more
+// than window·limit + 1 slots go (limit/10 + 1 in any 100ms): APIs count
+// per second or per 100ms, and a window of a second holds ten of them.
+const window = 100 * time.Millisecond
+
+// maxWindowSlots bounds the ring of the last departures (128 KiB): above
+// 163 830/s Leaky mode keeps no window, and a window may hold the two or
+// three slots of catch-up that the schedule allows, under 0.02% of it.
+const maxWindowSlots = 1 << 14
 
 // lateAllowed is how many nanoseconds late a Leaky caller may be and still
 // keep the schedule: half an interval, at most maxLeakyLate. It requires that

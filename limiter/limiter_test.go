@@ -238,6 +238,111 @@ func TestLeakyNoHundredMillisecondWindowHoldsMoreThanATenthOfLimitPlusOne(t *tes
 	}
 }
 
+// The pipeline takes slots with Next and Allow: it asks Next, sleeps until
+// the slot and takes it with Allow when it wakes, which may be late (a
+// timer, a thread not run in time, a stall) or after idle time. However
+// late it wakes, no 100 ms window holds more than limit/10 + 1 slots, so an
+// API that counts per 100 ms never sees the catch-up that keeps the rate.
+func TestLeakyNoHundredMillisecondWindowHoldsMoreThanATenthOfLimitPlusOneWhateverTheWakeUps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, limit := range []float64{3, 10, 50, 333, 1000, 5000, 20000} {
+		l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1})
+		T := interval(limit)
+		upTo := func(d time.Duration) time.Duration { return time.Duration(rng.Int64N(int64(d) + 1)) }
+		var now time.Duration
+		var sent []time.Duration
+		for range 20000 {
+			now = max(now, l.Next(at(now)).Sub(start))
+			switch r := rng.IntN(100); {
+			case r < 80: // a timer's wake-up
+				now += upTo(T / 2)
+			case r < 98: // a late thread
+				now += upTo(2 * T)
+			default: // a stall
+				now += upTo(5 * time.Millisecond)
+			}
+			if !l.Allow(at(now)) {
+				t.Fatalf("limit %v: Allow(start+%v) right after the slot Next told = false", limit, now)
+			}
+			sent = append(sent, now)
+			if rng.IntN(200) == 0 { // idle time
+				now += upTo(50 * T)
+			}
+		}
+		want := int(limit/10) + 1
+		if got := maxInWindow(sent, 100*time.Millisecond); got > want {
+			t.Errorf("limit %v: most slots in a 100ms window = %d; want <= %d", limit, got, want)
+		}
+	}
+}
+
+// A caller that wakes late for every slot, by as much as the schedule
+// forgives, keeps the rate: the window check holds slots back without
+// slowing the schedule, and the schedule, not the window (which would let
+// limit + 10/s go), sets the rate.
+func TestLeakyWakeUpsLateForEverySlotKeepTheRateAndNoMore(t *testing.T) {
+	for _, limit := range []float64{1000, 5000} {
+		T := interval(limit)
+		for _, wake := range []time.Duration{T / 2, T, 14 * T / 10} {
+			l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1})
+			var now time.Duration
+			var sent []time.Duration
+			for range 20 * int(limit) {
+				if next := l.Next(at(now)).Sub(start); next > now {
+					now = next + wake
+				}
+				if !l.Allow(at(now)) {
+					t.Fatalf("limit %v, wake-ups %v late: Allow(start+%v) = false", limit, wake, now)
+				}
+				sent = append(sent, now)
+			}
+			rate := float64(len(sent)-1) / (sent[len(sent)-1] - sent[0]).Seconds()
+			// Up to an interval late, nothing is lost. Later than that,
+			// each wake-up's slot and the next go together, and a window
+			// holding 101 such pairs would hold 102: the window holds
+			// some back, and the rate sheds that (0.4% at 1.4 intervals).
+			least := limit * 0.9999
+			if wake > T {
+				least = limit * 0.99
+			}
+			if rate < least {
+				t.Errorf("limit %v, wake-ups %v late: rate %.3f/s; want at least %.3f/s", limit, wake, rate, least)
+			}
+			if got, want := maxInWindow(sent, time.Second), int(limit)+1; got > want {
+				t.Errorf("limit %v, wake-ups %v late: most slots in a second = %d; want <= %d", limit, wake, got, want)
+			}
+			if got, want := maxInWindow(sent, 100*time.Millisecond), int(limit/10)+1; got > want {
+				t.Errorf("limit %v, wake-ups %v late: most slots in 100ms = %d; want <= %d", limit, wake, got, want)
+			}
+		}
+	}
+}
+
+// A caller that comes after idle time has no schedule to keep, however
+// slow the rate, and neither has one that stalled for longer than a
+// wake-up can be late (2ms): at 1/s a message that comes 0.9s after the
+// slot it could have had goes at once, and the next one a whole interval
+// later, not 0.1s later. Only a wake-up's lateness is caught up.
+func TestLeakyAllowAfterIdleTimeOrALongStallGivesNoBurst(t *testing.T) {
+	for _, limit := range []float64{1, 10, 100, 400} {
+		for _, waited := range []bool{false, true} {
+			l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: limit, Burst: 1})
+			T := interval(limit)
+			l.Reserve(start)
+			if waited {
+				l.Next(start) // told to wait until T; woken 0.9 T after it
+			}
+			now := at(T + 9*T/10)
+			if !l.Allow(now) {
+				t.Fatalf("limit %v, waited %v: Allow(start+%v) = false; want the slot", limit, waited, now.Sub(start))
+			}
+			if got, want := l.Next(now).Sub(now), T-2*time.Millisecond; got < want {
+				t.Errorf("limit %v, waited %v: the next slot comes %v after the one taken at start+%v; want at least %v", limit, waited, got, now.Sub(start), want)
+			}
+		}
+	}
+}
+
 func TestLeakyDoesNotDriftAtRatesWithoutWholeNanosecondIntervals(t *testing.T) {
 	tests := []struct {
 		limit float64
