@@ -150,6 +150,20 @@ func (p *probedLimiter) Allow(now time.Time) bool {
 	return true
 }
 
+// departures returns the times of the slots taken from from to until, in
+// order.
+func (p *probedLimiter) departures(from, until time.Time) []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []time.Time
+	for _, c := range p.calls {
+		if !c.at.Before(from) && !c.at.After(until) {
+			out = append(out, c.at)
+		}
+	}
+	return out
+}
+
 // lateness returns the p50, p99 and mean, in microseconds, of how late the
 // scheduler came for its next slot, over the calls from from on.
 func (p *probedLimiter) lateness(from time.Time) (p50, p99, mean float64) {

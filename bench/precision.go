@@ -37,6 +37,11 @@ type PrecisionCase struct {
 	// state; the goal is limit/10 + 1.
 	Max100ms     int `json:"max_per_100ms"`
 	Allowed100ms int `json:"allowed_per_100ms"`
+	// Departed100ms is the most departures (slots the limiter gave, as the
+	// probe saw them taken) in any 100ms window of the same steady state:
+	// what the limiter let go, before the way to the sink adds its jitter.
+	// Absent in runs made before it was measured.
+	Departed100ms int `json:"departed_max_per_100ms,omitempty"`
 	// Max1s is the most arrivals in any one-second window of the whole run,
 	// start included; a limit of n/s allows n + 1 (the same one of
 	// arrival jitter as limit/10 + 1), token mode n + burst.
@@ -169,6 +174,7 @@ func precisionCase(ctx context.Context, o *options, js *jetStream, i int, limit 
 	c.Allowed1s = int(limit) + c.Burst
 	c.JitterP50, c.JitterP99 = jitter(st, interval)
 	c.LateP50, c.LateP99, c.LateMean = r.probe.lateness(arr[0].Add(warmup))
+	c.Departed100ms = window.Most(r.probe.departures(arr[0].Add(warmup), arr[len(arr)-1]), 100*time.Millisecond)
 	return c, nil
 }
 

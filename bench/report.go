@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -282,6 +283,8 @@ func (r *Report) markdown() string {
 		p("")
 		p("- *rate error*: steady-state rate vs the limit, (n−1)/(t_n−t_1); per whole window for the fixed window.")
 		p("- *most per 100 ms*: the most arrivals in any 100 ms window of the steady state; the goal is limit/10 + 1.")
+		p("  *departed* is the same count of the departures, as a probe around the limiter saw the slots taken: what")
+		p("  the limiter let go, before the way to the sink (a worker, the HTTP client, the sink's own goroutine) adds its jitter.")
 		p("- *most per 1 s*: the most in any 1 s window of the whole run, start included; allowed: limit + 1 (token: limit + burst).")
 		p("- *jitter*: p50 / p99 of |gap − 1/limit| between consecutive steady-state arrivals.")
 		p("- *scheduler late*: p50 / p99 / mean of how long after the previous slot's time the pipeline's scheduler asked the")
@@ -290,15 +293,19 @@ func (r *Report) markdown() string {
 		p("")
 		p("%s", loadLine(s.Load))
 		p("")
-		p("| limit | limiter | rate error | most per 100 ms (goal) | most per 1 s (allowed) | jitter p50 | jitter p99 (goal ≤ 1 ms to 1000/s) | scheduler late p50 / p99 / mean |")
-		p("|---:|---|---:|---:|---:|---:|---:|---:|")
+		p("| limit | limiter | rate error | most per 100 ms (goal) | departed | most per 1 s (allowed) | jitter p50 | jitter p99 (goal ≤ 1 ms to 1000/s) | scheduler late p50 / p99 / mean |")
+		p("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 		for _, c := range s.Cases {
 			name := c.Limiter
 			if c.Limiter == implToken {
 				name = fmt.Sprintf("%s (burst %d)", c.Limiter, c.Burst)
 			}
-			p("| %v/s | %s | %+.3f%% | %s | %s | %s | %s | %s / %s / %s |", c.Limit, name, c.RateErrPct,
-				mark(fmt.Sprintf("%d (%d)", c.Max100ms, c.Allowed100ms), c.Max100ms > c.Allowed100ms),
+			departed := "–"
+			if c.Departed100ms > 0 {
+				departed = mark(strconv.Itoa(c.Departed100ms), c.Departed100ms > c.Allowed100ms)
+			}
+			p("| %v/s | %s | %+.3f%% | %s | %s | %s | %s | %s | %s / %s / %s |", c.Limit, name, c.RateErrPct,
+				mark(fmt.Sprintf("%d (%d)", c.Max100ms, c.Allowed100ms), c.Max100ms > c.Allowed100ms), departed,
 				mark(fmt.Sprintf("%d (%d)", c.Max1s, c.Allowed1s), c.Max1s > c.Allowed1s),
 				micros(c.JitterP50), micros(c.JitterP99), micros(c.LateP50), micros(c.LateP99), micros(c.LateMean))
 		}

@@ -178,6 +178,9 @@ type Limiter struct {
 	oldest int
 	// full is whether sent holds a departure in every entry.
 	full bool
+	// departed is the departure time of the last slot taken, in every
+	// mode.
+	departed int64
 }
 
 // New returns a Limiter for cfg whose start, for the first slot and for the
@@ -234,24 +237,32 @@ func (l *Limiter) Allow(now time.Time) bool {
 	if d > n {
 		return false
 	}
-	// The caller waited for this slot, so its lateness is a timer's
-	// wake-up plus its own work since the last slot: up to an interval
-	// more than Reserve's caller (who asks as soon as it has sent) keeps
-	// the schedule, and never more than maxCatchUp. A caller that Next told
-	// to wait for this very slot and woke later still (its thread was not
-	// run in time) keeps as much of the schedule as that allows, and loses
-	// only the rest.
-	stalled := l.promised == l.slotLocked(0) // the slot it waited for, though d is now
+	// The caller may have waited for this slot, so its lateness is a
+	// timer's wake-up plus its own work since the last slot: up to an
+	// interval more than Reserve's caller (who asks as soon as it has
+	// sent) keeps the schedule, never more than maxCatchUp. A caller that
+	// was not idle — Next told it to wait for this very slot, or it comes
+	// within maxCatchUp of the last departure — keeps the schedule up to
+	// maxCatchUp late whatever the interval (at 5000/s the ten slots of a
+	// 2ms stall then go together, which the window keeps out of any 100ms
+	// that is full), and later still keeps as much of it as that allows
+	// and loses only the rest.
+	busy := l.promised == l.slotLocked(0) || // the slot it waited for, though d is now
+		l.taken && n-l.departed <= maxCatchUp
 	l.promised = -1
-	l.takeLocked(n, d, min(int64(l.interval)+l.lateAllowed(), maxCatchUp), stalled)
+	late := min(int64(l.interval)+l.lateAllowed(), maxCatchUp)
+	if busy {
+		late = maxCatchUp
+	}
+	l.takeLocked(n, d, late, busy)
 	return true
 }
 
 // takeLocked takes slot d for a caller at n: it moves TAT past it. In Leaky
-// mode a caller late by at most late nanoseconds keeps the schedule; a
-// stalled one, later still for a slot it waited for, keeps it as if late
-// by exactly late. It requires that l.mu is held.
-func (l *Limiter) takeLocked(n, d, late int64, stalled bool) {
+// mode a caller late by at most late nanoseconds keeps the schedule; a busy
+// one (not back from idle time) that is later still, because it stalled,
+// keeps it as if late by exactly late. It requires that l.mu is held.
+func (l *Limiter) takeLocked(n, d, late int64, busy bool) {
 	if d > l.last {
 		l.last = d
 	}
@@ -262,7 +273,8 @@ func (l *Limiter) takeLocked(n, d, late int64, stalled bool) {
 	if l.full {
 		late += min(max(l.sent[l.oldest]+int64(window)+1-l.tat, 0), int64(l.interval))
 	}
-	l.recordLocked(max(n, d))
+	l.departed = max(n, d)
+	l.recordLocked(l.departed)
 	// TAT = max(TAT, now) + T, where T is the interval in force at the
 	// slot's own time (it differs from l.interval only during warm-up).
 	// In Leaky mode a caller that is only a little late — a timer's
@@ -276,16 +288,15 @@ func (l *Limiter) takeLocked(n, d, late int64, stalled bool) {
 	// and there is no burst; so it does at the first slot, which has no
 	// schedule to keep (a pipeline whose first message came 19ms after
 	// the limiter was made would otherwise send its second 1ms after it,
-	// at 50/s). A
-	// stalled caller is not idle time: it sheds only what is past late,
-	// so a wake-up 2 intervals late at 5000/s loses half an interval, not
-	// two, and the slots still go no closer together than after a wake-up
-	// exactly late by late.
+	// at 50/s). A stalled caller is not idle time: it sheds only what is
+	// past late, so a wake-up 3ms late at 5000/s loses 1ms, not 3, and the
+	// slots still go no closer together than after a wake-up exactly late
+	// by late.
 	switch {
 	case n <= l.tat:
 	case l.tau > 0 || !l.taken:
 		l.tat, l.tatFrac = n, 0
-	case n-l.tat > late && stalled:
+	case n-l.tat > late && busy:
 		l.tat, l.tatFrac = n-late, 0
 	case n-l.tat > late:
 		l.tat, l.tatFrac = n, 0
@@ -450,10 +461,13 @@ func (l *Limiter) intervalAt(n int64) float64 {
 // maxLeakyLate bounds how late a Leaky caller may be and keep the schedule.
 const maxLeakyLate = int64(time.Millisecond)
 
-// maxCatchUp bounds how late a caller of Allow may be and still keep the
-// schedule, or keep as much of it as that allows when it stalled: later
-// than this is idle time or a stall, not a timer's wake-up, and catching
-// it up would send two requests closer together than a slow rate allows.
+// maxCatchUp is how late a caller of Allow that waited for its slot may be
+// and still keep the schedule, or keep as much of it as that allows when it
+// stalled longer, and it bounds how late any other caller may be: later
+// than this is idle time or a long stall, and catching it up would send
+// requests closer together than a slow rate allows. At 5000/s (JetStream
+// → HTTP, 2 cores shared with the broker and the sink) the stalls it
+// catches up were a rate loss of 0.56–0.89% with 300µs; 0.03–0.18% with it.
 const maxCatchUp = int64(2 * time.Millisecond)
 
 // window is the length of the windows in which Leaky mode never lets more

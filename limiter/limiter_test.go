@@ -626,25 +626,29 @@ func TestAllowTakesTheSlotOnlyOnceItHasCome(t *testing.T) {
 	}
 }
 
-// A Leaky caller that waited for its slot and woke late by up to an
-// interval plus half an interval takes it as if on time, so the rate does
-// not lose its lateness; later than that, it keeps the schedule as if late
-// by exactly that much (it catches up by one slot, no more) and loses only
-// the rest. A caller that was not told to wait for the slot (idle time, or
-// a rate changed meanwhile) restarts the schedule from now.
+// A Leaky caller that waited for its slot and woke up to 2ms late takes
+// it as if on time, so the rate does not lose its lateness, and the slots
+// due meanwhile go at once; later than that, it keeps the schedule as if
+// late by exactly 2ms and loses only the rest. A caller that was not told
+// to wait for the slot and comes more than an interval after the last
+// departure (idle time) keeps it only up to an interval and a half late,
+// and else restarts the schedule from now.
 func TestAllowKeepsTheScheduleOfACallerAWakeUpLate(t *testing.T) {
 	tests := []struct {
 		late     time.Duration
 		waited   bool          // Next told the caller to wait for the slot
-		wantNext time.Duration // after the slot at 1s, taken late
+		wantMore int           // slots due at once after the one at 1s, taken late
+		wantNext time.Duration // the slot after those
 	}{
-		{0, true, 1001 * time.Millisecond},
-		{700 * time.Microsecond, true, 1001 * time.Millisecond},
-		{1500 * time.Microsecond, true, 1001500 * time.Microsecond}, // the next slot is due already: the caller catches up
-		{1600 * time.Microsecond, true, 1001600 * time.Microsecond}, // 0.1ms shed: as if 1.5ms late
-		{50 * time.Millisecond, true, 1050 * time.Millisecond},      // 48.5ms shed
-		{1600 * time.Microsecond, false, 1002600 * time.Microsecond},
-		{50 * time.Millisecond, false, 1051 * time.Millisecond},
+		{0, true, 0, 1001 * time.Millisecond},
+		{700 * time.Microsecond, true, 0, 1001 * time.Millisecond},
+		{1500 * time.Microsecond, true, 1, 1002 * time.Millisecond},
+		{1600 * time.Microsecond, true, 1, 1002 * time.Millisecond},
+		{2500 * time.Microsecond, true, 2, 1003500 * time.Microsecond}, // 0.5ms shed: as if 2ms late
+		{50 * time.Millisecond, true, 2, 1051 * time.Millisecond},      // 48ms shed
+		{1500 * time.Microsecond, false, 1, 1002 * time.Millisecond},
+		{1600 * time.Microsecond, false, 0, 1002600 * time.Microsecond},
+		{50 * time.Millisecond, false, 0, 1051 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 1000, Burst: 1})
@@ -655,48 +659,54 @@ func TestAllowKeepsTheScheduleOfACallerAWakeUpLate(t *testing.T) {
 				t.Fatalf("Next = start+%v; want start+1s", got.Sub(start))
 			}
 		}
-		if !l.Allow(slot.Add(tt.late)) {
+		now := slot.Add(tt.late)
+		if !l.Allow(now) {
 			t.Fatalf("late by %v: Allow = false; want the slot", tt.late)
 		}
-		if got := l.Next(slot.Add(tt.late)).Sub(start); got != tt.wantNext {
+		more := 0
+		for l.Allow(now) {
+			more++
+		}
+		if more != tt.wantMore {
+			t.Errorf("late by %v, waited %v: %d more slots due at once; want %d", tt.late, tt.waited, more, tt.wantMore)
+		}
+		if got := l.Next(now).Sub(start); got != tt.wantNext {
 			t.Errorf("late by %v, waited %v: the next slot is at start+%v; want start+%v", tt.late, tt.waited, got, tt.wantNext)
 		}
 	}
 }
 
-// A stalled caller catches up no more, however late, than one woken an
-// interval and a half late: at 5000/s, woken 1 ms late for every tenth
-// slot, no 1 ms holds more than 7 slots (5, and 2 more: the one due
-// already and the next, half an interval on), and the schedule loses
-// only what is past an interval and a half of each stall.
-func TestAStalledCallerCatchesUpAsIfAnIntervalAndAHalfLateAndLosesTheRest(t *testing.T) {
+// A stalled caller catches up no more, however late, than one woken 2ms
+// late (maxCatchUp), and the slots that it and the callers right after it
+// owe go at once: at 5000/s, woken 3ms late for every 250th slot, each
+// stall loses 1ms and sends 11 slots together (no 1ms holds more than 16),
+// and no 100ms window holds more than 501.
+func TestAStalledCallerCatchesUpAsIfTwoMillisecondsLateAndLosesTheRest(t *testing.T) {
 	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 5000, Burst: 1})
 	now := start
-	var sent []time.Time
-	for k := range 1000 {
-		slot := l.Next(now)
-		now = slot
-		if k%10 == 9 {
-			now = slot.Add(time.Millisecond)
+	var sent []time.Duration
+	for k := range 10000 {
+		if slot := l.Next(now); slot.After(now) {
+			now = slot
+			if k%250 == 249 {
+				now = slot.Add(3 * time.Millisecond)
+			}
 		}
 		if !l.Allow(now) {
-			t.Fatalf("slot %d: Allow(%v) = false", k, now.Sub(start))
+			t.Fatalf("slot %d: Allow(start+%v) = false", k, now.Sub(start))
 		}
-		sent = append(sent, now)
+		sent = append(sent, now.Sub(start))
 	}
-	for i := range sent {
-		j := i
-		for j < len(sent) && sent[j].Sub(sent[i]) < time.Millisecond {
-			j++
-		}
-		if j-i > 7 {
-			t.Fatalf("%d slots in the 1ms from %v; want at most 7", j-i, sent[i].Sub(start))
-		}
+	if got := maxInWindow(sent, time.Millisecond-1); got > 16 {
+		t.Errorf("%d slots in 1ms; want at most 16: the 11 of a stall and the next 5", got)
 	}
-	// Each stall sheds 1ms - 300µs = 700µs; the last one, slot 999's own,
-	// is still its wake-up.
-	if got, want := sent[len(sent)-1].Sub(start), 999*200*time.Microsecond+99*700*time.Microsecond+time.Millisecond; got != want {
-		t.Errorf("slot 999 went at start+%v; want start+%v", got, want)
+	if got := maxInWindow(sent, 100*time.Millisecond); got > 501 {
+		t.Errorf("%d slots in 100ms; want at most 501", got)
+	}
+	// Each of the first 39 stalls sheds 1ms; the last one, slot 9999's
+	// own, is still its wake-up.
+	if got, want := sent[len(sent)-1], 9999*200*time.Microsecond+39*time.Millisecond+3*time.Millisecond; got != want {
+		t.Errorf("slot 9999 went at start+%v; want start+%v", got, want)
 	}
 }
 
