@@ -22,10 +22,10 @@
 //
 // A caller woken a little late for its slot keeps the schedule, so the rate
 // does not lose its wake-ups; the next slot then comes sooner. Leaky mode
-// therefore also remembers its last departures, as many as a 100ms window
-// may hold, and gives no slot that would put limit/10 + 1 of them in one:
-// what the schedule forgives never shows as a burst to an API that counts
-// per 100ms or per second.
+// therefore also remembers its departures of the last second, and gives no
+// slot that would put more than limit/10 + 1 of them in any 100ms or more
+// than limit + 1 in any second: what the schedule forgives never shows as a
+// burst to an API that counts per 100ms or per second.
 //
 // Shared applies the same formula to one limit for several replicas: the
 // TAT, the limit and the burst live in one Redis key moved by a Lua script
@@ -166,18 +166,11 @@ type Limiter struct {
 	// it, whose lateness is its wake-up's, not idle time.
 	promised int64
 
-	// sent holds, in Leaky mode, the departure times of the last slots
-	// taken (a slot's time, or its caller's now when that is later), as a
-	// ring whose oldest entry is sent[oldest] once it is full: as many as a
-	// closed window of length window may hold, window·limit + 1. The next
-	// slot comes after the oldest of them plus window, so no such window
-	// ever holds more, whatever lateness the schedule forgives. A rate
-	// change empties it. It is empty in Token mode, and beyond
-	// maxWindowSlots.
-	sent   []int64
-	oldest int
-	// full is whether sent holds a departure in every entry.
-	full bool
+	// window remembers, in Leaky mode, the last departures, and holds the
+	// next slot back until no 100ms or 1s window would hold more than
+	// limit/10 + 1 or limit + 1 of them, whatever lateness the schedule
+	// forgives. A rate change empties it.
+	window departures
 	// departed is the departure time of the last slot taken, in every
 	// mode.
 	departed int64
@@ -206,9 +199,10 @@ func New(cfg Config, now time.Time) (*Limiter, error) {
 // exactly 1/limit apart; a caller late for its slot by less than half an
 // interval (and at most 1ms: a timer waking late) gets it at its now, so
 // the next slot can come up to that much sooner, and the long-run rate stays
-// exact; no closed 100ms window holds more than limit/10 + 1 slots. No slot
-// is earlier than the start passed to New.
-// Reserve does not allocate.
+// exact; no closed 100ms window holds more than limit/10 + 1 slots, and no
+// second more than limit + 1. No slot is earlier than the start passed to
+// New. Reserve does not allocate, but for the record of the departures of
+// the last second while it grows (limit + 1 of them, in doubling steps).
 func (l *Limiter) Reserve(now time.Time) time.Time {
 	// Sub saturates instead of overflowing. A time before the start counts
 	// as the start, so every slot and every state time below is >= 0.
@@ -228,7 +222,7 @@ func (l *Limiter) Reserve(now time.Time) time.Time {
 // that may not use a slot waits for one: ask Next, sleep until then, and
 // take the slot with Allow. If the schedule moved meanwhile (SetRate), Allow
 // refuses and the caller asks Next again, so no slot is ever taken and then
-// left unused. Allow does not allocate.
+// left unused. Allow allocates as little as Reserve.
 func (l *Limiter) Allow(now time.Time) bool {
 	n := max(int64(now.Sub(l.start)), 0)
 	l.mu.Lock()
@@ -244,9 +238,9 @@ func (l *Limiter) Allow(now time.Time) bool {
 	// was not idle — Next told it to wait for this very slot, or it comes
 	// within maxCatchUp of the last departure — keeps the schedule up to
 	// maxCatchUp late whatever the interval (at 5000/s the ten slots of a
-	// 2ms stall then go together, which the window keeps out of any 100ms
-	// that is full), and later still keeps as much of it as that allows
-	// and loses only the rest.
+	// 2ms stall then go together, which the windows keep out of any 100ms
+	// or second that is full), and later still keeps as much of it as that
+	// allows and loses only the rest.
 	busy := l.promised == l.slotLocked(0) || // the slot it waited for, though d is now
 		l.taken && n-l.departed <= maxCatchUp
 	l.promised = -1
@@ -270,11 +264,9 @@ func (l *Limiter) takeLocked(n, d, late int64, busy bool) {
 	// by that much: the hold, up to an interval, is forgiven along with
 	// the caller's own lateness (no more, or the schedule could fall ever
 	// further behind and the window alone would set the rate).
-	if l.full {
-		late += min(max(l.sent[l.oldest]+int64(window)+1-l.tat, 0), int64(l.interval))
-	}
+	late += min(max(l.window.earliest()-l.tat, 0), int64(l.interval))
 	l.departed = max(n, d)
-	l.recordLocked(l.departed)
+	l.window.add(l.departed)
 	// TAT = max(TAT, now) + T, where T is the interval in force at the
 	// slot's own time (it differs from l.interval only during warm-up).
 	// In Leaky mode a caller that is only a little late — a timer's
@@ -282,9 +274,9 @@ func (l *Limiter) takeLocked(n, d, late int64, busy bool) {
 	// lateness does not lower the rate. With Reserve's allowance, under half
 	// an interval, any window of length w still holds at most w/T + 1
 	// slots; Allow's, an interval more (at most maxCatchUp), lets a late
-	// caller catch up by one slot, and the window of the last departures
-	// (slotLocked) keeps even that out of any 100ms window that holds
-	// limit/10 + 1 already. After real idle time the schedule restarts
+	// caller catch up by one slot, and the windows of the last departures
+	// (slotLocked) keep even that out of any 100ms or second that is full
+	// already. After real idle time the schedule restarts
 	// and there is no burst; so it does at the first slot, which has no
 	// schedule to keep (a pipeline whose first message came 19ms after
 	// the limiter was made would otherwise send its second 1ms after it,
@@ -327,31 +319,14 @@ func (l *Limiter) Next(now time.Time) time.Time {
 
 // slotLocked returns the slot for a caller at n nanoseconds after the start:
 // max(n, TAT-tau), rounded up to a whole nanosecond so that rounding never
-// lets a slot go early, and in Leaky mode no earlier than a window after
-// the oldest of the last departures that a window may hold. It requires
-// that l.mu is held.
+// lets a slot go early, and in Leaky mode no earlier than the windows of
+// the last departures allow. It requires that l.mu is held.
 func (l *Limiter) slotLocked(n int64) int64 {
 	d := l.tat - l.tau // tat >= 0 and tau <= maxNanos: no overflow
 	if l.tatFrac > l.tauFrac {
 		d++
 	}
-	if l.full {
-		d = max(d, addSat(l.sent[l.oldest], int64(window)+1))
-	}
-	return max(d, n)
-}
-
-// recordLocked notes a departure at t in the ring of the last ones. It
-// requires that l.mu is held.
-func (l *Limiter) recordLocked(t int64) {
-	if len(l.sent) == 0 {
-		return
-	}
-	l.sent[l.oldest] = t
-	l.oldest++
-	if l.oldest == len(l.sent) {
-		l.oldest, l.full = 0, true
-	}
+	return max(d, n, l.window.earliest())
 }
 
 // SetRate is SetRateAt(time.Now(), limit, burst).
@@ -412,18 +387,10 @@ func (l *Limiter) setRate(limit float64, burst int) {
 	tau := math.Min(float64(burst-1)*l.interval, maxNanos)
 	l.tau = int64(math.Floor(tau))
 	l.tauFrac = tau - math.Floor(tau)
-	size := 0
+	// The windows start afresh: a rate change takes effect from now.
 	if l.mode == Leaky {
-		size = int(math.Min(math.Floor(float64(window)/l.interval)+1, maxWindowSlots+1))
-		if size > maxWindowSlots {
-			size = 0
-		}
+		l.window.reset(l.interval)
 	}
-	// The window starts afresh: a rate change takes effect from now.
-	if size != len(l.sent) {
-		l.sent = make([]int64, size)
-	}
-	l.oldest, l.full = 0, false
 }
 
 // Limit returns the limit in slots per second in force at now: the
@@ -469,16 +436,6 @@ const maxLeakyLate = int64(time.Millisecond)
 // → HTTP, 2 cores shared with the broker and the sink) the stalls it
 // catches up were a rate loss of 0.56–0.89% with 300µs; 0.03–0.18% with it.
 const maxCatchUp = int64(2 * time.Millisecond)
-
-// window is the length of the windows in which Leaky mode never lets more
-// than window·limit + 1 slots go (limit/10 + 1 in any 100ms): APIs count
-// per second or per 100ms, and a window of a second holds ten of them.
-const window = 100 * time.Millisecond
-
-// maxWindowSlots bounds the ring of the last departures (128 KiB): above
-// 163 830/s Leaky mode keeps no window, and a window may hold the two or
-// three slots of catch-up that the schedule allows, under 0.02% of it.
-const maxWindowSlots = 1 << 14
 
 // lateAllowed is how many nanoseconds late a Leaky caller may be and still
 // keep the schedule: half an interval, at most maxLeakyLate. It requires that

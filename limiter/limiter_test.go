@@ -241,8 +241,9 @@ func TestLeakyNoHundredMillisecondWindowHoldsMoreThanATenthOfLimitPlusOne(t *tes
 // The pipeline takes slots with Next and Allow: it asks Next, sleeps until
 // the slot and takes it with Allow when it wakes, which may be late (a
 // timer, a thread not run in time, a stall) or after idle time. However
-// late it wakes, no 100 ms window holds more than limit/10 + 1 slots, so an
-// API that counts per 100 ms never sees the catch-up that keeps the rate.
+// late it wakes, no 100ms window holds more than limit/10 + 1 slots and no
+// second more than limit + 1, so an API that counts per 100ms or per second
+// never sees the catch-up that keeps the rate.
 func TestLeakyNoHundredMillisecondWindowHoldsMoreThanATenthOfLimitPlusOneWhateverTheWakeUps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, limit := range []float64{3, 10, 50, 333, 1000, 5000, 20000} {
@@ -272,6 +273,10 @@ func TestLeakyNoHundredMillisecondWindowHoldsMoreThanATenthOfLimitPlusOneWhateve
 		want := int(limit/10) + 1
 		if got := maxInWindow(sent, 100*time.Millisecond); got > want {
 			t.Errorf("limit %v: most slots in a 100ms window = %d; want <= %d", limit, got, want)
+		}
+		// A second is kept up to 16 383/s (maxWindowSlots).
+		if got, want := maxInWindow(sent, time.Second), int(limit)+1; limit < 16384 && got > want {
+			t.Errorf("limit %v: most slots in a second = %d; want <= %d", limit, got, want)
 		}
 	}
 }
@@ -680,7 +685,7 @@ func TestAllowKeepsTheScheduleOfACallerAWakeUpLate(t *testing.T) {
 // late (maxCatchUp), and the slots that it and the callers right after it
 // owe go at once: at 5000/s, woken 3ms late for every 250th slot, each
 // stall loses 1ms and sends 11 slots together (no 1ms holds more than 16),
-// and no 100ms window holds more than 501.
+// and no 100ms window holds more than 501, no second more than 5001.
 func TestAStalledCallerCatchesUpAsIfTwoMillisecondsLateAndLosesTheRest(t *testing.T) {
 	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 5000, Burst: 1})
 	now := start
@@ -703,10 +708,41 @@ func TestAStalledCallerCatchesUpAsIfTwoMillisecondsLateAndLosesTheRest(t *testin
 	if got := maxInWindow(sent, 100*time.Millisecond); got > 501 {
 		t.Errorf("%d slots in 100ms; want at most 501", got)
 	}
+	if got := maxInWindow(sent, time.Second); got > 5001 {
+		t.Errorf("%d slots in a second; want at most 5001", got)
+	}
 	// Each of the first 39 stalls sheds 1ms; the last one, slot 9999's
 	// own, is still its wake-up.
 	if got, want := sent[len(sent)-1], 9999*200*time.Microsecond+39*time.Millisecond+3*time.Millisecond; got != want {
 		t.Errorf("slot 9999 went at start+%v; want start+%v", got, want)
+	}
+}
+
+// Stalls caught up in every 100ms could each stay within limit/10 + 1 and
+// still add up to more than limit + 1 in a second: at 5000/s, woken 1.9ms
+// late for every 499th slot, a second would hold 5010 (measured with the
+// 100ms window alone). The second's own window keeps it to 5001.
+func TestLeakyCatchUpsNeverAddUpToMoreThanLimitPlusOneInASecond(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 5000, Burst: 1})
+	now := start
+	var sent []time.Duration
+	for k := range 20000 {
+		if slot := l.Next(now); slot.After(now) {
+			now = slot
+			if k%499 == 498 {
+				now = slot.Add(1900 * time.Microsecond)
+			}
+		}
+		if !l.Allow(now) {
+			t.Fatalf("slot %d: Allow(start+%v) = false", k, now.Sub(start))
+		}
+		sent = append(sent, now.Sub(start))
+	}
+	if got := maxInWindow(sent, time.Second); got > 5001 {
+		t.Errorf("%d slots in a second; want at most 5001", got)
+	}
+	if got := maxInWindow(sent, 100*time.Millisecond); got > 501 {
+		t.Errorf("%d slots in 100ms; want at most 501", got)
 	}
 }
 
