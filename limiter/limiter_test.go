@@ -681,20 +681,19 @@ func TestAllowKeepsTheScheduleOfACallerAWakeUpLate(t *testing.T) {
 	}
 }
 
-// A stalled caller catches up no more, however late, than one woken 2ms
-// late (maxCatchUp), and the slots that it and the callers right after it
-// owe go at once: at 5000/s, woken 3ms late for every 250th slot, each
-// stall loses 1ms and sends 11 slots together (no 1ms holds more than 16),
-// and no 100ms window holds more than 501, no second more than 5001.
-func TestAStalledCallerCatchesUpAsIfTwoMillisecondsLateAndLosesTheRest(t *testing.T) {
-	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 5000, Burst: 1})
+// takeStalling takes n slots of l the way the pipeline's scheduler does: it
+// asks Next, sleeps until the slot when it is still to come, and takes it
+// with Allow, woken stall late for every every-th slot. It returns when each
+// went, after start.
+func takeStalling(t *testing.T, l *limiter.Limiter, n, every int, stall time.Duration) []time.Duration {
+	t.Helper()
 	now := start
-	var sent []time.Duration
-	for k := range 10000 {
+	sent := make([]time.Duration, 0, n)
+	for k := range n {
 		if slot := l.Next(now); slot.After(now) {
 			now = slot
-			if k%250 == 249 {
-				now = slot.Add(3 * time.Millisecond)
+			if k%every == every-1 {
+				now = slot.Add(stall)
 			}
 		}
 		if !l.Allow(now) {
@@ -702,6 +701,17 @@ func TestAStalledCallerCatchesUpAsIfTwoMillisecondsLateAndLosesTheRest(t *testin
 		}
 		sent = append(sent, now.Sub(start))
 	}
+	return sent
+}
+
+// A stalled caller catches up no more, however late, than one woken 2ms
+// late (maxCatchUp), and the slots that it and the callers right after it
+// owe go at once: at 5000/s, woken 3ms late for every 250th slot, each
+// stall loses 1ms and sends 11 slots together (no 1ms holds more than 16),
+// and no 100ms window holds more than 501, no second more than 5001.
+func TestAStalledCallerCatchesUpAsIfTwoMillisecondsLateAndLosesTheRest(t *testing.T) {
+	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 5000, Burst: 1})
+	sent := takeStalling(t, l, 10000, 250, 3*time.Millisecond)
 	if got := maxInWindow(sent, time.Millisecond-1); got > 16 {
 		t.Errorf("%d slots in 1ms; want at most 16: the 11 of a stall and the next 5", got)
 	}
@@ -724,20 +734,7 @@ func TestAStalledCallerCatchesUpAsIfTwoMillisecondsLateAndLosesTheRest(t *testin
 // 100ms window alone). The second's own window keeps it to 5001.
 func TestLeakyCatchUpsNeverAddUpToMoreThanLimitPlusOneInASecond(t *testing.T) {
 	l := newLimiter(t, limiter.Config{Mode: limiter.Leaky, Limit: 5000, Burst: 1})
-	now := start
-	var sent []time.Duration
-	for k := range 20000 {
-		if slot := l.Next(now); slot.After(now) {
-			now = slot
-			if k%499 == 498 {
-				now = slot.Add(1900 * time.Microsecond)
-			}
-		}
-		if !l.Allow(now) {
-			t.Fatalf("slot %d: Allow(start+%v) = false", k, now.Sub(start))
-		}
-		sent = append(sent, now.Sub(start))
-	}
+	sent := takeStalling(t, l, 20000, 499, 1900*time.Microsecond)
 	if got := maxInWindow(sent, time.Second); got > 5001 {
 		t.Errorf("%d slots in a second; want at most 5001", got)
 	}
