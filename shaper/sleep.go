@@ -71,11 +71,11 @@ type Alarm interface {
 // MachineClock is the machine's clock. Its alarms wait in the network
 // poller, on Linux on a timerfd: the kernel wakes the poller at the very
 // nanosecond (a Go timer wakes it in whole milliseconds, up to one late,
-// which at hundreds of departures a second is jitter at the sink and in
-// leaky mode beyond half an interval rate lost), and the waiting goroutine
-// holds no thread. Measured at 100/s JetStream → HTTP: 7–8 context
-// switches per message at GOMAXPROCS 1 against 16–18 with a Go timer and a
-// sleep in the kernel at GOMAXPROCS 2.
+// which at hundreds of departures a second is jitter at the sink, and in
+// leaky mode requests that the limiter lets go together to catch up), and
+// the waiting goroutine holds no thread. Measured at 100/s JetStream →
+// HTTP: 7–8 context switches per message at GOMAXPROCS 1 against 16–18
+// with a Go timer and a sleep in the kernel at GOMAXPROCS 2.
 //
 // With GOMAXPROCS above 1 an alarm sleeps the last precise before t in the
 // kernel holding its P (sleepHoldingP), while fewer than GOMAXPROCS-1 other
