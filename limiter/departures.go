@@ -33,6 +33,10 @@ type departures struct {
 	// most is how many departures each window (shortWindow, longWindow)
 	// may hold, w·limit + 1, or 0 when it is not kept.
 	most [2]int
+	// until is the earliest time at which the next departure keeps every
+	// window within its most, or 0 when none holds it back: worked out
+	// once per departure, read by every slot asked for until the next.
+	until int64
 }
 
 // windowLengths returns shortWindow and longWindow in nanoseconds.
@@ -52,32 +56,27 @@ func (w *departures) reset(interval float64) {
 	if cap(w.times) > w.size {
 		w.times = nil
 	}
-	w.times, w.next = w.times[:0], 0
+	w.times, w.next, w.until = w.times[:0], 0, 0
 }
 
-// add remembers a departure at t, later than or as late as every other.
+// add remembers a departure at t, later than or as late as every other,
+// and works out until: for each window, just past the end of the one that
+// starts at the departure most-1 before this one.
 func (w *departures) add(t int64) {
 	switch {
 	case w.size == 0:
+		return
 	case len(w.times) < w.size:
 		w.times = append(w.times, t)
 	default:
 		w.times[w.next] = t
 		w.next = (w.next + 1) % w.size
 	}
-}
-
-// earliest returns the earliest time at which the next departure keeps
-// every window within its most: just past the end of the window that
-// starts at the departure most-1 before the last. It returns 0 when no
-// window holds anything back.
-func (w *departures) earliest() int64 {
-	var t int64
+	w.until = 0
 	for i, length := range windowLengths() {
 		if n := w.most[i]; n > 0 && n <= len(w.times) {
 			first := w.times[(w.next-n+len(w.times))%len(w.times)]
-			t = max(t, addSat(first, length+1))
+			w.until = max(w.until, addSat(first, length+1))
 		}
 	}
-	return t
 }

@@ -227,8 +227,8 @@ func (l *Limiter) Allow(now time.Time) bool {
 	n := max(int64(now.Sub(l.start)), 0)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d := l.slotLocked(n)
-	if d > n {
+	slot := l.slotLocked(0) // the next slot, whenever the caller came
+	if slot > n {
 		return false
 	}
 	// The caller may have waited for this slot, so its lateness is a
@@ -241,14 +241,13 @@ func (l *Limiter) Allow(now time.Time) bool {
 	// 2ms stall then go together, which the windows keep out of any 100ms
 	// or second that is full), and later still keeps as much of it as that
 	// allows and loses only the rest.
-	busy := l.promised == l.slotLocked(0) || // the slot it waited for, though d is now
-		l.taken && n-l.departed <= maxCatchUp
+	busy := l.promised == slot || l.taken && n-l.departed <= maxCatchUp
 	l.promised = -1
 	late := min(int64(l.interval)+l.lateAllowed(), maxCatchUp)
 	if busy {
 		late = maxCatchUp
 	}
-	l.takeLocked(n, d, late, busy)
+	l.takeLocked(n, n, late, busy)
 	return true
 }
 
@@ -264,7 +263,7 @@ func (l *Limiter) takeLocked(n, d, late int64, busy bool) {
 	// by that much: the hold, up to an interval, is forgiven along with
 	// the caller's own lateness (no more, or the schedule could fall ever
 	// further behind and the window alone would set the rate).
-	late += min(max(l.window.earliest()-l.tat, 0), int64(l.interval))
+	late += min(max(l.window.until-l.tat, 0), int64(l.interval))
 	l.departed = max(n, d)
 	l.window.add(l.departed)
 	// TAT = max(TAT, now) + T, where T is the interval in force at the
@@ -325,7 +324,7 @@ func (l *Limiter) slotLocked(n int64) int64 {
 	if l.tatFrac > l.tauFrac {
 		d++
 	}
-	return max(d, n, l.window.earliest())
+	return max(d, n, l.window.until)
 }
 
 // SetRate is SetRateAt(time.Now(), limit, burst).
