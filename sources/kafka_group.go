@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 
 	"github.com/shaper-dev/shaper/shaper"
@@ -28,15 +29,16 @@ import (
 // The partitionFetcher reads the claimed partitions; Kafka hands out what
 // it reads, and its receipts settle here.
 type kafkaSession struct {
-	cfg        KafkaConfig
-	groupCfg   kafka.ConsumerGroupConfig
-	settleWait time.Duration // how long the end of a generation waits for its messages
-	log        *slog.Logger
-	health     *kafkaHealth
-	marks      *commitTracker
-	transport  *kafka.Transport // commits, and reads the commit metadata
-	addr       net.Addr         // the brokers, for transport
-	fetcher    *partitionFetcher
+	cfg         KafkaConfig
+	groupCfg    kafka.ConsumerGroupConfig
+	settleWait  time.Duration // how long the end of a generation waits for its messages
+	log         *slog.Logger
+	health      *kafkaHealth
+	marks       *commitTracker
+	transport   *kafka.Transport  // reads the commit metadata
+	addr        net.Addr          // the brokers, for transport
+	coordinator *groupCoordinator // commits
+	fetcher     *partitionFetcher
 
 	group      atomic.Pointer[kafka.ConsumerGroup] // nil until the topic is first seen
 	wake       chan struct{}                       // size 1: a nacked message may be due, or a generation began
@@ -57,20 +59,21 @@ type kafkaSession struct {
 func newKafkaSession(cfg KafkaConfig, groupCfg kafka.ConsumerGroupConfig, transport *kafka.Transport,
 	fetcher *partitionFetcher, health *kafkaHealth, log *slog.Logger) *kafkaSession {
 	return &kafkaSession{
-		cfg:        cfg,
-		groupCfg:   groupCfg,
-		settleWait: min(cfg.RebalanceTimeout/4, cfg.SessionTimeout/4, kafkaSettleWaitMax),
-		log:        log,
-		health:     health,
-		marks:      newCommitTracker(),
-		transport:  transport,
-		addr:       kafka.TCP(cfg.Brokers...),
-		fetcher:    fetcher,
-		wake:       make(chan struct{}, 1),
-		commitWake: make(chan struct{}, 1),
-		settleWake: make(chan struct{}, 1),
-		done:       make(chan struct{}),
-		claims:     make(map[int]*kafkaClaim),
+		cfg:         cfg,
+		groupCfg:    groupCfg,
+		settleWait:  min(cfg.RebalanceTimeout/4, cfg.SessionTimeout/4, kafkaSettleWaitMax),
+		log:         log,
+		health:      health,
+		marks:       newCommitTracker(),
+		transport:   transport,
+		addr:        kafka.TCP(cfg.Brokers...),
+		coordinator: newGroupCoordinator(transport, kafka.TCP(cfg.Brokers...), cfg.Group),
+		fetcher:     fetcher,
+		wake:        make(chan struct{}, 1),
+		commitWake:  make(chan struct{}, 1),
+		settleWake:  make(chan struct{}, 1),
+		done:        make(chan struct{}),
+		claims:      make(map[int]*kafkaClaim),
 	}
 }
 
@@ -441,8 +444,8 @@ func (s *kafkaSession) run(gen *kafka.Generation, fn func(ctx context.Context)) 
 }
 
 // commitGeneration commits, with g, the marks that advanced, at most once
-// every CommitInterval, until ctx ends with g; then it ends g (see
-// endGeneration).
+// every CommitInterval (a commit that failed is tried again then), until ctx
+// ends with g; then it ends g (see endGeneration).
 func (s *kafkaSession) commitGeneration(ctx context.Context, g *kafkaGeneration) {
 	last := time.Now()
 	for ctx.Err() == nil {
@@ -456,7 +459,8 @@ func (s *kafkaSession) commitGeneration(ctx context.Context, g *kafkaGeneration)
 		}
 		last = time.Now()
 		if err := s.commit(g, s.ownMarks(g, s.marks.advanced(nil), claimOwned)); err != nil {
-			s.log.Debug("kafka: commit offsets; retried at the next commit", "err", err)
+			s.log.Debug("kafka: commit offsets; retried after the commit interval", "err", err)
+			notify(s.commitWake) // the marks that failed are returned again
 		}
 	}
 	s.endGeneration(g)
@@ -588,7 +592,12 @@ func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, ma
 		RetentionTimeMs: -1, // the broker's offsets.retention.minutes
 		Topics:          []offsetcommit.RequestTopic{{Name: s.cfg.Topic, Partitions: parts}},
 	}
-	res, err := s.transport.RoundTrip(ctx, s.addr, req)
+	res, err := s.coordinator.roundTrip(ctx, req, func(res protocol.Message) bool {
+		r, ok := res.(*offsetcommit.Response)
+		return ok && slices.ContainsFunc(r.Topics, func(t offsetcommit.ResponseTopic) bool {
+			return slices.ContainsFunc(t.Partitions, func(p offsetcommit.ResponsePartition) bool { return isCoordinatorError(p.ErrorCode) })
+		})
+	})
 	if err != nil {
 		s.marks.retry(marks)
 		return nil, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", offsets, g.gen.ID, err)

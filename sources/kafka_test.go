@@ -1461,6 +1461,77 @@ func TestKafkaCommitsLessMetadataWhenTheBrokerRefusesItAsTooLarge(t *testing.T) 
 	waitCommitted(t, cl, "g", map[int]int64{0: n, 1: -1, 2: -1, 3: -1})
 }
 
+// Commits go straight to the group's coordinator: it is looked up once, not
+// before every commit, and again when the broker answers that it is not the
+// coordinator (it moved); the refused commit is made again by itself.
+func TestKafkaCommitsLookTheCoordinatorUpOnceAndAgainWhenItMoves(t *testing.T) {
+	t.Parallel()
+	c, cl, cfg := startKafkaGroup(t)
+	var lookUps, commits atomic.Int64
+	var refuse atomic.Bool
+	c.ControlKey(int16(kmsg.FindCoordinator), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		lookUps.Add(1)
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		commits.Add(1)
+		if !refuse.CompareAndSwap(true, false) {
+			return nil, nil, false // the cluster commits it
+		}
+		req := kreq.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotCoordinator.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	const n = 8
+	produce(t, cl, 0, n, 0)
+	src, _ := newKafkaSource(t, cfg, 100)
+	got := fetchN(t, src, n, 100)
+	slices.SortFunc(got, func(a, b *shaper.Message) int {
+		_, oa := partitionOffset(t, a.ID)
+		_, ob := partitionOffset(t, b.ID)
+		return int(oa - ob)
+	})
+	// ackAndAwait acks m and waits until the broker has seen want commits
+	// more than before.
+	ackAndAwait := func(m *shaper.Message, want int64) {
+		t.Helper()
+		before := commits.Load()
+		ack(t, m)
+		for deadline := time.Now().Add(10 * time.Second); commits.Load() < before+want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after acking %s the broker saw %d commits; want %d", m.ID, commits.Load()-before, want)
+			}
+		}
+	}
+
+	ackAndAwait(got[0], 1)
+	first := lookUps.Load()
+	for _, m := range got[1:6] {
+		ackAndAwait(m, 1)
+	}
+	if n := lookUps.Load() - first; n != 0 {
+		t.Errorf("5 commits looked the coordinator up %d times; want 0 (it is known)", n)
+	}
+	refuse.Store(true)
+	ackAndAwait(got[6], 2) // refused, then made again without another ack
+	if n := lookUps.Load() - first; n != 1 {
+		t.Errorf("a commit refused as not the coordinator's and the next one looked the coordinator up %d times; want 1", n)
+	}
+	waitCommitted(t, cl, "g", map[int]int64{0: 7, 1: -1, 2: -1, 3: -1})
+}
+
 // Commits carry the generation: once the group has moved on, a commit of
 // an ended generation is refused, whatever its offsets and metadata.
 func TestKafkaCommitOfAnEndedGenerationIsRefused(t *testing.T) {
