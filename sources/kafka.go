@@ -71,9 +71,12 @@ var errKafkaClosed = errors.New("kafka: source closed")
 // one past the last one fetched when all are acked (see commitTracker). An
 // Ack makes its offset committable at once. The source commits, with the
 // generation that assigned the partition, every CommitInterval while acks
-// come, when the generation ends (a rebalance, or Close), and never an
-// offset past an unfinished message. A crash loses nothing: every message not
-// acked, and those acked after the last commit, are redelivered to the group.
+// come (a failed commit is tried again after CommitInterval), when the
+// generation ends (a rebalance, or Close), and never an offset past an
+// unfinished message. A crash loses nothing: every message not acked, and
+// those acked after the last commit, are redelivered to the group. Commits
+// go straight to the group's coordinator, looked up once and again only when
+// a commit to it fails (see groupCoordinator).
 //
 // Each commit also stores, in the metadata Kafka keeps beside a committed
 // offset, which offsets above it are finished (see kafka_metadata.go; at
