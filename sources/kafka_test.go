@@ -826,7 +826,7 @@ func TestKafkaReadyNamesTheProblemAndNewKafkaDoesNotFail(t *testing.T) {
 	}
 }
 
-func TestKafkaConsumesWithSASL(t *testing.T) {
+func TestKafkaConsumesAndCommitsWithSASL(t *testing.T) {
 	t.Parallel()
 	for _, mech := range []string{kafkaconn.SASLPlain, kafkaconn.SASLScramSHA256} {
 		t.Run(mech, func(t *testing.T) {
@@ -839,6 +839,8 @@ func TestKafkaConsumesWithSASL(t *testing.T) {
 			src, _ := newKafkaSource(t, cfg, 100)
 			ack(t, fetchN(t, src, 3, 10)...)
 			waitReady(t, src)
+			// Commits go straight to the coordinator, over a connection that authenticates too.
+			waitCommitted(t, cl, "g", map[int]int64{0: 3, 1: -1, 2: -1, 3: -1})
 		})
 	}
 }
