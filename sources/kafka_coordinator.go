@@ -2,6 +2,7 @@ package sources
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,10 +34,9 @@ func newGroupCoordinator(transport *kafka.Transport, addr net.Addr, group string
 }
 
 // roundTrip sends req to the group's coordinator, looking it up first when
-// it is not known, and returns the answer. When the request fails, or
-// notHere finds in the answer that the broker is not (or no longer) the
-// group's coordinator, the coordinator is looked up again for the next one.
-func (c *groupCoordinator) roundTrip(ctx context.Context, req protocol.Message, notHere func(protocol.Message) bool) (protocol.Message, error) {
+// it is not known, and returns the answer. When the request fails, the
+// coordinator is looked up again for the next one.
+func (c *groupCoordinator) roundTrip(ctx context.Context, req protocol.Message) (protocol.Message, error) {
 	id := c.id.Load()
 	if id < 0 {
 		var err error
@@ -46,10 +46,16 @@ func (c *groupCoordinator) roundTrip(ctx context.Context, req protocol.Message, 
 		c.id.Store(id)
 	}
 	res, err := c.transport.RoundTrip(ctx, c.addr, toBroker{Message: req, id: id})
-	if err != nil || notHere(res) {
-		c.id.CompareAndSwap(id, -1) // unless another request looked it up since
+	if err != nil {
+		c.forget()
 	}
 	return res, err
+}
+
+// forget has the next request look the coordinator up again: a request to
+// it failed, or it answered that it is not (or no longer) the group's.
+func (c *groupCoordinator) forget() {
+	c.id.Store(-1)
 }
 
 // lookUp asks the cluster which broker coordinates the group.
@@ -70,14 +76,10 @@ func (c *groupCoordinator) lookUp(ctx context.Context) (int32, error) {
 	return r.NodeID, nil
 }
 
-// isCoordinatorError reports whether code, a broker's answer, says that the
+// isCoordinatorError reports whether err, a broker's answer, says that the
 // group is to be asked of another broker, or of the same one later.
-func isCoordinatorError(code int16) bool {
-	switch kafka.Error(code) {
-	case kafka.NotCoordinatorForGroup, kafka.GroupCoordinatorNotAvailable:
-		return true
-	}
-	return false
+func isCoordinatorError(err error) bool {
+	return errors.Is(err, kafka.NotCoordinatorForGroup) || errors.Is(err, kafka.GroupCoordinatorNotAvailable)
 }
 
 // toBroker is a request that kafka-go's Transport sends to the broker with

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 
 	"github.com/shaper-dev/shaper/shaper"
@@ -58,6 +57,7 @@ type kafkaSession struct {
 
 func newKafkaSession(cfg KafkaConfig, groupCfg kafka.ConsumerGroupConfig, transport *kafka.Transport,
 	fetcher *partitionFetcher, health *kafkaHealth, log *slog.Logger) *kafkaSession {
+	addr := kafka.TCP(cfg.Brokers...)
 	return &kafkaSession{
 		cfg:         cfg,
 		groupCfg:    groupCfg,
@@ -66,8 +66,8 @@ func newKafkaSession(cfg KafkaConfig, groupCfg kafka.ConsumerGroupConfig, transp
 		health:      health,
 		marks:       newCommitTracker(),
 		transport:   transport,
-		addr:        kafka.TCP(cfg.Brokers...),
-		coordinator: newGroupCoordinator(transport, kafka.TCP(cfg.Brokers...), cfg.Group),
+		addr:        addr,
+		coordinator: newGroupCoordinator(transport, addr, cfg.Group),
 		fetcher:     fetcher,
 		wake:        make(chan struct{}, 1),
 		commitWake:  make(chan struct{}, 1),
@@ -592,12 +592,7 @@ func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, ma
 		RetentionTimeMs: -1, // the broker's offsets.retention.minutes
 		Topics:          []offsetcommit.RequestTopic{{Name: s.cfg.Topic, Partitions: parts}},
 	}
-	res, err := s.coordinator.roundTrip(ctx, req, func(res protocol.Message) bool {
-		r, ok := res.(*offsetcommit.Response)
-		return ok && slices.ContainsFunc(r.Topics, func(t offsetcommit.ResponseTopic) bool {
-			return slices.ContainsFunc(t.Partitions, func(p offsetcommit.ResponsePartition) bool { return isCoordinatorError(p.ErrorCode) })
-		})
-	})
+	res, err := s.coordinator.roundTrip(ctx, req)
 	if err != nil {
 		s.marks.retry(marks)
 		return nil, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", offsets, g.gen.ID, err)
@@ -610,6 +605,9 @@ func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, ma
 					var err error
 					if p.ErrorCode != 0 {
 						err = kafka.Error(p.ErrorCode)
+					}
+					if isCoordinatorError(err) {
+						s.coordinator.forget() // it moved: look it up for the next commit
 					}
 					answers[int(p.PartitionIndex)] = err
 				}

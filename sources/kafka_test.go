@@ -1386,6 +1386,23 @@ func TestKafkaIgnoresCommitMetadataItDidNotWrite(t *testing.T) {
 	}
 }
 
+// offsetCommitAnswer is an answer to req in which every partition has the
+// error code that code gives it (0: committed).
+func offsetCommitAnswer(req *kmsg.OffsetCommitRequest, code func(kmsg.OffsetCommitRequestTopicPartition) int16) *kmsg.OffsetCommitResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, code(rp)
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
 // A broker whose offset.metadata.max.bytes is below the 4 KiB the source
 // writes refuses the commit: the source commits again with less metadata,
 // lowest offsets first, and whatever it left out comes again, nothing else.
@@ -1396,22 +1413,14 @@ func TestKafkaCommitsLessMetadataWhenTheBrokerRefusesItAsTooLarge(t *testing.T) 
 	var refused atomic.Int64
 	c.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		req := kreq.(*kmsg.OffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 		tooLarge := false
-		for _, rt := range req.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = rp.Partition
-				if rp.Metadata != nil && len(*rp.Metadata) > limit {
-					sp.ErrorCode, tooLarge = kerr.OffsetMetadataTooLarge.Code, true
-				}
-				st.Partitions = append(st.Partitions, sp)
+		resp := offsetCommitAnswer(kreq.(*kmsg.OffsetCommitRequest), func(rp kmsg.OffsetCommitRequestTopicPartition) int16 {
+			if rp.Metadata != nil && len(*rp.Metadata) > limit {
+				tooLarge = true
+				return kerr.OffsetMetadataTooLarge.Code
 			}
-			resp.Topics = append(resp.Topics, st)
-		}
+			return 0
+		})
 		if !tooLarge {
 			return nil, nil, false // the cluster commits it
 		}
@@ -1482,19 +1491,9 @@ func TestKafkaCommitsLookTheCoordinatorUpOnceAndAgainWhenItMoves(t *testing.T) {
 		if !refuse.CompareAndSwap(true, false) {
 			return nil, nil, false // the cluster commits it
 		}
-		req := kreq.(*kmsg.OffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotCoordinator.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return offsetCommitAnswer(kreq.(*kmsg.OffsetCommitRequest), func(kmsg.OffsetCommitRequestTopicPartition) int16 {
+			return kerr.NotCoordinator.Code
+		}), nil, true
 	})
 	const n = 8
 	produce(t, cl, 0, n, 0)
