@@ -245,23 +245,36 @@ func (s *peerSink) count() (int, error) {
 	return n, nil
 }
 
-// arrivals returns the arrivals the sink holds, in order.
-func (s *peerSink) arrivals() ([]time.Time, error) {
+// arrivals returns the arrivals the sink holds, in order: their handler
+// times, and their wire times (nil unless the sink had one for every
+// arrival; see bench/peers/sink).
+func (s *peerSink) arrivals() (handler, wire []time.Time, err error) {
 	body, err := s.call(http.MethodGet, "/arrivals")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []time.Time
+	stamped := true
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
-		ns, err := strconv.ParseInt(sc.Text(), 10, 64)
+		at, w, _ := strings.Cut(sc.Text(), " ")
+		ns, err := strconv.ParseInt(at, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("sink /arrivals: %w", err)
+			return nil, nil, fmt.Errorf("sink /arrivals: %w", err)
 		}
-		out = append(out, time.Unix(0, ns))
+		wns, err := strconv.ParseInt(w, 10, 64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sink /arrivals: %w", err)
+		}
+		handler = append(handler, time.Unix(0, ns))
+		wire = append(wire, time.Unix(0, wns))
+		stamped = stamped && wns != 0
 	}
-	sortTimes(out) // the handlers record concurrently
-	return out, nil
+	if !stamped {
+		wire = nil
+	}
+	sortTimes(handler) // the handlers record concurrently
+	sortTimes(wire)
+	return handler, wire, nil
 }
 
 // waitCount waits until the sink holds n arrivals, for at most timeout.

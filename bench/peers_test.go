@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,10 +24,10 @@ func TestPeerRunTakesRateSpacingAndCPUPerMessageFromTheWindowsArrivals(t *testin
 	// window in which the party used 20 ms of CPU, the broker 10 ms and the
 	// sink 5 ms.
 	ts := at(0, 10, 20, 32, 40, 50, 60, 70, 80, 90, 100)
-	r := peerRun(100, ts, 100*time.Millisecond, 22*time.Millisecond, 11*time.Millisecond, 5500*time.Microsecond)
+	r := peerRun(100, ts, nil, 100*time.Millisecond, 22*time.Millisecond, 11*time.Millisecond, 5500*time.Microsecond)
 	want := PeerRun{
 		Seconds: 0.1, Delivered: 11, CPUUs: 2000, CPUPct: 22, BrokerUs: 1000, SinkUs: 500,
-		Rate: 100, RateErrPct: 0, Max100ms: 10, JitterP50: 0, JitterP99: 2000,
+		PeerTiming: PeerTiming{Rate: 100, RateErrPct: 0, Max100ms: 10, JitterP50: 0, JitterP99: 2000},
 	}
 	if math.Abs(r.Rate-want.Rate) > 1e-9 || math.Abs(r.RateErrPct) > 1e-9 || math.Abs(r.CPUPct-want.CPUPct) > 1e-9 {
 		t.Errorf("peerRun rate %v (error %v%%), CPU %v%% of a core; want %v (0%%), %v%%", r.Rate, r.RateErrPct, r.CPUPct, want.Rate, want.CPUPct)
@@ -34,7 +36,7 @@ func TestPeerRunTakesRateSpacingAndCPUPerMessageFromTheWindowsArrivals(t *testin
 	if r != want {
 		t.Errorf("peerRun = %+v; want %+v", r, want)
 	}
-	if empty := peerRun(100, nil, time.Second, time.Second, 0, 0); empty.Delivered != 0 || empty.CPUUs != 0 || empty.CPUPct != 100 {
+	if empty := peerRun(100, nil, nil, time.Second, time.Second, 0, 0); empty.Delivered != 0 || empty.CPUUs != 0 || empty.CPUPct != 100 {
 		t.Errorf("peerRun of no arrivals = %+v; want nothing delivered, no CPU per message, 100%% of a core", empty)
 	}
 }
@@ -43,7 +45,7 @@ func TestPeerCaseSummaryTakesMediansAndRatiosToTheHandWrittenLoop(t *testing.T) 
 	runs := func(cpu, broker []float64) []PeerRun {
 		out := make([]PeerRun, len(cpu))
 		for i := range cpu {
-			out[i] = PeerRun{CPUUs: cpu[i], BrokerUs: broker[i], Max100ms: 100 + i}
+			out[i] = PeerRun{CPUUs: cpu[i], BrokerUs: broker[i], PeerTiming: PeerTiming{Max100ms: 100 + i}}
 		}
 		return out
 	}
@@ -84,13 +86,18 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 		shaper                PeerRun
 		want                  []bool // CPU, broker, precision; precision only above 1000/s
 	}{
-		{"all met", 1000, 0.6, 1.2, PeerRun{RateErrPct: -0.1, Max100ms: 102, JitterP99: 1000}, []bool{true, true, true}},
-		{"CPU over", 1000, 0.61, 1, PeerRun{Max100ms: 101, JitterP99: 400}, []bool{false, true, true}},
-		{"broker over", 1000, 0.5, 1.21, PeerRun{Max100ms: 101, JitterP99: 400}, []bool{true, false, true}},
-		{"rate error over", 1000, 0.5, 1, PeerRun{RateErrPct: 0.11, Max100ms: 101, JitterP99: 400}, []bool{true, true, false}},
-		{"a crowded 100 ms", 1000, 0.5, 1, PeerRun{Max100ms: 103, JitterP99: 400}, []bool{true, true, false}},
-		{"jitter over", 1000, 0.5, 1, PeerRun{Max100ms: 101, JitterP99: 1001}, []bool{true, true, false}},
-		{"no CPU goal at 5000/s", 5000, 1.5, 0.3, PeerRun{Max100ms: 101, JitterP99: 400}, []bool{true}},
+		{"all met", 1000, 0.6, 1.2, PeerRun{PeerTiming: PeerTiming{RateErrPct: -0.1, Max100ms: 102, JitterP99: 1000}}, []bool{true, true, true}},
+		{"CPU over", 1000, 0.61, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{false, true, true}},
+		{"broker over", 1000, 0.5, 1.21, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{true, false, true}},
+		{"rate error over", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{RateErrPct: 0.11, Max100ms: 101, JitterP99: 400}}, []bool{true, true, false}},
+		{"a crowded 100 ms", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
+		{"jitter over", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 1001}}, []bool{true, true, false}},
+		{"no CPU goal at 5000/s", 5000, 1.5, 0.3, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{true}},
+		// With wire times the goal is held to them, whatever the
+		// handler's.
+		{"crowded at the handler only", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 106, JitterP99: 1200}, Wire: &PeerTiming{Max100ms: 102, JitterP99: 400}}, []bool{true, true, true}},
+		{"crowded on the wire", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}, Wire: &PeerTiming{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
+		{"rate error on the wire", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101}, Wire: &PeerTiming{RateErrPct: -0.11, Max100ms: 101}}, []bool{true, true, false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,7 +117,24 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 					t.Errorf("goal %q met = %v (measured %s); want %v", g.Goal, g.Met, g.Measured, tt.want[i])
 				}
 			}
+			precision := goals[len(goals)-1]
+			if onWire := strings.Contains(precision.Goal, "on the wire"); onWire != (tt.shaper.Wire != nil) || onWire && !strings.Contains(precision.Measured, "at the sink's handler") {
+				t.Errorf("precision goal %q, measured %q: want it on the wire, with the handler's figures beside, exactly when there are wire times (%v)", precision.Goal, precision.Measured, tt.shaper.Wire != nil)
+			}
 		})
+	}
+}
+
+func TestPeerMediansOfWireTimesNeedThemInEveryRun(t *testing.T) {
+	run := func(handler int, wire *PeerTiming) PeerRun {
+		return PeerRun{PeerTiming: PeerTiming{Max100ms: handler}, Wire: wire}
+	}
+	m := medianRun([]PeerRun{run(104, &PeerTiming{Max100ms: 103}), run(106, &PeerTiming{Max100ms: 101}), run(105, &PeerTiming{Max100ms: 102})})
+	if m.Max100ms != 105 || m.Wire == nil || m.Wire.Max100ms != 102 {
+		t.Errorf("medianRun: most per 100 ms %d, on the wire %+v; want 105 and 102", m.Max100ms, m.Wire)
+	}
+	if m := medianRun([]PeerRun{run(104, &PeerTiming{Max100ms: 103}), run(106, nil), run(105, &PeerTiming{Max100ms: 102})}); m.Wire != nil || m.Max100ms != 105 {
+		t.Errorf("medianRun with a run without wire times: on the wire %+v, most per 100 ms %d; want none and 105", m.Wire, m.Max100ms)
 	}
 }
 
@@ -118,18 +142,19 @@ func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewCloc
 	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: 200, Cases: []PeerCase{{
 		Source: "NATS JetStream", Limit: 1000, Allowed100ms: 102, Baseline: partyLoop,
 		Parties: []PeerParty{
-			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 200, CPUPct: 20, BrokerUs: 90, RateErrPct: -0.001, Max100ms: 101}, CPURatio: 1, BrokerRatio: 1},
-			{Name: partyBenthos, Label: "benthos", Median: PeerRun{Delivered: 8000, CPUUs: 300, CPUPct: 30, RateErrPct: -25, Max100ms: 103}, CPURatio: 1.5},
+			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 200, CPUPct: 20, BrokerUs: 90, PeerTiming: PeerTiming{RateErrPct: -0.001, Max100ms: 104, JitterP99: 990}, Wire: &PeerTiming{RateErrPct: -0.001, Max100ms: 101, JitterP99: 900}}, CPURatio: 1, BrokerRatio: 1},
+			{Name: partyBenthos, Label: "benthos", Median: PeerRun{Delivered: 8000, CPUUs: 300, CPUPct: 30, PeerTiming: PeerTiming{RateErrPct: -25, Max100ms: 103}}, CPURatio: 1.5},
 			// 8000 × 12 µs is 96 ms of CPU: 9 ticks of 10 ms.
-			{Name: partyShaper, Label: "shaper", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 250, CPUPct: 25, BrokerUs: 12, Max100ms: 102}, CPURatio: 1.25, BrokerRatio: 0.13},
+			{Name: partyShaper, Label: "shaper", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 250, CPUPct: 25, BrokerUs: 12, PeerTiming: PeerTiming{Max100ms: 102}}, CPURatio: 1.25, BrokerRatio: 0.13},
 		},
 	}}}
 	var b strings.Builder
 	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
 	md := b.String()
 	for _, want := range []string{
-		"| NATS JetStream → HTTP, 1000/s | the loop | 200 µs (20%) | 1.00× | 90 µs | 1.00× | 0.00% | 101 (102) |",
-		"|  | benthos | 300 µs (30%) | 1.50× | – | – | -25.00% | **103 (102)** |",
+		// Wire times: the goal's columns hold them, the last the handler's.
+		"| NATS JetStream → HTTP, 1000/s | the loop | 200 µs (20%) | 1.00× | 90 µs | 1.00× | 0.00% | 101 (102) | 900 µs | 0.00%, 104, 990 µs |",
+		"|  | benthos | 300 µs (30%) | 1.50× | – | – | -25.00% | **103 (102)** | 0 µs | – |",
 		"|  | shaper | 250 µs (25%) | 1.25× | 12 µs† | 0.13× |",
 		"†: fewer than 10 clock ticks",
 	} {
@@ -248,6 +273,9 @@ func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testi
 	if r.Max100ms > 3*limit/10 {
 		t.Errorf("most per 100 ms = %d; want at most %d", r.Max100ms, 3*limit/10)
 	}
+	if r.Wire == nil || r.Wire.Rate > 1.5*limit {
+		t.Errorf("on the wire: %+v; want wire times, at most 1.5× the limit", r.Wire)
+	}
 	if r.CPUUs+r.BrokerUs+r.SinkUs == 0 {
 		t.Errorf("no CPU measured for the loop, the server or the sink: %+v", r)
 	}
@@ -256,5 +284,61 @@ func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testi
 	}
 	if _, err := os.Stat(filepath.Join(tmp, "jetstream-200-loop-1.log")); err != nil {
 		t.Errorf("the loop's log: %v", err)
+	}
+}
+
+// TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler sends requests one
+// after another to the sink's process, on one kept-alive connection and
+// each on a new one (whose first bytes may arrive before the sink accepts
+// it), and finds each request's wire time between its sending and its
+// handler time, and that before its answer.
+func TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	bins := filepath.Join(tmp, "bin")
+	if err := buildPeers(ctx, root, bins, "sink"); err != nil {
+		t.Fatal(err)
+	}
+	sink, err := startPeerSink(ctx, tmp, filepath.Join(bins, "sink"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.close()
+	for _, keepAlive := range []bool{true, false} {
+		if err := sink.reset(); err != nil {
+			t.Fatal(err)
+		}
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: !keepAlive}}
+		const n = 20
+		var sent, answered []time.Time
+		for range n {
+			sent = append(sent, time.Now())
+			resp, err := client.Post(sink.callbackURL(), "application/json", strings.NewReader(`{"id":1}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			answered = append(answered, time.Now())
+		}
+		client.CloseIdleConnections()
+		handler, wire, err := sink.arrivals()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(handler) != n || len(wire) != n {
+			t.Fatalf("keep-alive %v: %d handler times and %d wire times (nil: some request had none); want %d of each", keepAlive, len(handler), len(wire), n)
+		}
+		for i := range n {
+			if sent[i].After(wire[i]) || wire[i].After(handler[i]) || handler[i].After(answered[i]) {
+				t.Errorf("keep-alive %v, request %d: sent %v, on the wire %v, at the handler %v, answered %v; want them in that order",
+					keepAlive, i, sent[i].UnixNano(), wire[i].UnixNano(), handler[i].UnixNano(), answered[i].UnixNano())
+			}
+		}
 	}
 }

@@ -5,8 +5,16 @@
 // arrived. The harness reads and clears the record between runs:
 //
 //	GET  /count     how many arrivals are recorded, in decimal
-//	GET  /arrivals  each recorded arrival, one per line, in Unix nanoseconds
+//	GET  /arrivals  each recorded arrival, one per line: its handler time
+//	                and its wire time, in Unix nanoseconds, space apart
 //	POST /reset     forget every arrival
+//
+// An arrival has two times. Its handler time is when this process had read
+// the request line and headers: what a receiver's own code would see, late
+// by however long the system took to schedule this process. Its wire time
+// is the kernel's receive timestamp of the request's first bytes: when
+// they reached this host, as a packet capture would show them (0 where
+// the system gives none).
 //
 // It prints one line on stdout, its base URL (http://127.0.0.1:port),
 // once it listens, writes nothing else there, and runs until SIGTERM or
@@ -24,6 +32,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -46,17 +55,23 @@ func run(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
 	}
+	if err := stampAll(l); err != nil {
+		return fmt.Errorf("receive timestamps: %w", err)
+	}
+	ln := stampingListener{l}
 	r := &record{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /callback", r.callback)
 	mux.HandleFunc("GET /count", r.count)
 	mux.HandleFunc("GET /arrivals", r.arrivals)
 	mux.HandleFunc("POST /reset", r.reset)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, wireKey{}, wireOf(c))
+	}}
 	served := make(chan error, 1) // Serve's one result, read after Shutdown
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Println("http://" + ln.Addr().String())
@@ -74,21 +89,71 @@ func run(ctx context.Context, args []string) error {
 	return err
 }
 
+// stampingListener accepts connections whose reads carry the kernel's
+// receive timestamps.
+type stampingListener struct{ net.Listener }
+
+func (l stampingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return stamped(c), nil
+}
+
+// wireKey is the request context's key to its connection's *wireStamp.
+type wireKey struct{}
+
+// wireStamp is the receive timestamp of a connection's request being
+// served: the first read with data after the last take has it. A parties'
+// client sends its next request on a connection only once it has the
+// answer to the last, so no read of the next one comes before the take.
+type wireStamp struct {
+	mu   sync.Mutex
+	at   int64 // Unix nanoseconds; 0: none since the last take
+	seen bool
+}
+
+// saw records at, the timestamp of a read with data, if it is the first
+// since the last take.
+func (w *wireStamp) saw(at int64) {
+	w.mu.Lock()
+	if !w.seen {
+		w.at, w.seen = at, true
+	}
+	w.mu.Unlock()
+}
+
+// take returns the timestamp of the request being served and starts
+// looking for the next one's.
+func (w *wireStamp) take() int64 {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at := w.at
+	w.at, w.seen = 0, false
+	return at
+}
+
 // record is the arrivals of the requests answered 200 since the last
 // reset. It is safe for concurrent use.
 type record struct {
-	mu sync.Mutex
-	at []int64 // Unix nanoseconds, in the order the handlers took mu
+	mu   sync.Mutex
+	at   []int64 // handler times, Unix nanoseconds, in the order the handlers took mu
+	wire []int64 // the wire time of each, 0 if there is none
 }
 
-// callback answers a party's request. The arrival is when the request
-// line and headers have been read: the moment a receiver would start
-// counting it against its contract.
+// callback answers a party's request, and records its handler time (the
+// request line and headers have been read) and its wire time.
 func (r *record) callback(w http.ResponseWriter, req *http.Request) {
 	at := time.Now().UnixNano()
+	wire := req.Context().Value(wireKey{}).(*wireStamp).take()
 	_, _ = io.Copy(io.Discard, req.Body)
 	r.mu.Lock()
 	r.at = append(r.at, at)
+	r.wire = append(r.wire, wire)
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }
@@ -102,11 +167,13 @@ func (r *record) count(w http.ResponseWriter, _ *http.Request) {
 
 func (r *record) arrivals(w http.ResponseWriter, _ *http.Request) {
 	r.mu.Lock()
-	at := append([]int64(nil), r.at...)
+	at, wire := slices.Clone(r.at), slices.Clone(r.wire)
 	r.mu.Unlock()
 	bw := bufio.NewWriter(w)
-	for _, t := range at {
+	for i, t := range at {
 		bw.WriteString(strconv.FormatInt(t, 10))
+		bw.WriteByte(' ')
+		bw.WriteString(strconv.FormatInt(wire[i], 10))
 		bw.WriteByte('\n')
 	}
 	_ = bw.Flush() // a harness that hung up reads nothing; nothing to do about it
@@ -114,7 +181,7 @@ func (r *record) arrivals(w http.ResponseWriter, _ *http.Request) {
 
 func (r *record) reset(w http.ResponseWriter, _ *http.Request) {
 	r.mu.Lock()
-	r.at = nil
+	r.at, r.wire = nil, nil
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
