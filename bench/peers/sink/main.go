@@ -105,7 +105,7 @@ func (l stampingListener) Accept() (net.Conn, error) {
 type wireKey struct{}
 
 // wireStamp is the receive timestamp of a connection's request being
-// served: the first read with data after the last take has it. A parties'
+// served: the first read with data after the last take has it. A party's
 // client sends its next request on a connection only once it has the
 // answer to the last, so no read of the next one comes before the take.
 type wireStamp struct {
