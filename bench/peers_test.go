@@ -227,15 +227,8 @@ func TestProcessCPUCountsWhatGetrusageAndProcStatCount(t *testing.T) {
 func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := t.TempDir()
-	bins := filepath.Join(tmp, "bin")
-	if err := buildPeers(ctx, root, bins, "sink", "natsserver", "jsloop"); err != nil {
-		t.Fatal(err)
-	}
+	tmp, bins := buildTestPeers(ctx, t, "sink", "natsserver", "jsloop")
+	var err error
 	b := &peerBench{o: &options{tmp: tmp}, bins: bins, warmup: 500 * time.Millisecond, window: time.Second}
 	defer b.close()
 	if b.sink, err = startPeerSink(ctx, tmp, filepath.Join(bins, "sink")); err != nil {
@@ -295,15 +288,7 @@ func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testi
 func TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := t.TempDir()
-	bins := filepath.Join(tmp, "bin")
-	if err := buildPeers(ctx, root, bins, "sink"); err != nil {
-		t.Fatal(err)
-	}
+	tmp, bins := buildTestPeers(ctx, t, "sink")
 	sink, err := startPeerSink(ctx, tmp, filepath.Join(bins, "sink"))
 	if err != nil {
 		t.Fatal(err)
@@ -341,4 +326,20 @@ func TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler(t *testing.T) {
 			}
 		}
 	}
+}
+
+// buildTestPeers builds the named programs of bench/peers into a directory
+// of the test's, and returns the test's temporary directory and that one.
+func buildTestPeers(ctx context.Context, t *testing.T, programs ...string) (tmp, bins string) {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp = t.TempDir()
+	bins = filepath.Join(tmp, "bin")
+	if err := buildPeers(ctx, root, bins, programs...); err != nil {
+		t.Fatal(err)
+	}
+	return tmp, bins
 }
