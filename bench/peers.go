@@ -458,10 +458,7 @@ func (b *peerBench) measure(ctx context.Context, c *PeerCase, p peerParty, rep i
 	if !p.readsBroker {
 		broker1 = broker0
 	}
-	if wire != nil {
-		wire = between(wire, t0, t1)
-	}
-	return peerRun(c.Limit, between(arr, t0, t1), wire, t1.Sub(t0), cpu1-cpu0, broker1-broker0, sink1-sink0), nil
+	return peerRun(c.Limit, between(arr, t0, t1), between(wire, t0, t1), t1.Sub(t0), cpu1-cpu0, broker1-broker0, sink1-sink0), nil
 }
 
 // peerRun is the figures of a run from the sorted arrivals of its window
@@ -529,20 +526,12 @@ func medianRun(runs []PeerRun) PeerRun {
 		}
 		return median(vs)
 	}
-	timing := func(runs []PeerRun) PeerTiming {
-		of := func(f func(PeerTiming) float64) float64 {
-			vs := make([]float64, len(runs))
-			for i, r := range runs {
-				vs[i] = f(r.PeerTiming)
-			}
-			return median(vs)
-		}
-		return PeerTiming{
-			Rate:       of(func(t PeerTiming) float64 { return t.Rate }),
-			RateErrPct: of(func(t PeerTiming) float64 { return t.RateErrPct }),
-			Max100ms:   int(of(func(t PeerTiming) float64 { return float64(t.Max100ms) })),
-			JitterP50:  of(func(t PeerTiming) float64 { return t.JitterP50 }),
-			JitterP99:  of(func(t PeerTiming) float64 { return t.JitterP99 }),
+	handler := make([]PeerTiming, len(runs))
+	var wire []PeerTiming
+	for i, r := range runs {
+		handler[i] = r.PeerTiming
+		if r.Wire != nil {
+			wire = append(wire, *r.Wire)
 		}
 	}
 	m := PeerRun{
@@ -552,20 +541,31 @@ func medianRun(runs []PeerRun) PeerRun {
 		CPUPct:     of(func(r PeerRun) float64 { return r.CPUPct }),
 		BrokerUs:   of(func(r PeerRun) float64 { return r.BrokerUs }),
 		SinkUs:     of(func(r PeerRun) float64 { return r.SinkUs }),
-		PeerTiming: timing(runs),
+		PeerTiming: medianTiming(handler),
 	}
-	var wires []PeerRun
-	for _, r := range runs {
-		if r.Wire == nil {
-			return m // not every run has wire times: no median of them
-		}
-		wires = append(wires, PeerRun{PeerTiming: *r.Wire})
-	}
-	if len(wires) > 0 {
-		w := timing(wires)
+	if len(wire) > 0 && len(wire) == len(runs) { // a median of wire times needs them in every run
+		w := medianTiming(wire)
 		m.Wire = &w
 	}
 	return m
+}
+
+// medianTiming holds the median of each figure of ts, each on its own.
+func medianTiming(ts []PeerTiming) PeerTiming {
+	of := func(f func(PeerTiming) float64) float64 {
+		vs := make([]float64, len(ts))
+		for i, t := range ts {
+			vs[i] = f(t)
+		}
+		return median(vs)
+	}
+	return PeerTiming{
+		Rate:       of(func(t PeerTiming) float64 { return t.Rate }),
+		RateErrPct: of(func(t PeerTiming) float64 { return t.RateErrPct }),
+		Max100ms:   int(of(func(t PeerTiming) float64 { return float64(t.Max100ms) })),
+		JitterP50:  of(func(t PeerTiming) float64 { return t.JitterP50 }),
+		JitterP99:  of(func(t PeerTiming) float64 { return t.JitterP99 }),
+	}
 }
 
 // peerCPUGoalMaxLimit is the highest limit whose case has CPU goals: issue
@@ -604,10 +604,9 @@ func (s *PeersSection) goals() []Goal {
 			}
 		}
 		m, clock := sh.Median.precision()
-		measured := fmt.Sprintf("%s, %d, %s", signedPct(m.RateErrPct), m.Max100ms, micros(m.JitterP99))
+		measured := m.text()
 		if sh.Median.Wire != nil {
-			h := sh.Median.PeerTiming
-			measured += fmt.Sprintf(" (at the sink's handler: %s, %d, %s)", signedPct(h.RateErrPct), h.Max100ms, micros(h.JitterP99))
+			measured += " (at the sink's handler: " + sh.Median.PeerTiming.text() + ")"
 		}
 		goals = append(goals, Goal{
 			Goal:     fmt.Sprintf("peers, %s: shaper's rate error ≤ 0.1%%, at most %d in any 100 ms, jitter p99 ≤ 1 ms (%s)", where, c.Allowed100ms, clock),
@@ -627,6 +626,12 @@ func (r PeerRun) precision() (PeerTiming, string) {
 		return *r.Wire, "on the wire at the sink's host"
 	}
 	return r.PeerTiming, "at the sink's handler"
+}
+
+// text writes t's rate error, most per 100 ms and jitter p99, as the
+// goal and the table give them.
+func (t PeerTiming) text() string {
+	return fmt.Sprintf("%s, %d, %s", signedPct(t.RateErrPct), t.Max100ms, micros(t.JitterP99))
 }
 
 // markdown writes the peers section.
@@ -693,7 +698,7 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 			t, _ := m.precision()
 			handler := "–"
 			if m.Wire != nil {
-				handler = fmt.Sprintf("%s, %d, %s", signedPct(m.RateErrPct), m.Max100ms, micros(m.JitterP99))
+				handler = m.PeerTiming.text()
 			}
 			p("| %s | %s | %s (%.0f%%) | %s | %s | %s | %s | %s | %s | %s |", name, pt.Label, ticks(m.CPUUs, m), m.CPUPct, ratioText(pt.CPURatio),
 				broker, brokerRatio, signedPct(t.RateErrPct),

@@ -10,7 +10,7 @@ func sortTimes(ts []time.Time) {
 	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 }
 
-// between returns the sorted times in [from, to).
+// between returns the sorted times in [from, to); nil for nil.
 func between(ts []time.Time, from, to time.Time) []time.Time {
 	i, _ := slices.BinarySearchFunc(ts, from, func(a, b time.Time) int { return a.Compare(b) })
 	j, _ := slices.BinarySearchFunc(ts, to, func(a, b time.Time) int { return a.Compare(b) })
