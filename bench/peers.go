@@ -519,13 +519,7 @@ func (c *PeerCase) party(name string) (PeerParty, bool) {
 
 // medianRun holds the median of each figure of runs, each on its own.
 func medianRun(runs []PeerRun) PeerRun {
-	of := func(f func(PeerRun) float64) float64 {
-		vs := make([]float64, len(runs))
-		for i, r := range runs {
-			vs[i] = f(r)
-		}
-		return median(vs)
-	}
+	of := func(f func(PeerRun) float64) float64 { return medianOf(runs, f) }
 	handler := make([]PeerTiming, len(runs))
 	var wire []PeerTiming
 	for i, r := range runs {
@@ -552,13 +546,7 @@ func medianRun(runs []PeerRun) PeerRun {
 
 // medianTiming holds the median of each figure of ts, each on its own.
 func medianTiming(ts []PeerTiming) PeerTiming {
-	of := func(f func(PeerTiming) float64) float64 {
-		vs := make([]float64, len(ts))
-		for i, t := range ts {
-			vs[i] = f(t)
-		}
-		return median(vs)
-	}
+	of := func(f func(PeerTiming) float64) float64 { return medianOf(ts, f) }
 	return PeerTiming{
 		Rate:       of(func(t PeerTiming) float64 { return t.Rate }),
 		RateErrPct: of(func(t PeerTiming) float64 { return t.RateErrPct }),

@@ -49,6 +49,15 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
+// medianOf is the median of f over xs.
+func medianOf[T any](xs []T, f func(T) float64) float64 {
+	vs := make([]float64, len(xs))
+	for i, x := range xs {
+		vs[i] = f(x)
+	}
+	return median(vs)
+}
+
 func median(vs []float64) float64 {
 	s := slices.Clone(vs)
 	slices.Sort(s)
