@@ -50,7 +50,8 @@ type Parts struct {
 // into the bucket when there is room (fetch); the scheduler takes it when a
 // rate slot and an in-flight slot are free, or expires it if its slot comes
 // later than max_queue_time allows (schedule); an attempt sends it under the
-// per-attempt timeout (attempt); the retry policy sends a failure back to the
+// per-attempt timeout (begin, then send on a worker or start on the
+// scheduler, then finish); the retry policy sends a failure back to the
 // bucket's retry heap or to the dead-letter target (fail); the source is told
 // the final outcome (settle).
 type Pipeline struct {
@@ -418,16 +419,21 @@ func (p *Pipeline) fetch(ctx context.Context) {
 // next task is looked at instead), and a rate change while the scheduler
 // waits wakes it to ask again under the new rate.
 //
-// Attempts run on workers: a task goes to an idle one, or to a new one when
-// none is idle, so there are as many as were ever busy at once (at most
-// max_in_flight sending, and those still settling what the sink answered).
-// A worker keeps its goroutine, and the stack the HTTP client grew, from
-// one attempt to the next; the workers end when the scheduler returns.
+// An attempt starts on the scheduler (begin) and, when the sink is a
+// Starter that can write the request at once, is written there too: the
+// sink calls back with the answer from a goroutine of its own, which
+// finishes the attempt. Otherwise it runs on a worker: a task goes to an
+// idle one, or to a new one when none is idle, so there are as many as
+// were ever busy at once (at most max_in_flight sending, and those still
+// settling what the sink answered). A worker keeps its goroutine, and the
+// stack the HTTP client grew, from one attempt to the next; the workers end
+// when the scheduler returns.
 func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
-	work := make(chan *task)
+	work := make(chan attempt)
 	defer close(work)
 	defer p.alarm.Close()
 	defer context.AfterFunc(schedCtx, p.alarm.Ring)()
+	starter, _ := p.sink.(Starter)
 	for {
 		if !p.inFlight.acquire(schedCtx) {
 			return
@@ -441,19 +447,28 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		p.m.queueWait.Observe(p.clock.Now().Sub(t.queued).Seconds())
-		select { // the attempt owns the token now
-		case work <- t:
+		if revoked(t) { // taken back by the source since take looked: nacked, never sent
+			p.inFlight.release()
+			wg.Go(func() { p.nack(ctx, t, NackRevoked, 0) })
+			continue
+		}
+		a := p.begin(t) // the attempt owns the token now
+		if starter != nil && p.start(ctx, starter, a, wg) {
+			continue
+		}
+		select {
+		case work <- a:
 		default:
-			wg.Go(func() { p.work(ctx, t, work) })
+			wg.Go(func() { p.work(ctx, a, work) })
 		}
 	}
 }
 
-// work is a worker: it makes the attempt of t, then of each task it
-// receives from work, until work is closed.
-func (p *Pipeline) work(ctx context.Context, t *task, work <-chan *task) {
-	for ok := true; ok; t, ok = <-work {
-		p.attempt(ctx, t)
+// work is a worker: it makes attempt a, then each attempt it receives
+// from work, until work is closed.
+func (p *Pipeline) work(ctx context.Context, a attempt, work <-chan attempt) {
+	for ok := true; ok; a, ok = <-work {
+		p.send(ctx, a)
 	}
 }
 
@@ -604,21 +619,70 @@ func revoked(t *task) bool {
 	return ok && r.Revoked()
 }
 
-// attempt sends a task once under the per-attempt timeout, then settles it,
-// sends it back to the retry heap, or dead-letters it. It owns the task's
-// in-flight token, which send gives back.
-func (p *Pipeline) attempt(ctx context.Context, t *task) {
-	set := p.settings.Load()
-	start, end, err := p.send(ctx, t, set.delivery.Timeout)
-	if errors.Is(err, errRevoked) {
-		p.nack(ctx, t, NackRevoked, 0)
-		return
+// attempt is one attempt of a task in flight: when it started, under
+// which settings. It owns the task's in-flight token, which finish gives
+// back.
+type attempt struct {
+	t     *task
+	start time.Time
+	set   *settings
+}
+
+// begin starts an attempt of t now, under the settings in force.
+func (p *Pipeline) begin(t *task) attempt {
+	p.m.inFlight.Inc()
+	p.attempting.Add(1)
+	start := p.clock.Now()
+	p.recent.addSent(start)
+	return attempt{t: t, start: start, set: p.settings.Load()}
+}
+
+// send makes the request of a on the calling goroutine, under the
+// per-attempt timeout, and finishes the attempt with the answer.
+func (p *Pipeline) send(ctx context.Context, a attempt) {
+	actx, cancel := context.WithTimeout(ctx, a.set.delivery.Timeout)
+	err := p.sink.Send(actx, a.t.msg)
+	cancel()
+	p.finish(ctx, a, err)
+}
+
+// start asks s to write the request of a now and to finish the attempt
+// from its own goroutine once answered; it reports false, with nothing
+// sent, when s cannot write it at once. Run waits for the attempts it
+// started as for its workers.
+func (p *Pipeline) start(ctx context.Context, s Starter, a attempt, wg *sync.WaitGroup) bool {
+	wg.Add(1)
+	if s.Start(ctx, a.t.msg, a.set.delivery.Timeout, func(err error) {
+		defer wg.Done()
+		p.finish(ctx, a, err)
+	}) {
+		return true
 	}
+	wg.Done()
+	return false
+}
+
+// finish ends attempt a with the sink's answer err: it gives the in-flight
+// token back as soon as the sink has answered (settling does not hold it),
+// then settles the task, sends it back to the retry heap, or dead-letters
+// it.
+func (p *Pipeline) finish(ctx context.Context, a attempt, err error) {
+	t, set := a.t, a.set
+	end := p.clock.Now()
+	p.bucket.answered(t)
+	if code := RequestCode(err); code != "" {
+		p.m.requests.WithLabelValues(code).Inc()
+		p.m.requestDuration.Observe(end.Sub(a.start).Seconds())
+	}
+	p.m.inFlight.Dec()
+	p.attempting.Add(-1)
+	p.inFlight.release()
+
 	if t.first.IsZero() {
-		t.first = start
+		t.first = a.start
 	}
 	t.attempts++
-	if p.pushedBack(t, start, end, err, set) {
+	if p.pushedBack(t, a.start, end, err, set) {
 		t.attempts-- // a throttled attempt, or one in flight when the breaker opened, spends none
 	}
 	if err == nil {
@@ -634,36 +698,6 @@ func (p *Pipeline) attempt(ctx context.Context, t *task) {
 		return
 	}
 	p.fail(ctx, t, d.Reason, OutcomeDeadLettered)
-}
-
-// errRevoked is send's answer for a task the source took back while it
-// waited for its slot: it was not sent.
-var errRevoked = errors.New("revoked by the source")
-
-// send makes one request of t under timeout and gives the in-flight token
-// back, once, as soon as the sink has answered: settling (an ack, a dead
-// letter) does not hold it.
-func (p *Pipeline) send(ctx context.Context, t *task, timeout time.Duration) (start, end time.Time, err error) {
-	defer p.inFlight.release()
-	if revoked(t) {
-		return start, end, errRevoked
-	}
-	p.m.inFlight.Inc()
-	p.attempting.Add(1)
-	defer p.m.inFlight.Dec()
-	defer p.attempting.Add(-1)
-	start = p.clock.Now()
-	p.recent.addSent(start)
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	err = p.sink.Send(actx, t.msg)
-	cancel()
-	end = p.clock.Now()
-	p.bucket.answered(t)
-	if code := RequestCode(err); code != "" {
-		p.m.requests.WithLabelValues(code).Inc()
-		p.m.requestDuration.Observe(end.Sub(start).Seconds())
-	}
-	return start, end, err
 }
 
 // expire applies on_expire to a task whose departure would come too late.
