@@ -78,10 +78,10 @@ const (
 // HTTP is safe for concurrent use by multiple goroutines.
 type HTTP struct {
 	cur     atomic.Pointer[httpSink]
-	mu      sync.Mutex        // guards retired, and orders Reconfigure with Close
-	retired []*http.Transport // transports of replaced settings, closed by Close
-	dial    dialFunc          // dials every connection; nil: a net.Dialer (tests set it)
-	lookup  lookupFunc        // with url_from, resolves hosts; nil: the system's (tests set it)
+	mu      sync.Mutex  // guards retired, and orders Reconfigure with Close
+	retired []*httpSink // settings a Reconfigure replaced, closed by Close
+	dial    dialFunc    // dials every connection; nil: a net.Dialer (tests set it)
+	lookup  lookupFunc  // with url_from, resolves hosts; nil: the system's (tests set it)
 }
 
 // dialFunc is the signature of net.Dialer.DialContext.
@@ -111,10 +111,14 @@ type httpSink struct {
 	secrets       [][]byte // blanked out of a quoted response body, longest first
 	longestSecret int
 
+	// pool is the sink's own HTTP/1.1 client (http_conn.go), for a fixed
+	// http:// URL without a proxy; nil: requests go through transport.
+	pool      *connPool
+	timeout   time.Duration // bounds an attempt whose ctx has no deadline
 	transport *http.Transport
 }
 
-var _ shaper.Sink = (*HTTP)(nil)
+var _ shaper.Starter = (*HTTP)(nil)
 
 // NewHTTP returns an HTTP sink for cfg, with its defaults set. A config
 // HTTPConfig.Validate refuses is an error, the same one: there is one set
@@ -152,14 +156,23 @@ func (h *HTTP) Reconfigure(cfg HTTPConfig) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	old := h.cur.Swap(s)
-	old.transport.CloseIdleConnections()
-	h.retired = append(h.retired, old.transport)
+	old.retire()
+	h.retired = append(h.retired, old)
 	return nil
 }
 
 // Send makes one attempt with the settings in force; see httpSink.send.
 func (h *HTTP) Send(ctx context.Context, m *shaper.Message) error {
 	return h.cur.Load().send(ctx, m)
+}
+
+// Start writes the request of m at once on an idle kept-alive connection
+// and returns true; the connection's reader calls done with what Send
+// would have returned. It returns false, having sent nothing, when it
+// cannot: for https://, a proxy or url_from (net/http's Transport sends
+// those), when no connection is idle, or for a payload over 8 KiB.
+func (h *HTTP) Start(ctx context.Context, m *shaper.Message, timeout time.Duration, done func(error)) bool {
+	return h.cur.Load().start(ctx, m, timeout, done)
 }
 
 // Proxy describes the proxy of the settings in force, for the startup
@@ -171,16 +184,36 @@ func (h *HTTP) Proxy() string {
 }
 
 // Close closes the idle keep-alive connections, also those of settings a
-// Reconfigure replaced. Requests still in flight finish on their own
-// connections. It does not wait, so it needs no ctx.
-func (h *HTTP) Close(context.Context) error {
+// Reconfigure replaced, and waits for the readers of the sink's own
+// connections (http_conn.go) to end: requests still in flight finish on
+// their connections until ctx ends, then their connections are closed.
+func (h *HTTP) Close(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, t := range h.retired {
-		t.CloseIdleConnections()
+	for _, s := range append(h.retired, h.cur.Load()) {
+		s.close(ctx)
 	}
-	h.cur.Load().transport.CloseIdleConnections()
 	return nil
+}
+
+// retire keeps no more connections of these settings: idle ones close
+// now, busy ones once answered.
+func (h *httpSink) retire() {
+	if h.pool != nil {
+		h.pool.retire()
+		return
+	}
+	h.transport.CloseIdleConnections()
+}
+
+// close retires these settings and waits for their own connections'
+// readers until ctx ends (see connPool.close).
+func (h *httpSink) close(ctx context.Context) {
+	if h.pool != nil {
+		h.pool.close(ctx)
+		return
+	}
+	h.transport.CloseIdleConnections()
 }
 
 // newHTTPSink builds the settings and client of cfg, with its defaults
@@ -235,6 +268,18 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*httpSink, e
 	}
 	slices.SortFunc(h.secrets, func(a, b []byte) int { return len(b) - len(a) })
 
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
+	h.timeout = cfg.Timeout
+	if u.Scheme == "http" && h.proxy == nil && guard == nil {
+		port := u.Port()
+		if port == "" {
+			port = "80"
+		}
+		h.pool = newConnPool(net.JoinHostPort(u.Hostname(), port), max(cfg.MaxInFlightPerHost, 1), dial)
+		return h, nil
+	}
 	// Requests go to the Transport itself, not through an http.Client:
 	// a redirect is an answer (not followed), there are no cookies, and
 	// the ctx of each Send bounds its attempt. It spares every request the
@@ -245,8 +290,7 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*httpSink, e
 
 // newTransport returns the Transport of these settings: at most
 // cfg.MaxInFlightPerHost connections to one host, and cfg.MaxInFlight kept
-// in all for a fixed url (no such cap with url_from), dialled by dial (nil:
-// a net.Dialer).
+// in all for a fixed url (no such cap with url_from), dialled by dial.
 func (h *httpSink) newTransport(cfg HTTPConfig, tlsConfig *tls.Config, dial dialFunc) *http.Transport {
 	conns, perHost := max(cfg.MaxInFlight, 1), max(cfg.MaxInFlightPerHost, 1)
 	if cfg.URLFrom != "" {
@@ -256,9 +300,6 @@ func (h *httpSink) newTransport(cfg HTTPConfig, tlsConfig *tls.Config, dial dial
 		// anew. Each host keeps at most perHost, closed after
 		// idleConnTimeout unused.
 		conns = 0
-	}
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
 	return &http.Transport{
 		// The Transport asks for the proxy before each attempt of a
@@ -296,6 +337,9 @@ func (h *httpSink) send(ctx context.Context, m *shaper.Message) error {
 	if err != nil {
 		return shaper.NotSent(err)
 	}
+	if h.pool != nil {
+		return h.sendOwn(ctx, m, sendKey)
+	}
 	// One Send writes at most one request, whatever net/http would do.
 	req, sig, err := h.newRequest(withSentOnce(ctx), rawURL, m, sendKey)
 	if err != nil {
@@ -311,17 +355,23 @@ func (h *httpSink) send(ctx context.Context, m *shaper.Message) error {
 		return err
 	}
 	defer drainClose(resp.Body)
+	return h.judge(resp.StatusCode, resp.Header, resp.Body, sig)
+}
 
-	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+// judge is Send's answer for a response: nil for a 2xx status, otherwise
+// a *shaper.StatusError with its Retry-After and an excerpt of body, from
+// which the request's signature sig and the secrets are blanked out.
+func (h *httpSink) judge(code int, header http.Header, body io.Reader, sig string) error {
+	if code >= 200 && code <= 299 {
 		return nil
 	}
-	serr := &shaper.StatusError{Code: resp.StatusCode}
-	if v := resp.Header.Get("Retry-After"); v != "" {
+	serr := &shaper.StatusError{Code: code}
+	if v := header.Get("Retry-After"); v != "" {
 		if at, ok := ParseRetryAfter(v, time.Now()); ok {
 			serr.RetryAfter = at
 		}
 	}
-	serr.Body = h.quoteBody(resp.Body, sig)
+	serr.Body = h.quoteBody(body, sig)
 	return serr
 }
 
