@@ -136,6 +136,19 @@
 // before an answer; the sink refuses that resend, so the Send fails with a
 // retryable error, and the pipeline's next attempt takes a slot of its own.
 // A request of which nothing was written may still be resent at once.
+// The sink's own client (below) never resends.
+//
+// # Two clients
+//
+// A fixed http:// URL without a proxy goes through the sink's own HTTP/1.1
+// client (http_conn.go): kept-alive connections, each with a reader
+// goroutine parked on it, to which a request is written by the goroutine
+// that sends it. Through [HTTP.Start] the pipeline's scheduler writes a
+// request at its slot on an idle connection, and the connection's reader
+// finishes the attempt: no hand-off to a worker, none to net/http's
+// writer and reader. The requests are byte for byte net/http's, the
+// answers are judged the same way. https:// URLs (which may speak HTTP/2),
+// proxies and url_from go through net/http's Transport.
 //
 // # TLS
 //
@@ -151,8 +164,11 @@
 //
 // One file a job:
 //
-//   - http.go: the HTTP sink itself: [NewHTTP], Send, Reconfigure, Proxy and
-//     Close, the Transport it sends with and the one request of each Send;
+//   - http.go: the HTTP sink itself: [NewHTTP], Send, Start, Reconfigure,
+//     Proxy and Close, the Transport it sends with, the one request of each
+//     Send and how an answer is judged;
+//   - http_conn.go: its own HTTP/1.1 client, the connection pool and the
+//     reader of each connection;
 //   - http_headers.go: which headers may be sent: the configured headers
 //     and key_header it accepts, the broker headers it forwards (never the
 //     hop-by-hop, framing or reserved names), valid header names and values;

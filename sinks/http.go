@@ -48,7 +48,10 @@ const (
 //
 // It keeps up to MaxInFlight connections alive to the sink and never opens
 // more, so a steady rate reuses them instead of paying a TCP and TLS
-// handshake per request. Redirects are not followed: a 3xx comes back as a
+// handshake per request. A fixed http:// URL without a proxy goes through
+// the sink's own HTTP/1.1 client (http_conn.go), which also lets the
+// pipeline write a request from its scheduler (Start); anything else goes
+// through net/http's Transport. Redirects are not followed: a 3xx comes back as a
 // StatusError, because following one would turn a POST into a body-less GET
 // and could carry the configured headers to another host.
 //

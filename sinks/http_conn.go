@@ -94,6 +94,7 @@ type exchange struct {
 	stop     func() bool // stops the AfterFunc that ends the exchange with ctx
 	writeErr error       // the write failed; the reader answers with it
 	answered bool
+	graced   bool // the reader looked once more past the deadline (read)
 }
 
 // claim makes c carry x, and sets x's deadline on it; false when c is dead.
@@ -284,11 +285,23 @@ func (c *conn) read() {
 		_, err := c.br.Peek(1)
 		c.mu.Lock()
 		x := c.cur
-		if err != nil && x != nil && x.writeErr == nil && isTimeout(err) && x.ctx.Err() == nil && time.Now().Before(x.deadline) {
-			// The idle deadline passed as c was claimed; the claim
-			// set the request's own.
-			c.mu.Unlock()
-			continue
+		if err != nil && x != nil && x.writeErr == nil && isTimeout(err) && x.ctx.Err() == nil {
+			if time.Now().Before(x.deadline) {
+				// The idle deadline passed as c was claimed; the
+				// claim set the request's own.
+				c.mu.Unlock()
+				continue
+			}
+			if !x.graced {
+				// The reader hands the previous answer to its done
+				// after c is idle again, and done may take long (an
+				// ack, a dead letter): the answer to x may be here
+				// already, unread. A look of a millisecond tells.
+				x.graced = true
+				_ = c.nc.SetReadDeadline(time.Now().Add(time.Millisecond))
+				c.mu.Unlock()
+				continue
+			}
 		}
 		if err != nil || x == nil {
 			// Closed, timed out or reset; or an answer to no request

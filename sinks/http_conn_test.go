@@ -340,3 +340,39 @@ func TestHTTPStartedRequestsEndAtTheirTimeoutCtxOrClose(t *testing.T) {
 		t.Error("Close returned before the request in flight was answered")
 	}
 }
+
+// A connection's reader hands an answer to its done after the connection
+// is idle again, and done may take long (an ack, a dead letter). The
+// answer to the next request on that connection, which came in time, is
+// read after done returns, past the request's deadline: it is still an
+// answer, not a timeout.
+func TestHTTPAnAnswerReadLateBehindASlowDoneIsNoTimeout(t *testing.T) {
+	sink := sinktest.Start(t, sinktest.OK)
+	cfg := httpConfig(sink.URL)
+	cfg.MaxInFlight = 1
+	h := newHTTP(t, cfg)
+	if err := h.Send(testCtx(t), &shaper.Message{ID: "warm", Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	first, second := make(chan error, 1), make(chan error, 1)
+	if !h.Start(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")}, time.Second, func(err error) {
+		first <- err
+		time.Sleep(300 * time.Millisecond) // a slow settle, on the reader
+	}) {
+		t.Fatal("Start declined with an idle connection")
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if !h.Start(testCtx(t), &shaper.Message{ID: "2", Payload: []byte("x")}, 100*time.Millisecond, func(err error) { second <- err }) {
+		t.Fatal("Start declined with the connection idle again")
+	}
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Errorf("the second request, answered at once and read 200ms past its deadline: %v; want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer within 10s")
+	}
+}
