@@ -23,11 +23,16 @@ import (
 func viaTransport(t *testing.T, cfg HTTPConfig) *HTTP {
 	t.Helper()
 	h := newHTTP(t, cfg)
+	throughTransport(h, cfg)
+	return h
+}
+
+// throughTransport makes h, built of cfg, send through net/http's
+// Transport instead of its own client.
+func throughTransport(h *HTTP, cfg HTTPConfig) {
 	s := h.cur.Load()
 	cfg.SetDefaults()
-	s.transport = s.newTransport(cfg, nil, (&net.Dialer{}).DialContext)
-	s.pool = nil
-	return h
+	s.transport, s.pool = s.newTransport(cfg, nil, (&net.Dialer{}).DialContext), nil
 }
 
 // startOrSend is one attempt through Start, or through Send when Start
