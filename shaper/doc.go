@@ -3,7 +3,7 @@
 // settles every message with its source only once its outcome is final.
 //
 // The package knows no concrete broker or endpoint. It owns the contracts
-// (Message, Receipt, Source, Sink, Limiter) that packages sources, sinks and
+// (Message, Receipt, Source, Sink and Starter, Limiter) that packages sources, sinks and
 // limiter implement, and everything between them:
 //
 //   - config.go, validate.go: the core's own config (PipelineConfig: the
@@ -19,8 +19,9 @@
 //   - pushback.go: the gate (a pause, a sink's Retry-After, the circuit
 //     breaker) that holds every departure, and the adaptive rate;
 //   - pipeline.go: fetcher (in batches of limit × 50 ms), scheduler,
-//     attempt workers, expiry, dead letters, acks and the graceful drain —
-//     the whole life of a message, top to bottom;
+//     attempts (written by the scheduler itself when the sink is a Starter
+//     that can, otherwise by workers), expiry, dead letters, acks and the
+//     graceful drain — the whole life of a message, top to bottom;
 //   - sleep.go: the Clock a pipeline runs on (Parts.Clock; a MachineClock
 //     shared by the process's pipelines by default, a testing/synctest one
 //     in the scheduler tests) and departures on time: the scheduler waits
