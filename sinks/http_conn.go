@@ -74,6 +74,7 @@ type conn struct {
 	br   *bufio.Reader
 	buf  bytes.Buffer // the request being written
 	wmu  sync.Mutex   // held by the writer of a request from its first byte to its last
+	raw  *rawWriter   // writes requests holding the P; nil: nc's Write
 
 	mu   sync.Mutex // guards cur and dead, and the fields of cur its writer sets
 	cur  *exchange  // the request on it, from its claim until its answer
@@ -151,7 +152,7 @@ func (p *connPool) open(ctx context.Context, x *exchange) (*conn, error) {
 		<-p.slots
 		return nil, err
 	}
-	c := &conn{pool: p, nc: nc, br: bufio.NewReader(nc)}
+	c := &conn{pool: p, nc: nc, br: bufio.NewReader(nc), raw: newRawWriter(nc)}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -258,7 +259,7 @@ func (c *conn) write(x *exchange, req *http.Request, sig string, gzip bool) {
 	}
 	// The reader may be reading the answer already: what it reads is
 	// touched under c.mu only.
-	if _, err := c.nc.Write(b); err != nil {
+	if err := c.send(b); err != nil {
 		c.mu.Lock()
 		if c.cur == x { // not answered yet (a server may answer early)
 			x.writeErr = err
@@ -266,6 +267,15 @@ func (c *conn) write(x *exchange, req *http.Request, sig string, gzip bool) {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// send writes b to c, holding the P where it can (rawWriter).
+func (c *conn) send(b []byte) error {
+	if c.raw != nil {
+		return c.raw.Write(b)
+	}
+	_, err := c.nc.Write(b)
+	return err
 }
 
 // read is c's reader: it waits for the answer of each request on c and
