@@ -107,6 +107,19 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 		t.Errorf("sink saw %d requests in the second after the change to 50/s; want about 50", inSecond)
 	}
 
+	// The sink counts a request before it answers; the pipeline settles it
+	// after the answer has come back.
+	settled := []string{`shaper_messages_completed_total{outcome="delivered",pipeline="test"} 200`,
+		`shaper_in_flight{pipeline="test"} 0`, `shaper_bucket_depth{pipeline="test"} 0`}
+	testwait.For(t, 10*time.Second, "the metrics of every message settled", func() bool {
+		_, body := call(t, "GET", admin.URL+"/metrics", "", "")
+		for _, want := range settled {
+			if !strings.Contains(body, want) {
+				return false
+			}
+		}
+		return true
+	})
 	code, body = call(t, "GET", admin.URL+"/metrics", "", "")
 	for _, want := range []string{
 		`shaper_rate_limit{pipeline="test"} 50`,
