@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/rawconn"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -75,7 +76,6 @@ type conn struct {
 	br   *bufio.Reader
 	buf  bytes.Buffer // the request being written
 	wmu  sync.Mutex   // held by the writer of a request from its first byte to its last
-	raw  *rawWriter   // writes requests holding the P; nil: nc's Write
 
 	mu   sync.Mutex // guards cur and dead, and the fields of cur its writer sets
 	cur  *exchange  // the request on it, from its claim until its answer
@@ -153,7 +153,10 @@ func (p *connPool) open(ctx context.Context, x *exchange) (*conn, error) {
 		<-p.slots
 		return nil, err
 	}
-	c := &conn{pool: p, nc: nc, br: bufio.NewReader(nc), raw: newRawWriter(nc)}
+	// The scheduler writes on it holding its P, and an answer after an
+	// idle spell is read without waking sysmon (package rawconn).
+	nc = rawconn.Wrap(nc)
+	c := &conn{pool: p, nc: nc, br: bufio.NewReader(nc)}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -263,7 +266,7 @@ func (c *conn) write(x *exchange, req *http.Request, sig string, gzip bool) {
 	}
 	// The reader may be reading the answer already: what it reads is
 	// touched under c.mu only.
-	if err := c.send(b); err != nil {
+	if _, err := c.nc.Write(b); err != nil {
 		c.mu.Lock()
 		if c.cur == x { // not answered yet (a server may answer early)
 			x.writeErr = err
@@ -271,15 +274,6 @@ func (c *conn) write(x *exchange, req *http.Request, sig string, gzip bool) {
 		}
 		c.mu.Unlock()
 	}
-}
-
-// send writes b to c, holding the P where it can (rawWriter).
-func (c *conn) send(b []byte) error {
-	if c.raw != nil {
-		return c.raw.Write(b)
-	}
-	_, err := c.nc.Write(b)
-	return err
 }
 
 // read is c's reader: it waits for the answer of each request on c and

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/shaper-dev/shaper/internal/rawconn"
 )
 
 // errClosed is returned by Fetch and Ready of a NATS source after Close.
@@ -38,6 +41,7 @@ func dialNATS(rawURL, name string, log *slog.Logger, dropsExpected bool, opts ..
 	c := &natsConn{url: redactURLs(rawURL), log: log}
 	opts = append([]nats.Option{
 		nats.Name(name),
+		nats.SetCustomDialer(rawDialer{net.Dialer{Timeout: nats.DefaultTimeout}}),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ConnectHandler(func(nc *nats.Conn) {
@@ -70,6 +74,20 @@ func dialNATS(rawURL, name string, log *slog.Logger, dropsExpected bool, opts ..
 		log.Warn("nats: server not reachable; retrying in the background", "url", c.url)
 	}
 	return c, nil
+}
+
+// rawDialer dials a NATS server as nats.go's own dialer does, and reads
+// and writes the connection with system calls the Go runtime is not told
+// of (package rawconn): a JetStream ack or a fetch's messages then do not
+// wake the runtime's monitor thread when the daemon was idle.
+type rawDialer struct{ d net.Dialer }
+
+func (r rawDialer) Dial(network, addr string) (net.Conn, error) {
+	c, err := r.d.Dial(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return rawconn.Wrap(c), nil
 }
 
 // ready returns nil while connected, else why not, such as
