@@ -35,11 +35,16 @@ const (
 	// an inbox nobody reads, holding those messages for AckWait.
 	natsReconnectPoll = 100 * time.Millisecond
 	// natsAckEvery is how often acks are published at most: those that come
-	// within it of the last publish gather and go together, and the
-	// connection writes them out in one system call and the server reads
-	// them in one, instead of one of each per message (at 1000/s, 5 acks a
-	// write). It delays an ack, never a message.
-	natsAckEvery = 5 * time.Millisecond
+	// within it of the last publish gather and go with the first ack after
+	// it, and the connection writes them out in one system call and the
+	// server reads them in one, instead of one of each per message. At
+	// 100/s from JetStream that is 5 acks a write, and nats-server spent
+	// a third less CPU per message than with each ack published at once
+	// (alternating rounds: 162–200 against 237–312 µs); at 1000/s, 50
+	// (39–40 against 56–69 µs with acks gathered for 5 ms). It delays an
+	// ack, never a message: a crash within it redelivers those messages
+	// after AckWait.
+	natsAckEvery = 50 * time.Millisecond
 )
 
 // JetStream is a shaper.Source that consumes a JetStream durable pull
@@ -65,11 +70,11 @@ type JetStream struct {
 	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
 
-	ackMu    sync.Mutex
-	acks     []jetstream.Msg // acked, not yet published (publishAcks)
+	ackMu    sync.Mutex      // guards what follows, and orders publishing acks
+	acks     []jetstream.Msg // acked, not yet published (ack)
 	acksAt   time.Time       // when acks were last published
-	acksDone bool            // publishAcks has ended: ack publishes at once
-	ackKick  chan struct{}   // the first ack of a batch has come
+	acksDone bool            // closing: ack publishes at once
+	ackTail  *time.Timer     // publishes acks no later ack takes along (publishAcks)
 
 	mu       sync.Mutex
 	consumer jetstream.Consumer // nil until set up, and again after a fetch fails
@@ -147,8 +152,9 @@ func newJetStream(conn *natsConn, cfg NATSConfig, capacity int) *JetStream {
 		fetching:      newFetchTurn(),
 		done:          make(chan struct{}),
 		held:          make(map[*jsReceipt]struct{}),
-		ackKick:       make(chan struct{}, 1),
+		ackTail:       time.NewTimer(time.Hour),
 	}
+	s.ackTail.Stop()
 	s.wg.Add(2)
 	go s.keepHeld()
 	go s.publishAcks()
@@ -446,68 +452,65 @@ func (s *JetStream) keepHeld() {
 	}
 }
 
-// ack publishes the ack of m at once when no ack was published in the
-// last natsAckEvery (and once the source is closing); otherwise it leaves
-// it to publishAcks, which publishes it with the others that come until
-// natsAckEvery after the last. At 100/s every ack goes at once; at 1000/s
-// they go five at a time.
+// ack publishes the ack of m, with those gathered before it, when
+// natsAckEvery has passed since acks were last published (and once the
+// source is closing); otherwise m's gathers too. What gathers goes with the
+// first ack after natsAckEvery, or, when none comes within natsAckEvery
+// of the first gathered, with publishAcks. At a steady rate every batch
+// goes with a later ack, on the goroutine that acks it: gathering costs no
+// wake-up of its own.
 func (s *JetStream) ack(m jetstream.Msg) error {
 	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
 	now := time.Now()
-	if s.acksDone || len(s.acks) == 0 && now.Sub(s.acksAt) >= natsAckEvery {
-		s.acksAt = now
-		s.ackMu.Unlock()
-		return m.Ack()
-	}
-	s.acks = append(s.acks, m)
-	first := len(s.acks) == 1
-	s.ackMu.Unlock()
-	if first {
-		select {
-		case s.ackKick <- struct{}{}:
-		default:
+	if !s.acksDone && now.Sub(s.acksAt) < natsAckEvery {
+		s.acks = append(s.acks, m)
+		if len(s.acks) == 1 {
+			s.ackTail.Reset(natsAckEvery)
 		}
+		return nil
 	}
-	return nil
+	s.acksAt = now
+	s.publishGathered()
+	return m.Ack()
 }
 
-// publishAcks publishes the acks that ack left to it natsAckEvery after
-// the last were published, one after the other, so that the connection's
-// flusher writes them out together. At close it publishes what is left,
-// before Close flushes the connection. It runs until close.
+// publishGathered publishes the acks gathered so far, with ackMu held.
+// Their acks returned nil already: a failure is logged.
+func (s *JetStream) publishGathered() {
+	if len(s.acks) == 0 {
+		return
+	}
+	s.ackTail.Stop()
+	failed, firstErr := failures(s.acks, jetstream.Msg.Ack)
+	if failed > 0 {
+		s.log.Warn("nats: could not publish acks; these messages will be redelivered after AckWait", "messages", failed, "err", firstErr)
+	}
+	clear(s.acks)
+	s.acks = s.acks[:0]
+}
+
+// publishAcks publishes the gathered acks that no later ack took along,
+// natsAckEvery after the first of them, and at close what is left, before
+// Close flushes the connection. It runs until close.
 func (s *JetStream) publishAcks() {
 	defer s.wg.Done()
-	var batch []jetstream.Msg
-	publish := func(last bool) {
-		s.ackMu.Lock()
-		batch, s.acks = s.acks, batch[:0]
-		s.acksAt, s.acksDone = time.Now(), last
-		s.ackMu.Unlock()
-		failed, firstErr := failures(batch, jetstream.Msg.Ack)
-		if failed > 0 {
-			s.log.Warn("nats: could not publish acks; these messages will be redelivered after AckWait", "messages", failed, "err", firstErr)
-		}
-		clear(batch)
-	}
-	timer := time.NewTimer(natsAckEvery)
-	timer.Stop()
 	for {
 		select {
 		case <-s.done:
-			publish(true)
+			s.ackMu.Lock()
+			s.acksDone = true
+			s.publishGathered()
+			s.ackMu.Unlock()
 			return
-		case <-s.ackKick:
+		case <-s.ackTail.C:
+			s.ackMu.Lock()
+			if len(s.acks) > 0 { // not taken along while this waited for ackMu
+				s.acksAt = time.Now()
+				s.publishGathered()
+			}
+			s.ackMu.Unlock()
 		}
-		s.ackMu.Lock()
-		wait := natsAckEvery - time.Since(s.acksAt)
-		s.ackMu.Unlock()
-		timer.Reset(wait)
-		select {
-		case <-s.done:
-			timer.Stop()
-		case <-timer.C:
-		}
-		publish(false)
 	}
 }
 
