@@ -136,18 +136,28 @@ func TestThreeReplicasWithASharedAdaptiveRateSettleWithinTheSinksCapacity(t *tes
 	if share := float64(throttled) / float64(ok+throttled); share > 0.05 {
 		t.Errorf("%.1f%% of requests throttled; want at most 5%% (7%% was measured without rate.adaptive)", 100*share)
 	}
-	// Every replica has the one shared limit in force, well below 100.
+	// Every replica has the one shared limit in force, well below 100: at
+	// some moment all three report the same. A replica hears of a change
+	// another made with its next lease (every request or so: ~75ms at
+	// 13/s), or after its pause when a Retry-After holds it, so a single
+	// look may catch one behind (it did: [35.3 46.1 48.1]); limits of
+	// their own would hardly ever agree.
 	var limits []float64
-	for _, admin := range admins {
-		code, body, err := childtest.Get(admin, "/v1/pipelines")
-		var list []shaper.Status
-		if err != nil || code != http.StatusOK || json.Unmarshal([]byte(body), &list) != nil || len(list) != 1 {
-			t.Fatalf("GET /v1/pipelines = %d %s, %v", code, body, err)
+	agreed := testwait.Until(10*time.Second, func() bool {
+		limits = limits[:0]
+		for _, admin := range admins {
+			code, body, err := childtest.Get(admin, "/v1/pipelines")
+			var list []shaper.Status
+			if err != nil || code != http.StatusOK || json.Unmarshal([]byte(body), &list) != nil || len(list) != 1 {
+				t.Fatalf("GET /v1/pipelines = %d %s, %v", code, body, err)
+			}
+			limits = append(limits, list[0].LimitNow)
 		}
-		limits = append(limits, list[0].LimitNow)
-	}
+		lo, hi := slices.Min(limits), slices.Max(limits)
+		return hi-lo <= 1e-9*hi
+	})
 	t.Logf("limit in force on each replica: %v", limits)
-	if lo, hi := slices.Min(limits), slices.Max(limits); hi > 3*admits/2 || hi-lo > 10 {
-		t.Errorf("limits in force %v; want one shared limit, near the sink's %d/s (not 100, not one per replica)", limits, admits)
+	if !agreed || slices.Max(limits) > 3*admits/2 {
+		t.Errorf("limits in force %v (the last of 10s of looks); want one shared limit on every replica, near the sink's %d/s (not 100, not one per replica)", limits, admits)
 	}
 }
