@@ -57,9 +57,12 @@ func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T
 	shared := rateOver(sink, 4*time.Second)
 	t.Logf("shared: %.1f/s aggregate for 3 replicas (limit %v)", shared, limit)
 	// Over-sending is the failure; under-sending only shows a busy machine
-	// (a replica that wakes late wastes its slot), so the bounds differ.
-	if shared > limit*1.03 || shared < limit*0.9 {
-		t.Errorf("aggregate rate with a shared limit = %.1f/s; want %v +3%% -10%% (not 3×)", shared, limit)
+	// (a replica that wakes late wastes the rest of its lease), so the
+	// bounds differ: 48.8/s and 53.0/s were seen with CI's other test
+	// binaries running beside the three replicas on 2 cores. The lower
+	// bound still fails a limit split three ways (20/s).
+	if shared > limit*1.03 || shared < limit*0.75 {
+		t.Errorf("aggregate rate with a shared limit = %.1f/s; want %v +3%% -25%% (not 3×)", shared, limit)
 	}
 
 	redis.Stop()
@@ -76,8 +79,8 @@ func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T
 	time.Sleep(1500 * time.Millisecond) // a probe every 200-300ms finds Redis back within about 300ms
 	back := rateOver(sink, 4*time.Second)
 	t.Logf("recovered: %.1f/s aggregate", back)
-	if back > limit*1.03 || back < limit*0.9 {
-		t.Errorf("aggregate rate after Redis came back = %.1f/s; want %v +3%% -10%%", back, limit)
+	if back > limit*1.03 || back < limit*0.75 {
+		t.Errorf("aggregate rate after Redis came back = %.1f/s; want %v +3%% -25%%", back, limit)
 	}
 
 	for _, c := range children {
