@@ -12,20 +12,35 @@ import (
 // socket. Everything else is the wrapped connection's.
 type Conn struct {
 	net.Conn
-	rc   syscall.RawConn
 	r, w op
 }
 
-// op is one direction's call in progress: a RawConn takes a function of
-// the file descriptor, and an op's is made once, so a call allocates
-// nothing. mu keeps concurrent calls in one direction apart, as net.Conn
-// allows them.
+// op is one direction's call in progress: call is the RawConn's Read or
+// Write and fn the function of the file descriptor it takes, both made
+// once, so a call allocates nothing. mu keeps concurrent calls in one
+// direction apart, as net.Conn allows them.
 type op struct {
-	mu  sync.Mutex
-	b   []byte
-	n   int
-	err error
-	fn  func(fd uintptr) bool
+	mu   sync.Mutex
+	call func(func(fd uintptr) bool) error
+	fn   func(fd uintptr) bool
+	b    []byte
+	n    int
+	err  error
+}
+
+// run makes o's call with b and returns how much of b fn got through and
+// why it stopped short, if it did.
+func (o *op) run(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.b, o.n, o.err = b, 0, nil
+	err := o.call(o.fn)
+	if err == nil {
+		err = o.err
+	}
+	n := o.n
+	o.b, o.err = nil, nil
+	return n, err
 }
 
 // Wrap returns c with raw reads and writes, or c itself when it has no
@@ -40,9 +55,9 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	rw := &Conn{Conn: c, rc: rc}
-	rw.r.fn = rw.read
-	rw.w.fn = rw.write
+	rw := &Conn{Conn: c}
+	rw.r.call, rw.r.fn = rc.Read, rw.read
+	rw.w.call, rw.w.fn = rc.Write, rw.write
 	return rw
 }
 
@@ -52,16 +67,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	o := &c.r
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.b, o.n, o.err = b, 0, nil
-	err := c.rc.Read(o.fn)
-	if err == nil {
-		err = o.err
-	}
-	n := o.n
-	o.b, o.err = nil, nil
+	n, err := c.r.run(b)
 	if err != nil && err != io.EOF {
 		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 	}
@@ -93,16 +99,7 @@ func (c *Conn) read(fd uintptr) bool {
 
 // Write writes all of b, or says why not, as net.Conn's Write does.
 func (c *Conn) Write(b []byte) (int, error) {
-	o := &c.w
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.b, o.n, o.err = b, 0, nil
-	err := c.rc.Write(o.fn)
-	if err == nil {
-		err = o.err
-	}
-	n := o.n
-	o.b, o.err = nil, nil
+	n, err := c.w.run(b)
 	if err != nil {
 		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 	}
