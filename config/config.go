@@ -79,7 +79,8 @@ type Pipeline struct {
 	// Rate is how fast messages leave the bucket.
 	Rate Rate `yaml:"rate"`
 	// Key, when set, gives each message a key and each key a lane of the
-	// bucket; lanes take turns.
+	// bucket; lanes take turns. Left out with sink.http.url_from, each
+	// destination is a lane (as key.from: host).
 	Key *shaper.KeyConfig `yaml:"key"`
 	// Sink is where messages go: exactly one of its fields.
 	Sink Sink `yaml:"sink"`
@@ -165,12 +166,41 @@ const (
 	MinAdminToken = 16
 )
 
+// lanes is the key that gives each message its lane: key:, or with
+// sink.http.url_from and no key:, the destination (key.from: host); nil
+// for one lane.
+func (p *Pipeline) lanes() *shaper.KeyConfig {
+	k := p.Key
+	if k == nil && p.Sink.HTTP != nil && p.Sink.HTTP.URLFrom != "" {
+		k = &shaper.KeyConfig{From: "host"}
+		k.SetDefaults()
+	}
+	if k != nil && k.From == "host" && p.Sink.HTTP != nil {
+		kv := *k
+		kv.URLFrom, kv.MaxInFlight = p.Sink.HTTP.URLFrom, p.Sink.HTTP.MaxInFlightPerHost
+		k = &kv
+	}
+	return k
+}
+
+// handsBackByDefault reports whether bucket.per_key_capacity left out is a
+// quarter of the capacity: the pipeline keeps lanes (key:, or url_from) and
+// its source can take a full lane's messages back (Kafka pauses the
+// partition, JetStream redelivers later; core NATS could not, and JetStream
+// would reorder an ordered key's). A destination that pushes back then
+// holds at most a quarter of the bucket.
+func (p *Pipeline) handsBackByDefault() bool {
+	k := p.lanes()
+	nats := p.Source.NATS
+	return k != nil && (nats == nil || nats.Stream != "" && !k.Ordered)
+}
+
 // validateKey checks key: against the parts it needs: the source that
 // carries the key, and one that can take a full key's messages back.
 func (p *Pipeline) validateKey(path string) error {
 	var ps check.Problems
 	handsBack := p.Bucket.PerKeyCapacity < p.Bucket.Capacity
-	k := p.Key
+	k := p.lanes()
 	if k == nil {
 		if handsBack {
 			ps.Add(path+".bucket.per_key_capacity", "needs key: (which messages share a lane)")
@@ -180,11 +210,7 @@ func (p *Pipeline) validateKey(path string) error {
 		}
 		return ps.Err()
 	}
-	kv := *k
-	if p.Sink.HTTP != nil {
-		kv.URLFrom = p.Sink.HTTP.URLFrom
-	}
-	ps.Also(kv.Validate(path + ".key"))
+	ps.Also(k.Validate(path + ".key"))
 	nats := p.Source.NATS
 	if k.From == "kafka_key" && nats != nil {
 		ps.Add(path+".key.from", "kafka_key needs source.kafka: NATS messages have no key; use header:NAME or json:a.b.c")
@@ -204,7 +230,7 @@ func (p *Pipeline) validateKey(path string) error {
 // to a JetStream source, which keeps them pending while other keys' messages
 // get past them. Shaper's memory stays bounded by the capacity either way.
 func (p Pipeline) Pending() int {
-	if p.Key != nil && p.Bucket.PerKeyCapacity < p.Bucket.Capacity {
+	if p.lanes() != nil && p.Bucket.PerKeyCapacity < p.Bucket.Capacity {
 		return -1
 	}
 	return p.Bucket.Capacity
@@ -213,13 +239,7 @@ func (p Pipeline) Pending() int {
 // Core is the pipeline's config for shaper.New: name, bucket, rate and the
 // delivery settings of its sink.
 func (p Pipeline) Core() shaper.PipelineConfig {
-	key := p.Key
-	if key != nil && key.From == "host" && p.Sink.HTTP != nil {
-		k := *key
-		k.URLFrom, k.MaxInFlight = p.Sink.HTTP.URLFrom, p.Sink.HTTP.MaxInFlightPerHost
-		key = &k
-	}
-	return shaper.PipelineConfig{Name: p.Name, Bucket: p.Bucket, Rate: p.Rate.RateConfig, Delivery: p.Sink.Delivery(), Key: key}
+	return shaper.PipelineConfig{Name: p.Name, Bucket: p.Bucket, Rate: p.Rate.RateConfig, Delivery: p.Sink.Delivery(), Key: p.lanes()}
 }
 
 // Delivery returns the dispatcher settings of whichever sink is configured.
@@ -257,10 +277,14 @@ func (p *Pipeline) SetDefaults() {
 	if k := p.Source.Kafka; k != nil {
 		k.SetDefaults()
 	}
+	perKeyLeftOut := p.Bucket.PerKeyCapacity == 0
 	p.Bucket.SetDefaults()
 	p.Rate.SetDefaults()
 	if p.Key != nil {
 		p.Key.SetDefaults()
+	}
+	if perKeyLeftOut && p.handsBackByDefault() {
+		p.Bucket.PerKeyCapacity = max(p.Bucket.Capacity/4, 1)
 	}
 	if sh := p.Rate.Shared; sh != nil {
 		sh.SetDefaults(p.Name)

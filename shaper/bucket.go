@@ -28,6 +28,11 @@ type task struct {
 	err error
 	// probe marks the attempt in flight as the circuit breaker's probe.
 	probe bool
+	// inFIFO is whether the task is queued in its lane's FIFO;
+	// laneIndex and dueIndex are its places in its lane's retry heap and
+	// in the bucket's index of retries (-1: not there).
+	inFIFO              bool
+	laneIndex, dueIndex int
 	// answered is whether the sink has answered the task's last request,
 	// which the lane counts until the task is settled or sent back.
 	answered bool
@@ -37,8 +42,10 @@ type task struct {
 	// pipeline none.
 	keySlot bool
 	// lane is the lane of the message's key, which holds it until it is
-	// settled.
+	// settled; dest is the destination of its request, whose gate holds it
+	// back while that destination pushes back.
 	lane *lane
+	dest *destination
 }
 
 // bucket holds messages between the source and the sink, in lanes: one
@@ -67,14 +74,29 @@ type bucket struct {
 	ring     ring  // lanes that may have a message ready, taking turns
 	timed    timed // lanes ready at a known time, or to be forgotten then
 	overflow int64 // messages put in the "" lane because maxKeys lanes existed
-	// throttledGone counts the attempts throttled by the gates of lanes
-	// forgotten, for shaper_throttled_total.
+
+	// dests are the destinations of the tasks held, and those whose gate
+	// still holds back; throttledGone counts the attempts throttled by the
+	// gates of destinations forgotten, for shaper_throttled_total.
+	dests         map[string]*destination
 	throttledGone int64
+
+	// arrivals are the tasks admitted, in order, from arrHead on; inFIFO
+	// counts those still queued in a lane's FIFO (the others are skipped),
+	// and retrying indexes the tasks waiting for a retry by due time. They
+	// let expired find the tasks past their deadline in any lane.
+	arrivals []*task
+	arrHead  int
+	inFIFO   int
+	retrying dueHeap
 
 	// ready and room carry one pending wake-up each (size one, so a signal
 	// sent while nobody waits is kept and repeated signals coalesce).
 	ready chan struct{} // to the scheduler: a task was added or became due
 	room  chan struct{} // to the fetcher: there is room for wantRoom
+	// queuedMore tells whoever expires tasks on time that a task was
+	// queued, whose deadline may be the next.
+	queuedMore chan struct{}
 }
 
 // laneOptions shape a bucket's lanes.
@@ -92,8 +114,11 @@ type laneOptions struct {
 	// idle is how long after its last slot such a limiter is as new.
 	limiter func(key string, now time.Time) Limiter
 	idle    time.Duration
-	// gate makes a key's own gate (key.from: host; nil: none).
-	gate func(key string) *gate
+	// gate makes a destination's gate (nil: one that logs nothing), and
+	// dest names the destination of a message whose lane key is key (nil:
+	// one destination, "").
+	gate func(name string) *gate
+	dest func(m *Message, key string) string
 }
 
 // holdsBack reports whether a lane's messages in flight can keep its next
@@ -103,12 +128,17 @@ func (o laneOptions) holdsBack() bool { return o.ordered || o.inFlight > 0 }
 // newBucket returns an empty bucket holding at most capacity messages,
 // with lanes shaped by o.
 func newBucket(capacity int, o laneOptions) *bucket {
+	if o.gate == nil {
+		o.gate = plainGate
+	}
 	return &bucket{
-		capacity: max(capacity, 1),
-		opt:      o,
-		lanes:    map[string]*lane{},
-		ready:    make(chan struct{}, 1),
-		room:     make(chan struct{}, 1),
+		capacity:   max(capacity, 1),
+		opt:        o,
+		lanes:      map[string]*lane{},
+		dests:      map[string]*destination{},
+		ready:      make(chan struct{}, 1),
+		room:       make(chan struct{}, 1),
+		queuedMore: make(chan struct{}, 1),
 	}
 }
 
@@ -199,13 +229,19 @@ func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string
 	if len(msgs) == 0 {
 		return nil
 	}
-	b.mu.Lock()
-	for _, m := range msgs {
-		k := ""
+	keys, dests := make([]string, len(msgs)), make([]string, len(msgs))
+	for i, m := range msgs {
 		if key != nil {
-			k = key(m)
+			keys[i] = key(m)
 		}
-		l := b.laneLocked(k, now)
+		if b.opt.dest != nil {
+			dests[i] = b.opt.dest(m, keys[i])
+		}
+	}
+	b.mu.Lock()
+	wasEmpty := b.inFIFO == 0
+	for i, m := range msgs {
+		l := b.laneLocked(keys[i], now)
 		if b.opt.perKey > 0 && l.held >= b.opt.perKey {
 			p, ok := m.Receipt.(Pausable)
 			if !ok {
@@ -217,7 +253,10 @@ func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string
 		} else if l.handedBack > 0 {
 			l.handedBack--
 		}
-		l.fifo = append(l.fifo, &task{msg: m, queued: now, lane: l})
+		t := &task{msg: m, queued: now, lane: l, dest: b.destinationLocked(dests[i]), inFIFO: true, laneIndex: -1, dueIndex: -1}
+		l.fifo = append(l.fifo, t)
+		b.arrivals = append(b.arrivals, t)
+		b.inFIFO++
 		l.held++
 		b.held++
 		b.queued++
@@ -225,6 +264,9 @@ func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string
 	}
 	b.mu.Unlock()
 	signal(b.ready)
+	if wasEmpty {
+		signal(b.queuedMore) // a later arrival's deadline is never the next
+	}
 	return full
 }
 
@@ -243,9 +285,6 @@ func (b *bucket) laneLocked(k string, now time.Time) *lane {
 	if b.opt.limiter != nil {
 		l.lim = b.opt.limiter(k, now)
 		l.slot = l.lim.Next(now)
-	}
-	if b.opt.gate != nil {
-		l.gate = b.opt.gate(k)
 	}
 	b.lanes[k] = l
 	return l
@@ -269,10 +308,12 @@ func (b *bucket) retry(t *task, due time.Time) {
 	}
 	t.due = due
 	heap.Push(&t.lane.retries, t)
+	heap.Push(&b.retrying, t)
 	b.queued++
 	b.touchLocked(t.lane)
 	b.mu.Unlock()
 	signal(b.ready)
+	signal(b.queuedMore)
 }
 
 // take removes and returns the next task to send at now: the ready message
@@ -298,20 +339,36 @@ func (b *bucket) take(now time.Time) (*task, time.Time) {
 			return nil, now // more to look at: the caller asks again at once, having let others in
 		}
 		l := b.ring.cursor
-		at, ok := l.ready(now, b.opt.ordered, b.opt.inFlight)
+		at, ok, probing := l.ready(now, b.opt.ordered, b.opt.inFlight)
 		if ok && !at.After(now) {
 			t := l.take(now, b.opt.ordered)
-			b.queued--
+			b.takenLocked(t)
 			b.ring.cursor = l.next // the turn passes on
 			return t, time.Time{}
 		}
 		b.ring.remove(l)
+		if probing != nil && l.parkedOn == nil {
+			l.parkedOn = probing
+			probing.parked = append(probing.parked, l)
+		}
 		b.parkLocked(l, now, at, ok)
 	}
 	if b.timed.len() > 0 {
 		return nil, b.timed.first()
 	}
 	return nil, time.Time{}
+}
+
+// takenLocked takes t, just taken from its lane, out of the bucket's
+// indexes of what is queued. It requires that b.mu is held.
+func (b *bucket) takenLocked(t *task) {
+	b.queued--
+	if t.inFIFO {
+		t.inFIFO = false
+		b.inFIFO--
+	} else {
+		heap.Remove(&b.retrying, t.dueIndex)
+	}
 }
 
 // maxParked bounds how many lanes one take files away.
@@ -332,10 +389,6 @@ func (b *bucket) parkLocked(l *lane, now, at time.Time, ok bool) {
 		b.timed.set(l, idle)
 	default:
 		b.timed.remove(l)
-		if l.gate != nil {
-			n, _, _ := l.gate.counts()
-			b.throttledGone += n
-		}
 		delete(b.lanes, l.key)
 	}
 }
@@ -381,18 +434,23 @@ func (b *bucket) drain() []*task {
 		b.ring.remove(l)
 		b.timed.remove(l)
 	}
-	b.queued = 0
+	for _, t := range out {
+		t.inFIFO, t.laneIndex, t.dueIndex = false, -1, -1
+	}
+	b.queued, b.inFIFO = 0, 0
+	b.arrivals, b.arrHead, b.retrying = nil, 0, nil
 	return out
 }
 
-// release marks t as settled, making room for another. The sources paused
+// release marks t as settled at now, making room for another. The sources paused
 // for t's key go on once its lane has room; an ordered key's next message
 // may go; a lane that holds nothing is forgotten (under rate.per_key, once
 // its limiter is as new).
-func (b *bucket) release(t *task) {
+func (b *bucket) release(t *task, now time.Time) {
 	var resumes []func()
 	b.mu.Lock()
 	b.held--
+	b.forgetLocked(t.dest, now)
 	l := t.lane
 	l.held--
 	if t.answered {
@@ -418,35 +476,6 @@ func (b *bucket) release(t *task) {
 	if b.opt.holdsBack() {
 		signal(b.ready) // the key's next message may go now
 	}
-}
-
-// touch puts l back in turn, for take to look at again: its gate may
-// have changed.
-func (b *bucket) touch(l *lane) {
-	b.mu.Lock()
-	if l.held > 0 {
-		b.touchLocked(l)
-	}
-	b.mu.Unlock()
-	signal(b.ready)
-}
-
-// gateCounts sums the lanes' own gates: attempts throttled (also of lanes
-// forgotten) and breakers open now.
-func (b *bucket) gateCounts() (throttled int64, open int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	throttled = b.throttledGone
-	for _, l := range b.lanes {
-		if l.gate != nil {
-			n, isOpen, _ := l.gate.counts()
-			throttled += n
-			if isOpen {
-				open++
-			}
-		}
-	}
-	return throttled, open
 }
 
 // answered tells the bucket that the sink has answered t's request: under

@@ -63,9 +63,13 @@ type BucketConfig struct {
 	// OnExpire is what happens to a message that would wait longer:
 	// dead_letter (default), drop (ack without delivery), or deliver (send late).
 	OnExpire string `yaml:"on_expire"`
-	// PerKeyCapacity is the most messages one key holds (with key:).
-	// Further messages of a full key are handed back to the source to come
-	// again later, so that other keys still get in. Default: Capacity.
+	// PerKeyCapacity is the most messages one lane holds (a key, or with
+	// url_from a destination). Further messages of a full lane are handed
+	// back to the source to come again later, so that a destination that
+	// pushes back, or a key's flood, leaves room for the others. Default:
+	// a quarter of Capacity with key: or url_from where the source can take
+	// messages back (Kafka, JetStream but for an ordered key), else
+	// Capacity.
 	PerKeyCapacity int `yaml:"per_key_capacity"`
 }
 

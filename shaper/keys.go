@@ -3,19 +3,25 @@ package shaper
 import (
 	"bytes"
 	"encoding/json"
-	"net/url"
 	"strings"
 )
 
 // keyFunc returns the function that gives a message its key under k (nil:
-// no keys, one lane).
-func keyFunc(k *KeyConfig) func(*Message) string {
+// no keys, one lane); dest names a message's destination (nil: the sink
+// names none), which is its key under key.from: host.
+func keyFunc(k *KeyConfig, dest func(*Message) string) func(*Message) string {
 	if k == nil {
 		return nil
 	}
 	of := Field(k.From)
 	if k.From == "host" {
-		of = hostOf(Field(k.URLFrom))
+		of = func(m *Message) (string, bool) {
+			if dest == nil {
+				return "", false
+			}
+			name := dest(m)
+			return name, name != ""
+		}
 	}
 	return func(m *Message) string {
 		if key, ok := of(m); ok {
@@ -46,21 +52,23 @@ func Field(from string) func(*Message) (string, bool) {
 	return func(*Message) (string, bool) { return "", false }
 }
 
-// hostOf reads the host (lowercased, without the port) of the URL that
-// urlOf reads; false when there is none or it is not a URL. The sink checks
-// the URL itself: a key is only a lane.
-func hostOf(urlOf func(*Message) (string, bool)) func(*Message) (string, bool) {
-	return func(m *Message) (string, bool) {
-		raw, ok := urlOf(m)
-		if !ok {
-			return "", false
-		}
-		u, err := url.Parse(raw)
-		if err != nil || u.Hostname() == "" {
-			return "", false
-		}
-		return strings.ToLower(strings.TrimSuffix(u.Hostname(), ".")), true
+// destinationOf returns what names a message's destination: the sink's
+// Destination, or nil when the sink names none.
+func destinationOf(s Sink) func(*Message) string {
+	if d, ok := s.(Destinations); ok {
+		return d.Destination
 	}
+	return nil
+}
+
+// destinationOfTask returns what names the destination of a message whose
+// lane key is key: its sink's name for it, or "" (one destination).
+func destinationOfTask(s Sink) func(m *Message, key string) string {
+	of := destinationOf(s)
+	if of == nil {
+		return nil
+	}
+	return func(m *Message, _ string) string { return of(m) }
 }
 
 // headerValue returns the first value of header name, matched exactly or,

@@ -33,9 +33,9 @@ type lane struct {
 	// moves it), and lastSlot the time of the last slot taken.
 	lim            Limiter
 	slot, lastSlot time.Time
-	// gate is the lane's own Retry-After pause and breaker (key.from:
-	// host), nil otherwise.
-	gate *gate
+	// parkedOn is the destination whose probe the lane's next message
+	// waits for (nil: none); its answer puts the lane back in turn.
+	parkedOn *destination
 	// resumes let the sources paused for this key go on, once the lane has
 	// room again (see Pausable).
 	resumes []func()
@@ -67,38 +67,51 @@ func (l *lane) pop() *task {
 // ready returns when the lane's next message may depart, at now: a retry
 // that is due first (it is older than anything queued), else the oldest
 // queued message, else the earliest retry; no sooner than the lane's next
-// per-key slot. An ordered lane has at most one message out of its FIFO
-// (in flight or waiting for a retry): while it is in flight, nothing of the
-// lane is ready; nor is a lane with inFlight messages in flight (0: no
-// bound). ok is false when the lane has nothing to send.
-func (l *lane) ready(now time.Time, ordered bool, inFlight int) (at time.Time, ok bool) {
+// per-key slot, nor than its destination's gate opens. An ordered lane has
+// at most one message out of its FIFO (in flight or waiting for a retry):
+// while it is in flight, nothing of the lane is ready; nor is a lane with
+// inFlight messages in flight (0: no bound). ok is false when the lane has
+// nothing to send, or when its next message's destination waits for the
+// answer to its probe: then probing is that destination.
+func (l *lane) ready(now time.Time, ordered bool, inFlight int) (at time.Time, ok bool, probing *destination) {
 	out := l.held - l.queued() - len(l.retries) // in flight or being settled
+	if ordered && out > 0 || inFlight > 0 && out-l.answered >= inFlight {
+		return time.Time{}, false, nil
+	}
+	t, fromRetries := l.peek(now, ordered)
 	switch {
-	case ordered && out > 0, inFlight > 0 && out-l.answered >= inFlight:
-		return time.Time{}, false
-	case len(l.retries) > 0 && (!l.retries[0].due.After(now) || l.queued() == 0 || ordered):
-		at = l.retries[0].due
-	case l.queued() > 0:
-		at = now
+	case t == nil:
+		return time.Time{}, false, nil
+	case fromRetries:
+		at = t.due
 	default:
-		return time.Time{}, false
+		at = now
 	}
 	if l.lim != nil {
 		at = later(at, l.slot)
 	}
-	if l.gate != nil {
-		until, why := l.gate.shut(now)
-		if why != holdNone && until.IsZero() {
-			return time.Time{}, false // its probe is in flight: the result puts the lane back
-		}
-		at = later(at, until)
+	until, why := t.dest.gate.shut(now)
+	if why != holdNone && until.IsZero() {
+		return time.Time{}, false, t.dest
 	}
-	return at, true
+	return later(at, until), true, nil
+}
+
+// peek returns the message the lane would send next at now, and whether
+// it waits for a retry; nil when the lane has nothing queued.
+func (l *lane) peek(now time.Time, ordered bool) (t *task, fromRetries bool) {
+	switch {
+	case len(l.retries) > 0 && (!l.retries[0].due.After(now) || l.queued() == 0 || ordered):
+		return l.retries[0], true
+	case l.queued() > 0:
+		return l.fifo[l.head], false
+	}
+	return nil, false
 }
 
 // take removes and returns the message that ready named.
 func (l *lane) take(now time.Time, ordered bool) *task {
-	if len(l.retries) > 0 && (!l.retries[0].due.After(now) || l.queued() == 0 || ordered) {
+	if _, fromRetries := l.peek(now, ordered); fromRetries {
 		t := heap.Pop(&l.retries).(*task)
 		t.queued = t.due
 		return t
@@ -269,17 +282,27 @@ func (h *timed) down(i int) {
 // comparisons of entries that sit side by side.
 const arity = 4
 
-// retryHeap orders tasks waiting for a retry by due time.
+// retryHeap orders a lane's tasks waiting for a retry by due time; each
+// task carries its place in it (laneIndex), so that one expired can be
+// taken out.
 type retryHeap []*task
 
 func (h retryHeap) Len() int           { return len(h) }
 func (h retryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *retryHeap) Push(x any)        { *h = append(*h, x.(*task)) }
+func (h retryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].laneIndex, h[j].laneIndex = i, j
+}
+func (h *retryHeap) Push(x any) {
+	t := x.(*task)
+	t.laneIndex = len(*h)
+	*h = append(*h, t)
+}
 func (h *retryHeap) Pop() any {
 	old := *h
 	t := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
+	t.laneIndex = -1
 	return t
 }

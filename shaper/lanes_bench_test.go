@@ -59,7 +59,7 @@ func benchTake(b *testing.B, n int, perKey bool) {
 		o.limiter, o.idle = perKeyLimiter(1), time.Second
 	}
 	bk := newBucket(n, o)
-	key := keyFunc(&KeyConfig{From: "header:Key"})
+	key := keyFunc(&KeyConfig{From: "header:Key"}, nil)
 	msgs := benchKeyed(n)
 	if perKey {
 		// Each key's first message is admitted and sent 1s/n after the
@@ -142,7 +142,7 @@ func BenchmarkLaneMemory(b *testing.B) {
 func laneBytes(b *testing.B, n int, perKey, idle bool) float64 {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	msgs := benchKeyed(n)
-	key := keyFunc(&KeyConfig{From: "header:Key"})
+	key := keyFunc(&KeyConfig{From: "header:Key"}, nil)
 	var o laneOptions
 	if perKey {
 		o.limiter, o.idle = perKeyLimiter(1), time.Hour
@@ -157,7 +157,7 @@ func laneBytes(b *testing.B, n int, perKey, idle bool) float64 {
 				b.Fatal("take = nil with every lane's first message ready")
 			}
 			bk.spend(t, now)
-			bk.release(t)
+			bk.release(t, time.Time{})
 		}
 	}
 	if active, _ := bk.keys(); active != n {

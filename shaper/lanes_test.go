@@ -23,7 +23,7 @@ func keyed(key string, n int) []*Message {
 func TestLanesTakeTurnsAndKeepEachKeysOrder(t *testing.T) {
 	now := time.Now()
 	b := newBucket(100, laneOptions{})
-	key := keyFunc(&KeyConfig{From: "header:Key"})
+	key := keyFunc(&KeyConfig{From: "header:Key"}, nil)
 	b.admit(now, keyed("A", 6), key)
 	b.admit(now, keyed("B", 2), key)
 	var got []string
@@ -45,7 +45,7 @@ func TestLanesTakeTurnsAndKeepEachKeysOrder(t *testing.T) {
 func TestALaneIsBoundedForgottenWhenEmptyAndMaxKeysOverflowsToTheEmptyKey(t *testing.T) {
 	now := time.Now()
 	b := newBucket(100, laneOptions{perKey: 3, maxKeys: 2})
-	key := keyFunc(&KeyConfig{From: "header:Key"})
+	key := keyFunc(&KeyConfig{From: "header:Key"}, nil)
 	if full := b.admit(now, keyed("A", 5), key); len(full) != 2 {
 		t.Errorf("admit 5 of A with per_key_capacity 3 handed back %d; want 2", len(full))
 	}
@@ -61,7 +61,7 @@ func TestALaneIsBoundedForgottenWhenEmptyAndMaxKeysOverflowsToTheEmptyKey(t *tes
 		if tk == nil {
 			break
 		}
-		b.release(tk)
+		b.release(tk, time.Time{})
 	}
 	if active, _ := b.keys(); active != 0 {
 		t.Errorf("%d lanes after every message was settled; want 0 (forgotten)", active)
@@ -85,21 +85,23 @@ func TestTheKeyOfAMessage(t *testing.T) {
 		{"json:order.missing", "none"},
 	}
 	for _, tt := range tests {
-		if got := keyFunc(&KeyConfig{From: tt.from, Missing: "none"})(m); got != tt.want {
+		if got := keyFunc(&KeyConfig{From: tt.from, Missing: "none"}, nil)(m); got != tt.want {
 			t.Errorf("key from %s = %q; want %q", tt.from, got, tt.want)
 		}
 	}
-	host := keyFunc(&KeyConfig{From: "host", URLFrom: "header:Notify-Url", Missing: "none"})
-	for url, want := range map[string]string{
-		"https://Pay.Merchant.Example.:8443/cb?x=1": "pay.merchant.example",
-		"https://[2001:db8::1]/cb":                  "2001:db8::1",
-		"not a url":                                 "none",
-	} {
-		if got := host(&Message{Header: map[string][]string{"Notify-Url": {url}}}); got != want {
-			t.Errorf("key from host of %q = %q; want %q", url, got, want)
+	// Under key.from: host the key is the destination the sink names
+	// (sinks' TestDestinationIsTheCanonicalOrigin checks the names).
+	dest := func(m *Message) string { return m.Header["Dest"][0] }
+	host := keyFunc(&KeyConfig{From: "host", URLFrom: "header:Notify-Url", Missing: "none"}, dest)
+	for name, want := range map[string]string{"https://pay.merchant.example:8443": "https://pay.merchant.example:8443", "": "none"} {
+		if got := host(&Message{Header: map[string][]string{"Dest": {name}}}); got != want {
+			t.Errorf("key from host of destination %q = %q; want %q", name, got, want)
 		}
 	}
-	if got := keyFunc(&KeyConfig{From: "json:a", Missing: "none"})(&Message{Payload: []byte("not json")}); got != "none" {
+	if got := keyFunc(&KeyConfig{From: "host", Missing: "none"}, nil)(&Message{}); got != "none" {
+		t.Errorf("key from host with a sink that names no destination = %q; want the missing key", got)
+	}
+	if got := keyFunc(&KeyConfig{From: "json:a", Missing: "none"}, nil)(&Message{Payload: []byte("not json")}); got != "none" {
 		t.Errorf("key of a payload that is not JSON = %q; want the missing key", got)
 	}
 }
@@ -121,7 +123,7 @@ func perKeyLimiter(limit float64) func(string, time.Time) Limiter {
 func TestALaneWaitsForItsOwnSlotAndIsForgottenOnceItsLimiterIsAsNew(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	b := newBucket(100, laneOptions{limiter: perKeyLimiter(10), idle: 100 * time.Millisecond})
-	key := keyFunc(&KeyConfig{From: "header:Key"})
+	key := keyFunc(&KeyConfig{From: "header:Key"}, nil)
 	b.admit(now, keyed("A", 3), key)
 	b.admit(now, keyed("B", 1), key)
 	var got []string
@@ -137,7 +139,7 @@ func TestALaneWaitsForItsOwnSlotAndIsForgottenOnceItsLimiterIsAsNew(t *testing.T
 		}
 		b.spend(tk, at)
 		got = append(got, fmt.Sprintf("%s@%v", tk.msg.Header["Key"][0], at.Sub(now)))
-		b.release(tk)
+		b.release(tk, time.Time{})
 	}
 	if want := []string{"A@0s", "B@0s", "A@100ms", "A@200ms"}; !slices.Equal(got, want) {
 		t.Errorf("departures %v; want %v", got, want)
@@ -159,7 +161,7 @@ func TestALaneWaitsForItsOwnSlotAndIsForgottenOnceItsLimiterIsAsNew(t *testing.T
 func TestAnOrderedLaneLetsOneMessageOutAtATime(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	b := newBucket(100, laneOptions{ordered: true})
-	key := keyFunc(&KeyConfig{From: "header:Key"})
+	key := keyFunc(&KeyConfig{From: "header:Key"}, nil)
 	b.admit(now, keyed("A", 3), key)
 	b.admit(now, keyed("B", 2), key)
 	a0, _ := b.take(now)
@@ -168,7 +170,7 @@ func TestAnOrderedLaneLetsOneMessageOutAtATime(t *testing.T) {
 		t.Fatalf("took %s while A and B each have one in flight; want nothing", tk.msg.ID)
 	}
 	b.retry(a0, now.Add(time.Second)) // A's first waits for a retry
-	b.release(b0)
+	b.release(b0, time.Time{})
 	if tk, _ := b.take(now); tk == nil || tk.msg.Header["Key"][0] != "B" {
 		t.Fatalf("take = %v; want B's second (A is held by its retry)", tk)
 	}
@@ -178,7 +180,7 @@ func TestAnOrderedLaneLetsOneMessageOutAtATime(t *testing.T) {
 	if tk, _ := b.take(now.Add(time.Second)); tk != a0 {
 		t.Fatalf("take at the retry's due time = %v; want A's first again", tk)
 	}
-	b.release(a0)
+	b.release(a0, time.Time{})
 	if tk, _ := b.take(now.Add(time.Second)); tk == nil || tk.msg.ID != "A/1" {
 		t.Fatalf("take after A's first settled = %v; want A/1", tk)
 	}

@@ -78,6 +78,22 @@ type Sink interface {
 	Close(ctx context.Context) error
 }
 
+// Destinations is a Sink that names where each message's request goes.
+// Push-back (a Retry-After pause, the circuit breaker) holds the
+// destination that answered, not the whole pipeline, and key.from: host
+// keys lanes by the same name. The core compares names and never parses
+// them.
+type Destinations interface {
+	Sink
+	// Destination returns the canonical origin of m's request, such as
+	// "https://psp.example.com:443": scheme, host in lower case without a
+	// trailing dot or an IP literal in canonical form, and port, the
+	// scheme's default made explicit; every spelling of one origin gives
+	// the same name. It returns "" when m names no URL the sink would
+	// request (Send then refuses it). It must not block.
+	Destination(m *Message) string
+}
+
 // Starter is a Sink that can start an attempt without waiting for its
 // answer. The scheduler calls Start at the departure's slot, so the request
 // leaves from the goroutine that kept the time instead of after a hand-off

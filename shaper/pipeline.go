@@ -120,7 +120,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		deadLetter:   parts.DeadLetter,
 		lim:          parts.Limiter,
 		clock:        clock,
-		keyOf:        keyFunc(cfg.Key),
+		keyOf:        keyFunc(cfg.Key, destinationOf(parts.Sink)),
 		metrics:      parts.Metrics,
 		m:            parts.Metrics.forPipeline(cfg.Name),
 		log:          log.With("pipeline", cfg.Name),
@@ -130,7 +130,12 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		alarm:        clock.NewAlarm(),
 		rate:         cfg.Rate,
 	}
-	p.bucket = newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanesOf(cfg, parts.KeyLimiter, p.hostGate))
+	lanes := lanesOf(cfg, parts.KeyLimiter)
+	lanes.gate, lanes.dest = p.destinationGate, destinationOfTask(parts.Sink)
+	if k := cfg.Key; k != nil && k.From == "host" {
+		lanes.dest = func(_ *Message, key string) string { return key } // the key is the destination's name
+	}
+	p.bucket = newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanes)
 	p.gate = gate{log: p.log, changed: p.alarm.Ring, waiting: p.bucket.Held, jitter: rand.Int64N}
 	p.summary = newSummaryLog(p.log, clock)
 	if a := cfg.Rate.Adaptive; a != nil {
@@ -144,16 +149,13 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 
 // lanesOf shapes the bucket's lanes for cfg: without key: there is one
 // lane, bound by nothing but the capacity. limiter makes a key's own
-// limiter (rate.per_key) and gate a host's own gate (key.from: host).
-func lanesOf(cfg PipelineConfig, limiter func(string, time.Time) Limiter, gate func(string) *gate) laneOptions {
+// limiter (rate.per_key).
+func lanesOf(cfg PipelineConfig, limiter func(string, time.Time) Limiter) laneOptions {
 	k := cfg.Key
 	if k == nil {
 		return laneOptions{}
 	}
 	o := laneOptions{perKey: cfg.Bucket.PerKeyCapacity, maxKeys: k.MaxKeys, ordered: k.Ordered, inFlight: k.MaxInFlight}
-	if k.From == "host" {
-		o.gate = gate
-	}
 	if pk := cfg.Rate.PerKey; pk != nil && limiter != nil {
 		o.limiter = limiter
 		o.idle = time.Duration(float64(*pk.Burst) / pk.Limit * float64(time.Second))
@@ -266,8 +268,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		"max_in_flight", p.cfg.Delivery.MaxInFlight, "dead_letter", p.deadLetter != nil)
 	// The summary log's last counts go out once every message is settled.
 	defer p.summary.flush()
-	var wg sync.WaitGroup // the fetcher, the drain timer, the adaptive rate, attempts and settlements
+	var wg sync.WaitGroup // the fetcher, the drain timer, expiry, the adaptive rate, attempts and settlements
 	wg.Go(func() { p.fetch(fetchCtx) })
+	wg.Go(func() { p.expireOnTime(ctx, schedCtx, &wg) })
 	if p.adaptive != nil {
 		wg.Go(func() { p.adapt(schedCtx) })
 	}
@@ -330,6 +333,49 @@ func (ps Parts) Close(ctx context.Context) error {
 		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// expiryGrain is how much later than its deadline expireOnTime may find a
+// message: it looks at most once per grain, so that a bucket whose
+// messages leave in time costs at most that many wake-ups a second,
+// whatever the rate.
+const expiryGrain = 50 * time.Millisecond
+
+// expireOnTime applies on_expire to every queued message within
+// expiryGrain of its deadline, whether or not its lane gets a turn (a
+// destination that pushes back, a lane behind many others), until
+// schedCtx ends. With on_expire: deliver nothing expires. It sleeps while
+// nothing is queued.
+func (p *Pipeline) expireOnTime(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
+	for {
+		bucket := p.settings.Load().bucket
+		now := p.clock.Now()
+		var next time.Time
+		if bucket.OnExpire != OnExpireDeliver {
+			var due []*task
+			due, next = p.bucket.expired(now, bucket.MaxQueueTime)
+			for _, t := range due {
+				wg.Go(func() { p.expire(ctx, t) })
+			}
+		}
+		var wake <-chan time.Time
+		var timer Timer
+		if !next.IsZero() {
+			timer = p.clock.NewTimer(max(next.Sub(now), expiryGrain))
+			wake = timer.C()
+		}
+		select {
+		case <-wake:
+		case <-p.bucket.queuedMore:
+		case <-schedCtx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if schedCtx.Err() != nil {
+			return
+		}
+	}
 }
 
 // fetchAhead is how much of the rate a fetch brings in when the bucket is
@@ -544,11 +590,9 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		if _, why := p.gate.shut(now); why != holdNone {
 			continue
 		}
-		if g := t.lane.gate; g != nil {
-			if _, why := g.shut(now); why != holdNone {
-				p.bucket.putBack(t) // its host pushed back meanwhile: the lane waits
-				return nil, true
-			}
+		if _, why := t.dest.gate.shut(now); why != holdNone {
+			p.bucket.putBack(t) // its destination pushed back meanwhile: the lane waits
+			return nil, true
 		}
 		if !t.keySlot {
 			if !p.bucket.spend(t, now) {
@@ -561,7 +605,7 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		}
 		if p.lim.Allow(now) {
 			t.keySlot = false
-			t.probe = p.gateOf(t).departing(now)
+			t.probe = t.dest.gate.departing(now)
 			return t, true
 		}
 	}
@@ -827,7 +871,7 @@ func (p *Pipeline) nack(ctx context.Context, t *task, reason NackReason, delay t
 }
 
 func (p *Pipeline) released(t *task) {
-	p.bucket.release(t)
+	p.bucket.release(t, p.clock.Now())
 	p.m.depth.Set(float64(p.bucket.Held()))
 	if p.finishing() {
 		signal(p.bucket.ready) // the scheduler checks whether it is done

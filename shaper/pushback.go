@@ -310,7 +310,7 @@ func (a *adaptive) setCeiling(limit float64) {
 func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *settings) bool {
 	probe := t.probe
 	t.probe = false
-	g := p.gateOf(t)
+	g := t.dest.gate
 	inFlightAtOpen := g.result(end, err, probe, set.delivery.Breaker)
 	var status *StatusError
 	isStatus := errors.As(err, &status)
@@ -322,9 +322,7 @@ func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *set
 		}
 		g.throttle(end, until, err)
 	}
-	if g != &p.gate {
-		p.bucket.touch(t.lane) // its host's gate may have shut, or opened again
-	}
+	p.bucket.wake(t.dest) // lanes waiting for its probe's answer look again
 	if p.adaptive != nil {
 		target := p.adaptive.cfg.LatencyTarget
 		if isStatus && (status.Code == 429 || status.Code == 503) || target > 0 && end.Sub(start) > target {
@@ -334,21 +332,15 @@ func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *set
 	return throttled || inFlightAtOpen
 }
 
-// gateOf is the gate that holds t's departures and takes its results: its
-// host's own under key.from: host, else the pipeline's.
-func (p *Pipeline) gateOf(t *task) *gate {
-	if g := t.lane.gate; g != nil {
-		return g
+// destinationGate makes the gate of one destination: its own Retry-After
+// pause and circuit breaker, so that a destination that pushes back holds
+// back only its own messages. The operator's pause stays the pipeline's.
+func (p *Pipeline) destinationGate(name string) *gate {
+	log := p.log
+	if name != "" {
+		log = log.With("destination", name)
 	}
-	return &p.gate
-}
-
-// hostGate makes the gate of one host's lane (key.from: host): its own
-// Retry-After pause and circuit breaker, so that a host that pushes back
-// holds back only its own messages. The operator's pause stays the
-// pipeline's.
-func (p *Pipeline) hostGate(host string) *gate {
-	return &gate{log: p.log.With("host", host), changed: p.alarm.Ring, jitter: rand.Int64N}
+	return &gate{log: log, changed: p.alarm.Ring, jitter: rand.Int64N}
 }
 
 // lowerLimit lowers the limit in force at a push-back to an attempt that

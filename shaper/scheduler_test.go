@@ -235,8 +235,12 @@ func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p 
 	if f.sink != nil {
 		sink = f.sink
 	}
-	p := shaper.New(pc.Core(), shaper.Parts{Source: f, Sink: sink, Limiter: lim, Clock: bubbleClock{},
-		Metrics: shaper.NewMetrics(prometheus.NewRegistry()), DrainTimeout: 2 * time.Second})
+	parts := shaper.Parts{Source: f, Sink: sink, Limiter: lim, Clock: bubbleClock{},
+		Metrics: shaper.NewMetrics(prometheus.NewRegistry()), DrainTimeout: 2 * time.Second}
+	if pc.Rate.PerKey != nil {
+		parts.KeyLimiter = pc.Rate.KeyLimiter()
+	}
+	p := shaper.New(pc.Core(), parts)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(context.Background()) }()
 	body(p)

@@ -96,6 +96,9 @@ func (p *Pipeline) Status() Status {
 		s.KeyFrom = p.cfg.Key.From
 	}
 	_, hold := p.gate.shut(now)
+	if hold == holdNone {
+		hold = p.bucket.destinationHold(now)
+	}
 	switch {
 	case p.draining.Load():
 		s.State = StateDraining

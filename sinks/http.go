@@ -100,6 +100,7 @@ type httpSink struct {
 	host      string      // the Host header, when configured
 	header    http.Header // configured headers; every request's map shares their values, read only
 	target    string      // scheme://host for errors: no userinfo, path or query
+	origin    string      // the canonical origin of url (Destination)
 	maxBody   int64
 	forward   bool   // send m.Header as HTTP headers
 	keyHeader string // canonical name of the header carrying m.Key, or ""
@@ -121,7 +122,10 @@ type httpSink struct {
 	transport *http.Transport
 }
 
-var _ shaper.Starter = (*HTTP)(nil)
+var (
+	_ shaper.Starter      = (*HTTP)(nil)
+	_ shaper.Destinations = (*HTTP)(nil)
+)
 
 // NewHTTP returns an HTTP sink for cfg, with its defaults set. A config
 // HTTPConfig.Validate refuses is an error, the same one: there is one set
@@ -250,6 +254,7 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*httpSink, e
 		// Webhook URLs often carry a token in the path or query, and errors
 		// end up in logs and dead-letter headers.
 		target:  u.Scheme + "://" + u.Host,
+		origin:  origin(u),
 		maxBody: cfg.MaxBodyBytes,
 		now:     time.Now,
 	}

@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/urlguard"
@@ -35,6 +38,50 @@ func (h *httpSink) destination(m *shaper.Message) (rawURL, target string, err er
 		return "", "", refused(fmt.Errorf("http: url from %s: %w", h.urlFrom, err))
 	}
 	return u.String(), u.Scheme + "://" + u.Host, nil
+}
+
+// Destination returns the canonical origin of m's request (see
+// shaper.Destinations): with url_from, of the URL m names once the guard
+// accepts it ("" when it does not); else of the configured URL.
+func (s *HTTP) Destination(m *shaper.Message) string {
+	h := s.cur.Load()
+	if h.urlOf == nil {
+		return h.origin
+	}
+	raw, ok := h.urlOf(m)
+	if !ok {
+		return ""
+	}
+	u, err := h.guard.Check(raw)
+	if err != nil {
+		return ""
+	}
+	return origin(u)
+}
+
+// origin is u's canonical origin: scheme://host:port, the host in lower
+// case without a trailing dot or an IP literal in canonical form (an
+// IPv4-mapped IPv6 address as IPv4, IPv6 compressed and bracketed), the
+// port the scheme's default when u names none.
+func origin(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.Unmap().WithZone("").String()
+	}
+	port := defaultPort(scheme)
+	if n, err := strconv.Atoi(u.Port()); err == nil {
+		port = n // "0080" is 80
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// defaultPort is the port of a URL of scheme that names none.
+func defaultPort(scheme string) int {
+	if scheme == "http" {
+		return 80
+	}
+	return 443
 }
 
 // refusedError marks err as shaper.ErrRefused, keeping its text.

@@ -209,3 +209,41 @@ func TestManyHostsKeepTheirConnections(t *testing.T) {
 		t.Errorf("%d connections for %d requests to %d hosts; want %d, one each, kept alive", len(dials), 3*hosts, hosts, hosts)
 	}
 }
+
+// Destination names every spelling of one origin the same, so that lanes,
+// pauses and breakers cannot be split by how a message writes its URL;
+// a URL the guard refuses has no destination. Nothing is dialled.
+func TestDestinationIsTheCanonicalOrigin(t *testing.T) {
+	fixed := []struct{ give, want string }{
+		{"https://PSP.Example.com./notify?token=x", "https://psp.example.com:443"},
+		{"http://127.0.0.1/cb", "http://127.0.0.1:80"},
+		{"http://127.0.0.1:0080/cb", "http://127.0.0.1:80"},
+		{"https://[0:0::1]:8443/", "https://[::1]:8443"},
+		{"http://[::ffff:127.0.0.1]:9000/", "http://127.0.0.1:9000"},
+	}
+	for _, tt := range fixed {
+		h := newHTTP(t, httpConfig(tt.give))
+		if got := h.Destination(&shaper.Message{}); got != tt.want {
+			t.Errorf("url %s: Destination = %q; want %q", tt.give, got, tt.want)
+		}
+	}
+
+	h := newHTTP(t, urlFromConfig(true, "http://[::1]:18081", "http://127.0.0.1:18081"))
+	for _, u := range []string{
+		"http://[::1]:18081/a", "http://[0::1]:18081/b", "http://[0:0:0:0:0:0:0:1]:18081/c",
+		"http://[::0001]:18081/d", "HTTP://[::1]:18081/e", "http://[0000::1]:18081",
+		"http://[0:0::1]:18081/f?x=1", "http://[::0:1]:18081/#g",
+	} {
+		if got, want := h.Destination(notify("1", u)), "http://[::1]:18081"; got != want {
+			t.Errorf("url_from %s: Destination = %q; want %q", u, got, want)
+		}
+	}
+	for _, u := range []string{"", "ftp://[::1]:18081/", "http://[::1]:18082/", "http://10.0.0.1:18081/"} {
+		if got := h.Destination(notify("1", u)); got != "" {
+			t.Errorf("url_from %q: Destination = %q; want \"\" (refused)", u, got)
+		}
+	}
+	if got := h.Destination(&shaper.Message{ID: "no-url"}); got != "" {
+		t.Errorf("a message naming no URL: Destination = %q; want \"\"", got)
+	}
+}

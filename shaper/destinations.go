@@ -1,0 +1,205 @@
+package shaper
+
+import (
+	"container/heap"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// This file holds what the bucket keeps per destination, and how it
+// expires what it holds on time.
+//
+// A destination is where a message's request goes: the sink's canonical
+// origin for it (Destinations), or "" for a sink that names none. Its gate
+// holds the Retry-After pause and the circuit breaker of the requests it
+// answers, so that one merchant's push-back holds back only the messages
+// for that merchant. A lane's next message is ready only while its
+// destination's gate is open.
+//
+// Lock order: bucket.mu, then a gate's mu. A gate never calls back into
+// the bucket; whoever changes a gate asks the bucket to look at the lanes
+// waiting for it again (wake).
+
+// destination is one destination's state in the bucket: its gate, how
+// many tasks held are bound for it, and the lanes whose next message waits
+// for the answer to its probe. held and parked are guarded by bucket.mu.
+type destination struct {
+	name   string
+	gate   *gate
+	held   int
+	parked []*lane
+}
+
+// destinationLocked returns the destination named name, made if need be,
+// and counts one more task bound for it. It requires that b.mu is held.
+func (b *bucket) destinationLocked(name string) *destination {
+	d, ok := b.dests[name]
+	if !ok {
+		d = &destination{name: name, gate: b.opt.gate(name)}
+		b.dests[name] = d
+	}
+	d.held++
+	return d
+}
+
+// forgetLocked counts one task fewer bound for d, and forgets d once it
+// holds none and its gate holds nothing back at now. It requires that
+// b.mu is held.
+func (b *bucket) forgetLocked(d *destination, now time.Time) {
+	d.held--
+	if d.held > 0 {
+		return
+	}
+	if _, why := d.gate.shut(now); why != holdNone {
+		return // its pause or breaker must outlive its messages; looked at again by the next release
+	}
+	n, _, _ := d.gate.counts()
+	b.throttledGone += n
+	delete(b.dests, d.name)
+}
+
+// wake puts back in turn the lanes whose next message waits for d's probe:
+// d's gate changed.
+func (b *bucket) wake(d *destination) {
+	b.mu.Lock()
+	for _, l := range d.parked {
+		l.parkedOn = nil
+		if l.held > 0 {
+			b.touchLocked(l)
+		}
+	}
+	d.parked = nil
+	b.mu.Unlock()
+	signal(b.ready)
+}
+
+// destinationHold is why every destination known holds back at now: the
+// pipeline's state when they all do (open when any breaker is open), else
+// holdNone. With one destination, it is that destination's.
+func (b *bucket) destinationHold(now time.Time) hold {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	why := holdNone
+	for _, d := range b.dests {
+		_, w := d.gate.shut(now)
+		switch {
+		case w == holdNone:
+			return holdNone
+		case w == holdOpen || why == holdNone:
+			why = w
+		}
+	}
+	return why
+}
+
+// gateCounts sums the destinations' gates: attempts throttled (also of
+// destinations forgotten) and breakers open now.
+func (b *bucket) gateCounts() (throttled int64, open int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	throttled = b.throttledGone
+	for _, d := range b.dests {
+		n, isOpen, _ := d.gate.counts()
+		throttled += n
+		if isOpen {
+			open++
+		}
+	}
+	return throttled, open
+}
+
+// plainGate makes the gate of a bucket built without a gate maker (tests
+// of the bucket alone): it logs nothing and rings nothing.
+func plainGate(string) *gate {
+	return &gate{log: slog.New(slog.NewTextHandler(io.Discard, nil)), changed: func() {}, jitter: rand.Int64N}
+}
+
+// expired takes out of their lanes and returns the queued tasks whose
+// deadline has passed at now: maxWait after they entered the bucket, or
+// after their retry fell due. It also returns the next deadline of a task
+// still queued (zero: none). The cost is that of the tasks returned, and
+// of skipping the arrivals taken since the last call.
+func (b *bucket) expired(now time.Time, maxWait time.Duration) (out []*task, next time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.arrHead < len(b.arrivals) {
+		t := b.arrivals[b.arrHead]
+		if t.inFIFO {
+			if t.queued.Add(maxWait).After(now) {
+				next = t.queued.Add(maxWait)
+				break
+			}
+			// Arrivals are in admission order, as each lane's FIFO is: the
+			// first arrival still in a FIFO is at that FIFO's head.
+			t.lane.pop()
+			t.inFIFO = false
+			b.inFIFO--
+			out = append(out, t)
+		}
+		b.arrivals[b.arrHead] = nil
+		b.arrHead++
+	}
+	b.compactArrivalsLocked()
+	for len(b.retrying) > 0 {
+		t := b.retrying[0]
+		if dl := t.due.Add(maxWait); dl.After(now) {
+			if next.IsZero() || dl.Before(next) {
+				next = dl
+			}
+			break
+		}
+		heap.Remove(&t.lane.retries, t.laneIndex)
+		heap.Pop(&b.retrying)
+		t.queued = t.due
+		out = append(out, t)
+	}
+	b.queued -= len(out)
+	return out, next
+}
+
+// compactArrivalsLocked drops the arrivals taken from their FIFO once they
+// outnumber those still there, so that a message held long does not keep
+// everything admitted after it. It requires that b.mu is held.
+func (b *bucket) compactArrivalsLocked() {
+	n := len(b.arrivals) - b.arrHead
+	if n < 1024 || n < 2*b.inFIFO {
+		if b.arrHead == len(b.arrivals) {
+			b.arrivals, b.arrHead = b.arrivals[:0], 0
+		}
+		return
+	}
+	kept := b.arrivals[:0]
+	for _, t := range b.arrivals[b.arrHead:] {
+		if t.inFIFO {
+			kept = append(kept, t)
+		}
+	}
+	clear(b.arrivals[len(kept):])
+	b.arrivals, b.arrHead = kept, 0
+}
+
+// dueHeap is the bucket's index of every task waiting for a retry, by due
+// time, across lanes; each task carries its place in it (dueIndex).
+type dueHeap []*task
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].dueIndex, h[j].dueIndex = i, j
+}
+func (h *dueHeap) Push(x any) {
+	t := x.(*task)
+	t.dueIndex = len(*h)
+	*h = append(*h, t)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.dueIndex = -1
+	return t
+}

@@ -1,0 +1,153 @@
+package shaper_test
+
+import (
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sinks"
+)
+
+// Destinations on a fake clock: what one destination's push-back does to
+// the others, and when held messages expire.
+
+// destSink is a fakeSink that names each message's destination from its
+// Dest header, as the HTTP sink does from the URL a message names.
+type destSink struct{ fakeSink }
+
+func (s destSink) Destination(m *shaper.Message) string { return m.Header["Dest"][0] }
+
+var _ shaper.Destinations = destSink{}
+
+const (
+	goodHost = "https://good.example:443"
+	badHost  = "https://bad.example:443"
+)
+
+// addFor queues n messages for destination dest (ids prefix0..), with key
+// header Key set to key when not empty.
+func (f *fakes) addFor(prefix, dest, key string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range n {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		h := map[string][]string{"Dest": {dest}}
+		if key != "" {
+			h["Key"] = []string{key}
+		}
+		f.queue = append(f.queue, &shaper.Message{ID: id, Header: h, Payload: []byte("x"), Receipt: receipt{f, id}})
+	}
+}
+
+// messageURLs makes a pipeline take each message's URL from it, as the
+// destSink names it.
+func messageURLs(p *config.Pipeline) {
+	p.Sink.HTTP = &sinks.HTTPConfig{URLFrom: "header:Dest", AllowedHosts: []string{"good.example", "bad.example"}}
+}
+
+// settledAt returns when each message was settled (acked or nacked), by id.
+func (f *fakes) settledAt() map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, e := range append(f.of("ack"), f.of("nack")...) {
+		if _, twice := out[e.id]; twice {
+			out[e.id+" (again)"] = e.at
+			continue
+		}
+		out[e.id] = e.at
+	}
+	return out
+}
+
+// A destination that answers 429 with a long Retry-After holds back only
+// its own messages: the other destination gets every slot meanwhile, and
+// the held messages expire at their deadline, each settled once.
+func TestARetryAfterHoldsOnlyItsDestinationAndItsMessagesExpireOnTimeOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(0)
+		f.addFor("bad", badHost, "", 50)
+		f.addFor("good", goodHost, "", 100)
+		f.sink = destSink{fakeSink{f}}
+		f.respond = func(m *shaper.Message, _ int) (time.Duration, error) {
+			if m.Header["Dest"][0] == badHost {
+				return 0, &shaper.StatusError{Code: 429, RetryAfter: time.Now().Add(99999 * time.Second)}
+			}
+			return 0, nil
+		}
+		start := time.Now()
+		runFake(t, f, func(p *config.Pipeline) {
+			messageURLs(p)
+			p.Rate.Limit = 20
+			p.Bucket.MaxQueueTime = 10 * time.Second
+		}, func(*shaper.Pipeline) { time.Sleep(15 * time.Second) })
+
+		var good, bad int
+		var lastGood time.Time
+		for _, e := range f.of("send") {
+			if e.id[:3] == "bad" {
+				bad++
+				continue
+			}
+			good++
+			lastGood = e.at
+		}
+		if bad != 1 {
+			t.Errorf("the throttled destination got %d requests; want 1 (its Retry-After holds the rest)", bad)
+		}
+		// 100 at 20/s take 5s; the first slot went to the bad host.
+		if good != 100 || lastGood.Sub(start) > 5100*time.Millisecond {
+			t.Errorf("the good destination got %d requests, the last %v after the start; want 100 within 5.1s", good, lastGood.Sub(start))
+		}
+		settled := f.settledAt()
+		if len(settled) != 150 {
+			t.Errorf("%d settlements; want each of the 150 messages settled once", len(settled))
+		}
+		// bad0 was sent and throttled: it waits for its retry, due when
+		// the Retry-After (capped at max_backoff, 30s) ends, and is nacked
+		// by the drain. The others were admitted at the start, so they
+		// expire 10s later.
+		for i := 1; i < 50; i++ {
+			id := fmt.Sprintf("bad%d", i)
+			at, ok := settled[id]
+			if !ok {
+				t.Errorf("%s never settled", id)
+				continue
+			}
+			if d := at.Sub(start); d < 10*time.Second || d > 10100*time.Millisecond {
+				t.Errorf("%s settled %v after the start; want within 100ms after its max_queue_time of 10s", id, d)
+			}
+		}
+	})
+}
+
+// A lane under its own per-key limit does not keep its backlog past the
+// deadline: what cannot leave in time expires at max_queue_time, all
+// together, not one message per per-key slot.
+func TestABacklogBehindAPerKeyLimitExpiresOnTimeOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(0)
+		f.addFor("k", goodHost, "K", 20)
+		start := time.Now()
+		runFake(t, f, func(p *config.Pipeline) {
+			p.Key = &shaper.KeyConfig{From: "header:Key"}
+			p.Rate.PerKey = &shaper.PerKeyRate{Limit: 1}
+			p.Bucket.MaxQueueTime = 3 * time.Second
+		}, func(*shaper.Pipeline) { time.Sleep(25 * time.Second) })
+
+		sends := len(f.of("send"))
+		if sends < 3 || sends > 4 {
+			t.Errorf("%d requests; want 3 or 4 (one a second until the deadline)", sends)
+		}
+		settled := f.settledAt()
+		if len(settled) != 20 {
+			t.Errorf("%d settlements; want each of the 20 messages settled once", len(settled))
+		}
+		for id, at := range settled {
+			if d := at.Sub(start); d > 3100*time.Millisecond {
+				t.Errorf("%s settled %v after the start; want by its deadline (3s) + 100ms", id, d)
+			}
+		}
+	})
+}
