@@ -255,6 +255,7 @@ func (p *Pipeline) SetDefaults() {
 		n.SetDefaults(p.Name)
 	}
 	if k := p.Source.Kafka; k != nil {
+		k.Pipeline = p.Name
 		k.SetDefaults()
 	}
 	p.Bucket.SetDefaults()
