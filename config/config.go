@@ -275,6 +275,7 @@ func (p *Pipeline) SetDefaults() {
 		n.SetDefaults(p.Name)
 	}
 	if k := p.Source.Kafka; k != nil {
+		k.Pipeline = p.Name
 		k.SetDefaults()
 	}
 	perKeyLeftOut := p.Bucket.PerKeyCapacity == 0

@@ -41,8 +41,13 @@ type KafkaConfig struct {
 	// out with the id it was first sent with (Idempotency-Key), without
 	// the Shaper-* headers, and a dead letter of it counts its attempts on
 	// (see AsDeadLetter). A record written without its payload is passed
-	// over, and logged. Default false.
+	// over, and logged. Only the pipeline's own dead letters are read:
+	// one whose Shaper-Pipeline is another pipeline's name, or missing,
+	// is passed over (skipped, other_pipeline), and logged. Default false.
 	DeadLetters bool `yaml:"dead_letters"`
+	// Pipeline is the name of the pipeline the source feeds, which
+	// DeadLetters requires; the config sets it, not the file.
+	Pipeline string `yaml:"-"`
 }
 
 // Values of KafkaConfig.Start.
@@ -130,13 +135,19 @@ type NATSConfig struct {
 	// out with the id it was first sent with (Idempotency-Key), without
 	// the Shaper-* headers, and a dead letter of it counts its attempts on
 	// (see AsDeadLetter). A record written without its payload is passed
-	// over, and logged. Default false.
+	// over, and logged. Only the pipeline's own dead letters are read:
+	// one whose Shaper-Pipeline is another pipeline's name, or missing,
+	// is passed over (skipped, other_pipeline), and logged. Default false.
 	DeadLetters bool `yaml:"dead_letters"`
+	// Pipeline is the name of the pipeline the source feeds, which
+	// DeadLetters requires; the config sets it, not the file.
+	Pipeline string `yaml:"-"`
 }
 
 // SetDefaults fills every field left out with its default, for the
 // pipeline called pipeline.
 func (n *NATSConfig) SetDefaults(pipeline string) {
+	n.Pipeline = pipeline
 	if n.Durable == "" && n.Stream != "" {
 		n.Durable = "shaper-" + pipeline
 	}

@@ -132,10 +132,12 @@ var errKafkaClosed = errors.New("kafka: source closed")
 //
 // # Dead letters
 //
-// With DeadLetters, the topic holds shaper's dead letters: each is handed
-// out as the message it was (AsDeadLetter), with its first ID and without
-// the Shaper-* headers. One written without its payload is not handed out:
-// the source acks it itself and logs its Shaper-Source.
+// With DeadLetters, the topic holds shaper's dead letters: each of the
+// pipeline's own (Shaper-Pipeline is cfg.Pipeline) is handed out as the
+// message it was (AsDeadLetter), with its first ID and without the
+// Shaper-* headers. One of another pipeline, or of none, and one written
+// without its payload are not handed out: the source acks each itself, so
+// its offset commits, and logs it.
 //
 // Kafka itself only hands out messages: a kafkaSession runs the group
 // membership, its generations and commits, and holds the nacked messages;
@@ -145,7 +147,8 @@ type Kafka struct {
 	health   *kafkaHealth
 	session  *kafkaSession
 	fetcher  *partitionFetcher
-	fetching fetchTurn // concurrent Fetch calls take turns
+	fetching fetchTurn       // concurrent Fetch calls take turns
+	others   *otherPipelines // with DeadLetters
 	stop     context.CancelFunc
 	watching sync.WaitGroup // health.watch
 
@@ -177,6 +180,9 @@ func NewKafka(cfg KafkaConfig, capacity int, name string, log *slog.Logger) (*Ka
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("source", "kafka", "topic", cfg.Topic, "group", cfg.Group)
+	if err := checkPipeline(cfg.DeadLetters, cfg.Pipeline); err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
 	dialer, err := kafkaconn.Dialer(cfg.Config, name)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
@@ -207,6 +213,7 @@ func NewKafka(cfg KafkaConfig, capacity int, name string, log *slog.Logger) (*Ka
 		session:  newKafkaSession(cfg, groupCfg, transport, fetcher, health, log),
 		fetcher:  fetcher,
 		fetching: newFetchTurn(),
+		others:   &otherPipelines{pipeline: cfg.Pipeline, log: log},
 	}
 	fetcher.session = s.session
 	ctx, stop := context.WithCancel(context.Background())
@@ -357,8 +364,9 @@ func (s *Kafka) gather(ctx context.Context, out []*shaper.Message, max int) []*s
 
 // hold has the session track f's message as fetched and unfinished, and
 // returns its delivery, or nil when the session refuses it (see admit) or,
-// with DeadLetters, when it is a dead letter written without its payload:
-// that one is finished here, so its offset commits, and logged.
+// with DeadLetters, when it is a dead letter of another pipeline or one
+// written without its payload: that one is finished here, so its offset
+// commits, and logged.
 func (s *Kafka) hold(f kafkaFetched) *kafkaDelivery {
 	m := f.msg
 	d := &kafkaDelivery{session: s.session, claim: f.claim}
@@ -371,6 +379,10 @@ func (s *Kafka) hold(f kafkaFetched) *kafkaDelivery {
 	d.msg = kafkaMessage(m, d)
 	s.health.fetched()
 	if s.session.cfg.DeadLetters {
+		if !s.others.own(&d.msg) {
+			_ = d.Ack(context.Background()) // fails only after Close: then it comes back after a restart
+			return nil
+		}
 		record := d.msg.ID
 		if _, omitted := AsDeadLetter(&d.msg); omitted {
 			s.log.Warn("kafka: dead letter written without its payload passed over; replay it from its source",

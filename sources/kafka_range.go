@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,6 +106,9 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 		if b.bound.Kind == BoundSeq {
 			return nil, fmt.Errorf("kafka: replay: %s seq:%d: seq:N is for JetStream; use offset:N or a time", b.flag, b.bound.Seq)
 		}
+	}
+	if err := opts.check(); err != nil {
+		return nil, fmt.Errorf("kafka: replay: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -211,6 +215,17 @@ func kafkaRanges(ctx context.Context, c *kafka.Client, topic string, opts Replay
 		return nil, fmt.Errorf("kafka: replay: topic %q not found", topic)
 	}
 	slices.Sort(partitions)
+	for _, b := range []struct {
+		flag  string
+		bound Bound
+	}{{"--from", opts.From}, {"--to", opts.To}} {
+		for _, p := range slices.Sorted(maps.Keys(b.bound.Offsets)) {
+			if _, ok := slices.BinarySearch(partitions, p); !ok {
+				return nil, fmt.Errorf("kafka: replay: %w", &BoundError{Flag: b.flag,
+					Problem: fmt.Sprintf("offset:%d=%d: topic %q has no partition %d (its %d partitions are %s)", p, b.bound.Offsets[p], topic, p, len(partitions), partitionList(partitions))})
+			}
+		}
+	}
 
 	// One request per kind of lookup: kafka-go merges the answers by
 	// partition, so two timestamps in one request could not be told apart.
@@ -264,6 +279,19 @@ func kafkaRanges(ctx context.Context, c *kafka.Client, topic string, opts Replay
 		out = append(out, kafkaPartitionRange{partition: p, from: pick(opts.From, fromTimes, logStart), end: pick(opts.To, toTimes, hwm)})
 	}
 	return out, nil
+}
+
+// partitionList is sorted partitions for a message: "0 to 3" when they
+// run without a gap, else each.
+func partitionList(partitions []int) string {
+	if n := len(partitions); partitions[n-1]-partitions[0] == n-1 {
+		return fmt.Sprintf("%d to %d", partitions[0], partitions[n-1])
+	}
+	s := make([]string, len(partitions))
+	for i, p := range partitions {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ", ")
 }
 
 // listOffsets asks for each partition the offsets reqs make of it, and

@@ -266,10 +266,11 @@ func TestKafkaRangeOffsetBoundsAndResumeReplayExactlyWhatWasNotFinished(t *testi
 	ack(t, rest...)
 }
 
-// deadLetterRecord is a dead letter of message i as shaper writes it.
+// deadLetterRecord is a dead letter of message i as pipeline psp writes it.
 func deadLetterRecord(partition int32, i int, reason string, omitted bool) *kgo.Record {
 	hs := []kgo.RecordHeader{
 		{Key: "Shaper-Reason", Value: []byte(reason)},
+		{Key: "Shaper-Pipeline", Value: []byte("psp")},
 		{Key: "Shaper-Source", Value: fmt.Appendf(nil, "orders/1/%d", i)},
 		{Key: "Shaper-Attempts", Value: []byte("3")},
 		{Key: "Shaper-Id", Value: fmt.Appendf(nil, "id-%d", i)},
@@ -284,6 +285,18 @@ func deadLetterRecord(partition int32, i int, reason string, omitted bool) *kgo.
 	return &kgo.Record{Partition: partition, Value: value, Headers: hs}
 }
 
+// othersRecord is deadLetterRecord of another pipeline (pipeline; "": a
+// record without Shaper-Pipeline).
+func othersRecord(partition int32, i int, pipeline string) *kgo.Record {
+	r := deadLetterRecord(partition, i, "exhausted", false)
+	r.Headers = slices.DeleteFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == "Shaper-Pipeline" })
+	if pipeline != "" {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "Shaper-Pipeline", Value: []byte(pipeline)})
+	}
+	r.Value = fmt.Appendf(nil, "secret-for-%s", pipeline)
+	return r
+}
+
 func TestKafkaRangeOfDeadLettersHandsOutOnlyTheReasonAskedForAsTheOriginals(t *testing.T) {
 	t.Parallel()
 	c := startKfake(t)
@@ -295,10 +308,10 @@ func TestKafkaRangeOfDeadLettersHandsOutOnlyTheReasonAskedForAsTheOriginals(t *t
 		}
 		recs = append(recs, deadLetterRecord(int32(i%2*2), i, reason, false))
 	}
-	recs = append(recs, deadLetterRecord(1, 8, "exhausted", true))
+	recs = append(recs, deadLetterRecord(1, 8, "exhausted", true), othersRecord(3, 9, "merchantB"), othersRecord(3, 10, ""))
 	produceRecords(t, kafkaClient(t, c), recs...)
 
-	r := newKafkaRange(t, c, ReplayOptions{DeadLetters: true, Reason: "exhausted"}, 10)
+	r := newKafkaRange(t, c, ReplayOptions{DeadLetters: true, Pipeline: "psp", Reason: "exhausted"}, 10)
 	got := fetchToEOF(t, r, 10)
 	var gotIDs []string
 	for _, m := range got {
@@ -316,8 +329,9 @@ func TestKafkaRangeOfDeadLettersHandsOutOnlyTheReasonAskedForAsTheOriginals(t *t
 		t.Errorf("handed out %v; want the exhausted ones with their payload, %v", gotIDs, want)
 	}
 	p := r.Progress()
-	if want := map[string]int64{"exhausted": 5, "expired": 4}; p.Read != 9 || p.Skipped != 5 || !maps.Equal(p.Reasons, want) {
-		t.Errorf("Progress() = %+v; want Read 9, Skipped 5, Reasons %v", p, want)
+	wantSkipped := map[string]int64{SkipOtherPipeline: 2, SkipOtherReason: 4, SkipPayloadOmitted: 1}
+	if want := map[string]int64{"exhausted": 5, "expired": 4}; p.Read != 11 || p.Skipped != 7 || !maps.Equal(p.Reasons, want) || !maps.Equal(p.SkippedBy, wantSkipped) {
+		t.Errorf("Progress() = %+v; want Read 11, Skipped 7 %v, Reasons %v (psp's own)", p, wantSkipped, want)
 	}
 	ack(t, got...)
 }
@@ -379,11 +393,11 @@ func TestKafkaRangeCloseEndsAFetchAndTheReadersMidRange(t *testing.T) {
 func TestKafkaDeadLettersSourceHandsOutTheOriginalAndCommitsPastOneWithoutPayload(t *testing.T) {
 	t.Parallel()
 	_, cl, cfg := startKafkaGroup(t)
-	cfg.DeadLetters = true
+	cfg.DeadLetters, cfg.Pipeline = true, "psp"
 	produceRecords(t, cl,
 		deadLetterRecord(0, 1, "exhausted", false),
 		deadLetterRecord(0, 2, "expired", true),
-		&kgo.Record{Partition: 0, Value: []byte("payload-3"), Headers: []kgo.RecordHeader{{Key: "Shaper-Source", Value: []byte("orders/1/3")}}},
+		&kgo.Record{Partition: 0, Value: []byte("payload-3"), Headers: []kgo.RecordHeader{{Key: "Shaper-Source", Value: []byte("orders/1/3")}, {Key: "Shaper-Pipeline", Value: []byte("psp")}}},
 	)
 	src, logs := newKafkaSource(t, cfg, 10)
 	got := fetchN(t, src, 2, 10)
@@ -403,4 +417,77 @@ func TestKafkaDeadLettersSourceHandsOutTheOriginalAndCommitsPastOneWithoutPayloa
 	want := everyPartition(-1)
 	want[0] = 3 // the one without payload was finished by the source
 	waitCommitted(t, cl, "g", want)
+}
+
+// Two pipelines may share a dead-letter topic: a dead-letter source takes
+// only its pipeline's own records, and finishes (commits past) those of
+// another pipeline or of none, without handing them out, counting each in
+// the log.
+func TestKafkaDeadLettersSourceCommitsPastOtherPipelinesWithoutHandingThemOut(t *testing.T) {
+	t.Parallel()
+	_, cl, cfg := startKafkaGroup(t)
+	cfg.DeadLetters, cfg.Pipeline = true, "psp"
+	produceRecords(t, cl,
+		othersRecord(0, 1, "merchantB"),
+		deadLetterRecord(0, 2, "exhausted", false),
+		othersRecord(0, 3, ""),
+		othersRecord(0, 4, "merchantB"),
+		deadLetterRecord(0, 5, "expired", false),
+	)
+	src, logs := newKafkaSource(t, cfg, 10)
+	got := fetchN(t, src, 2, 10)
+	if g := ids(got); !slices.Equal(g, []string{"id-2", "id-5"}) {
+		t.Errorf("handed out %v; want psp's own, id-2 id-5", g)
+	}
+	expectNothing(t, src, 300*time.Millisecond)
+	if !testwait.Until(5*time.Second, func() bool { return logs.Count("other_pipeline_total=3") == 1 }) {
+		t.Errorf("log = %s; want each of the 3 others' records counted", logs.Tail(3000))
+	}
+	if n := logs.Count("shaper_pipeline=merchantB"); n != 2 {
+		t.Errorf("log names shaper_pipeline=merchantB %d times; want 2", n)
+	}
+	ack(t, got...)
+	want := everyPartition(-1)
+	want[0] = 5 // the others' records were finished by the source
+	waitCommitted(t, cl, "g", want)
+
+	cfg.Pipeline = ""
+	if _, err := NewKafka(cfg, 10, "shaper-test", nil); err == nil || !strings.Contains(err.Error(), "the pipeline's name is required") {
+		t.Errorf("NewKafka(dead_letters, no Pipeline) = %v; want an error: it could tell no dead letter its own", err)
+	}
+}
+
+// A bound the topic cannot have is refused before anything is read, as a
+// BoundError naming its flag: offset:P=N of a partition the topic lacks,
+// and a time before 1970 (kafka-go sends -1 and -2 as "latest" and
+// "earliest").
+func TestKafkaRangeRefusesBoundsTheTopicCannotHave(t *testing.T) {
+	t.Parallel()
+	c := startKfake(t)
+	produce(t, kafkaClient(t, c), 0, 15, allPartitions...)
+	brokers := kafkaconn.Config{Brokers: c.ListenAddrs()}
+	tests := []struct {
+		from, to string
+		flag     string
+		want     string
+	}{
+		{"offset:9=1", "", "--from", `offset:9=1: topic "topic" has no partition 9 (its 4 partitions are 0 to 3)`},
+		{"", "offset:0=3,7=2", "--to", `offset:7=2: topic "topic" has no partition 7`},
+		{"", "1969-12-31T23:59:59.999Z", "--to", "1969-12-31T23:59:59.999Z is outside 1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z"},
+		{"2262-04-12T00:00:00Z", "", "--from", "2262-04-12T00:00:00Z is outside"},
+	}
+	for _, tt := range tests {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := NewKafkaRange(ctx, brokers, kafkaTestTopic, 10, bounds(t, tt.from, tt.to), "shaper-test", nil)
+		cancel()
+		var be *BoundError
+		if !errors.As(err, &be) || be.Flag != tt.flag || !strings.Contains(err.Error(), tt.want) {
+			if err == nil {
+				t.Errorf("NewKafkaRange(--from %q --to %q) read a range of %d; want a BoundError of %s: %q", tt.from, tt.to, r.Progress().Total, tt.flag, tt.want)
+				closeSource(t, r)
+				continue
+			}
+			t.Errorf("NewKafkaRange(--from %q --to %q) = %v; want a BoundError of %s: %q", tt.from, tt.to, err, tt.flag, tt.want)
+		}
+	}
 }

@@ -28,7 +28,8 @@ type CoreNATS struct {
 	conn        *natsConn
 	sub         *nats.Subscription
 	subject     string
-	deadLetters bool // cfg.DeadLetters
+	deadLetters bool            // cfg.DeadLetters
+	others      *otherPipelines // with deadLetters
 	log         *slog.Logger
 	// idPrefix makes generated IDs unique across sources and restarts, so a
 	// sink never takes a new message for a duplicate of an old one.
@@ -60,6 +61,9 @@ func NewCoreNATS(cfg NATSConfig, capacity int, name string, log *slog.Logger) (*
 	if cfg.Stream != "" {
 		return nil, fmt.Errorf("nats: stream %q set: a JetStream source, not core NATS", cfg.Stream)
 	}
+	if err := checkPipeline(cfg.DeadLetters, cfg.Pipeline); err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -89,6 +93,7 @@ func NewCoreNATS(cfg NATSConfig, capacity int, name string, log *slog.Logger) (*
 		sub:         sub,
 		subject:     cfg.Subject,
 		deadLetters: cfg.DeadLetters,
+		others:      &otherPipelines{pipeline: cfg.Pipeline, log: log},
 		log:         log,
 		idPrefix:    fmt.Sprintf("%08x", rand.Uint32()),
 	}, nil
@@ -139,8 +144,10 @@ func (c *CoreNATS) Fetch(ctx context.Context, max int) ([]*shaper.Message, error
 }
 
 // message is the pipeline message of m. With deadLetters it is the message
-// that was dead-lettered (AsDeadLetter), or nil for a dead letter written
-// without its payload, which cannot be sent: it is logged and passed over.
+// that was dead-lettered (AsDeadLetter), or nil for a dead letter of
+// another pipeline (or of none), which is not this pipeline's to send, or
+// one written without its payload, which cannot be sent: each is logged
+// and passed over.
 func (c *CoreNATS) message(m *nats.Msg) *shaper.Message {
 	id := m.Header.Get(nats.MsgIdHdr)
 	if id == "" {
@@ -154,6 +161,9 @@ func (c *CoreNATS) message(m *nats.Msg) *shaper.Message {
 		Receipt: coreReceipt{},
 	}
 	if c.deadLetters {
+		if !c.others.own(msg) {
+			return nil
+		}
 		if _, omitted := AsDeadLetter(msg); omitted {
 			c.log.Warn("nats: dead letter without its payload passed over; the original is at its Shaper-Source",
 				"shaper_source", msg.Origin, "subject", m.Subject)

@@ -65,6 +65,7 @@ type JetStream struct {
 	consumerCfg   jetstream.ConsumerConfig
 	progressEvery time.Duration
 	log           *slog.Logger
+	others        *otherPipelines // with cfg.DeadLetters
 
 	fetching fetchTurn     // concurrent Fetch calls take turns
 	done     chan struct{} // closed by Close
@@ -108,6 +109,9 @@ func NewJetStream(cfg NATSConfig, capacity int, name string, log *slog.Logger) (
 	if cfg.Stream == "" {
 		return nil, errors.New("nats: no stream: a core NATS source, not JetStream")
 	}
+	if err := checkPipeline(cfg.DeadLetters, cfg.Pipeline); err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -133,9 +137,10 @@ func newJetStream(conn *natsConn, cfg NATSConfig, capacity int) *JetStream {
 	}
 	js, _ := jetstream.New(conn.nc) // fails only for a nil connection
 	s := &JetStream{
-		conn: conn,
-		js:   js,
-		cfg:  cfg,
+		conn:   conn,
+		js:     js,
+		cfg:    cfg,
+		others: &otherPipelines{pipeline: cfg.Pipeline, log: conn.log},
 		consumerCfg: jetstream.ConsumerConfig{
 			Durable:       cfg.Durable,
 			FilterSubject: cfg.Subject,
@@ -361,9 +366,10 @@ func (s *JetStream) isClosed() bool {
 }
 
 // hold turns msgs into pipeline messages and holds them until settled.
-// With cfg.DeadLetters each is the message that was dead-lettered
-// (AsDeadLetter); a dead letter written without its payload cannot be
-// sent, so it is acked, logged and not handed out.
+// With cfg.DeadLetters each of the pipeline's own dead letters is the
+// message that was dead-lettered (AsDeadLetter); one of another pipeline,
+// or of none, is not this pipeline's to send, and one written without its
+// payload cannot be sent: each is acked, logged and not handed out.
 func (s *JetStream) hold(ctx context.Context, msgs []jetstream.Msg) []*shaper.Message {
 	now := time.Now()
 	out := make([]*shaper.Message, 0, len(msgs))
@@ -372,6 +378,13 @@ func (s *JetStream) hold(ctx context.Context, msgs []jetstream.Msg) []*shaper.Me
 		msg, seq := jsMessage(m, s.cfg.Stream)
 		origin := msg.Origin
 		if s.cfg.DeadLetters {
+			if !s.others.own(msg) {
+				if err := m.DoubleAck(ctx); err != nil {
+					// It comes back after AckWait and is passed over again.
+					s.log.Warn("nats: ack a dead letter of another pipeline", "origin", origin, "ack_err", err)
+				}
+				continue
+			}
 			if _, omitted := AsDeadLetter(msg); omitted {
 				args := []any{"shaper_source", msg.Origin, "origin", origin}
 				if err := m.DoubleAck(ctx); err != nil {

@@ -92,6 +92,9 @@ func NewJetStreamRange(ctx context.Context, url, stream, subject string, capacit
 	if opts.From.Kind == BoundOffset || opts.To.Kind == BoundOffset {
 		return nil, errors.New("nats: offset:N is for Kafka; use seq:N or a time")
 	}
+	if err := opts.check(); err != nil {
+		return nil, fmt.Errorf("nats: replay: %w", err)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -291,13 +292,18 @@ func TestJetStreamRangeResumesAtTheFirstUnfinishedMessage(t *testing.T) {
 	ack(t, rest...)
 }
 
-// deadLetter is a dead-letter record to dlq.callbacks as shaper writes one.
+// deadLetter is a dead-letter record to dlq.callbacks as pipeline psp
+// writes one; h may set another Shaper-Pipeline, or "" to leave it out.
 func deadLetter(body string, h map[string]string) *nats.Msg {
 	m := nats.NewMsg("dlq.callbacks")
 	m.Data = []byte(body)
 	m.Header.Set("X-Trace", "trace-"+body)
+	m.Header.Set("Shaper-Pipeline", "psp")
 	for k, v := range h {
 		m.Header.Set(k, v)
+	}
+	if m.Header.Get("Shaper-Pipeline") == "" {
+		m.Header.Del("Shaper-Pipeline")
 	}
 	return m
 }
@@ -329,8 +335,10 @@ func TestJetStreamRangeOfDeadLettersHandsOutTheReasonAskedForAsTheOriginals(t *t
 		deadLetter("x3", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/13", nats.MsgIdHdr: "orig-13"}),
 		deadLetter("e4", map[string]string{"Shaper-Reason": "expired", "Shaper-Source": "CB/14", "Shaper-Attempts": "2"}),
 		deadLetter("e5", map[string]string{"Shaper-Reason": "expired", "Shaper-Source": "CB/15", "Shaper-Payload-Omitted": "true"}),
+		deadLetter("b6", map[string]string{"Shaper-Reason": "expired", "Shaper-Source": "CB/16", "Shaper-Pipeline": "merchantB"}),
+		deadLetter("n7", map[string]string{"Shaper-Reason": "expired", "Shaper-Source": "CB/17", "Shaper-Pipeline": ""}),
 	)
-	opts := ReplayOptions{DeadLetters: true, Reason: "expired"}
+	opts := ReplayOptions{DeadLetters: true, Pipeline: "psp", Reason: "expired"}
 	r := newRange(t, s, "", "dlq.callbacks", opts) // the stream found by subject
 
 	got := readRange(t, r, 2)
@@ -342,8 +350,9 @@ func TestJetStreamRangeOfDeadLettersHandsOutTheReasonAskedForAsTheOriginals(t *t
 	checkOriginal(t, got[2], "CB/14", "CB/14", 2)
 	ack(t, got...)
 	p := r.Progress()
-	if p.Total != 6 || p.Read != 6 || p.Skipped != 3 || p.Reasons["expired"] != 4 || p.Reasons["exhausted"] != 2 || !p.Exhausted {
-		t.Errorf("Progress() = %+v; want total, read 6, skipped 3, reasons expired:4 exhausted:2, exhausted", p)
+	wantSkipped := map[string]int64{SkipOtherPipeline: 2, SkipOtherReason: 2, SkipPayloadOmitted: 1}
+	if p.Total != 8 || p.Read != 8 || p.Skipped != 5 || p.Reasons["expired"] != 4 || p.Reasons["exhausted"] != 2 || !maps.Equal(p.SkippedBy, wantSkipped) || !p.Exhausted {
+		t.Errorf("Progress() = %+v; want total, read 8, skipped 5 %v, reasons (psp's own) expired:4 exhausted:2, exhausted", p, wantSkipped)
 	}
 }
 
@@ -402,6 +411,13 @@ func TestJetStreamRangeGoesOnWhenItsConsumerIsGone(t *testing.T) {
 func TestNewJetStreamRangeRefusesWhatItCannotRead(t *testing.T) {
 	s, _ := rangeServer(t, "CB", "cb.>")
 	offset, _ := ParseBound("offset:5")
+	at := func(s string) ReplayOptions {
+		b, err := ParseBound(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ReplayOptions{From: b}
+	}
 	tests := []struct {
 		name            string
 		stream, subject string
@@ -411,6 +427,10 @@ func TestNewJetStreamRangeRefusesWhatItCannotRead(t *testing.T) {
 		{"kafka offset", "CB", "cb.pay", ReplayOptions{From: offset}, "offset:N is for Kafka; use seq:N or a time"},
 		{"no stream covers the subject", "", "nowhere.pay", ReplayOptions{}, `no stream covers subject "nowhere.pay"`},
 		{"missing stream", "NOPE", "cb.pay", ReplayOptions{}, `stream "NOPE" not found`},
+		{"a time past int64 nanoseconds", "CB", "cb.pay", at("2502-11-30T14:00:00Z"), "--from: 2502-11-30T14:00:00Z is outside 1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z"},
+		{"the day past int64 nanoseconds", "CB", "cb.pay", at("2262-04-12T00:00:00Z"), "--from: 2262-04-12T00:00:00Z is outside"},
+		{"a time before 1970", "CB", "cb.pay", at("1677-09-20T00:00:00Z"), "--from: 1677-09-20T00:00:00Z is outside"},
+		{"dead letters of no pipeline", "CB", "cb.pay", ReplayOptions{DeadLetters: true}, "its name is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -441,7 +461,7 @@ func TestJetStreamDeadLettersGoOutAsTheOriginals(t *testing.T) {
 		dl("b", map[string]string{"Shaper-Reason": "expired", "Shaper-Source": "CB/3", nats.MsgIdHdr: "orig-3"}),
 	)
 	cfg := jsConfig(s.ClientURL(), 30*time.Second)
-	cfg.DeadLetters = true
+	cfg.DeadLetters, cfg.Pipeline = true, "psp"
 	src := newSource(t, cfg, 100)
 
 	got := fetchN(t, src, 2, 10)
@@ -463,7 +483,7 @@ func TestJetStreamDeadLettersGoOutAsTheOriginals(t *testing.T) {
 func TestCoreNATSDeadLettersGoOutAsTheOriginals(t *testing.T) {
 	s := natstest.Start(t)
 	pub, _ := client(t, s)
-	src, err := NewCoreNATS(NATSConfig{URL: s.ClientURL(), Subject: testSubject, DeadLetters: true}, 10, "shaper-test", nil)
+	src, err := NewCoreNATS(NATSConfig{URL: s.ClientURL(), Subject: testSubject, DeadLetters: true, Pipeline: "psp"}, 10, "shaper-test", nil)
 	if err != nil {
 		t.Fatalf("NewCoreNATS: %v", err)
 	}
@@ -473,6 +493,8 @@ func TestCoreNATSDeadLettersGoOutAsTheOriginals(t *testing.T) {
 	}
 	for _, m := range []*nats.Msg{
 		deadLetter("omitted", map[string]string{"Shaper-Reason": "malformed", "Shaper-Source": "CB/1", "Shaper-Payload-Omitted": "true"}),
+		deadLetter("secret-for-merchantB", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/7", "Shaper-Pipeline": "merchantB"}),
+		deadLetter("secret-for-nobody", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/8", "Shaper-Pipeline": ""}),
 		deadLetter("a", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/2", "Shaper-Attempts": "4", "Shaper-Id": "orig-2"}),
 	} {
 		m.Subject = testSubject
@@ -482,4 +504,43 @@ func TestCoreNATSDeadLettersGoOutAsTheOriginals(t *testing.T) {
 	}
 	got := fetchN(t, src, 1, 10)
 	checkOriginal(t, got[0], "orig-2", "CB/2", 4)
+}
+
+// Two pipelines may share a dead-letter stream: a JetStream dead-letter
+// source hands out only its pipeline's own records, and acks those of
+// another pipeline or of none, so none comes back.
+func TestJetStreamDeadLettersSourceAcksOtherPipelinesWithoutHandingThemOut(t *testing.T) {
+	s, js := startJetStream(t)
+	dl := func(body string, h map[string]string) *nats.Msg {
+		m := deadLetter(body, h)
+		m.Subject = testSubject
+		return m
+	}
+	publishMsgs(t, js,
+		dl("secret-for-merchantB", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/1", "Shaper-Pipeline": "merchantB", "Shaper-Id": "b-1"}),
+		dl("a", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/2", "Shaper-Id": "orig-2"}),
+		dl("secret-for-nobody", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/3", "Shaper-Pipeline": "", "Shaper-Id": "n-3"}),
+		dl("b", map[string]string{"Shaper-Reason": "expired", "Shaper-Source": "CB/4", "Shaper-Id": "orig-4"}),
+	)
+	cfg := jsConfig(s.ClientURL(), 30*time.Second)
+	cfg.DeadLetters, cfg.Pipeline = true, "psp"
+	src := newSource(t, cfg, 100)
+
+	got := fetchN(t, src, 2, 10)
+	checkOriginal(t, got[0], "orig-2", "CB/2", 0)
+	checkOriginal(t, got[1], "orig-4", "CB/4", 0)
+	expectNothing(t, src, 300*time.Millisecond)
+	ack(t, got...)
+	var info *jetstream.ConsumerInfo
+	if !testwait.Until(10*time.Second, func() bool {
+		info = consumerInfo(t, js)
+		return info.AckFloor.Stream == 4 && info.NumAckPending == 0
+	}) {
+		t.Errorf("ack floor %d, ack pending %d; want 4 (every record), 0", info.AckFloor.Stream, info.NumAckPending)
+	}
+
+	cfg.Pipeline = ""
+	if _, err := NewJetStream(cfg, 10, "shaper-test", nil); err == nil || !strings.Contains(err.Error(), "the pipeline's name is required") {
+		t.Errorf("NewJetStream(dead_letters, no Pipeline) = %v; want an error: it could tell no dead letter its own", err)
+	}
 }

@@ -2,8 +2,10 @@ package sources
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,17 +45,21 @@ type ReplayProgress struct {
 	// before the --reason filter.
 	Total int64 `json:"total"`
 	// Read is how many have been read; Skipped how many of those were not
-	// handed to the pipeline: not of the --reason asked for, or dead
-	// letters written without their payload.
-	Read    int64 `json:"read"`
-	Skipped int64 `json:"skipped"`
+	// handed to the pipeline: dead letters of another pipeline, not of the
+	// --reason asked for, or written without their payload. SkippedBy
+	// counts them by why (SkipOtherPipeline, SkipOtherReason,
+	// SkipPayloadOmitted).
+	Read      int64            `json:"read"`
+	Skipped   int64            `json:"skipped"`
+	SkippedBy map[string]int64 `json:"skipped_by,omitempty"`
 	// Finished is how many were settled with a final outcome (acked);
 	// Unfinished how many were nacked: they have none in this replay.
 	Finished   int64 `json:"finished"`
 	Unfinished int64 `json:"unfinished"`
 	// Places is, per partition (its number) or stream (its name), how
 	// many messages were handed to the pipeline; Reasons, per
-	// Shaper-Reason, how many dead letters were read (with --dead-letters).
+	// Shaper-Reason, how many of the pipeline's own dead letters were read
+	// (with --dead-letters).
 	Places  map[string]int64 `json:"places,omitempty"`
 	Reasons map[string]int64 `json:"reasons,omitempty"`
 	// Exhausted reports that the whole range has been read.
@@ -65,10 +71,78 @@ type ReplayOptions struct {
 	// From and To bound the range: From is the first message in it, To the
 	// first one past it.
 	From, To Bound
-	// DeadLetters reads dead-letter records (see AsDeadLetter); Reason,
-	// when set, keeps only those of that Shaper-Reason.
+	// DeadLetters reads dead-letter records (see AsDeadLetter) of the
+	// pipeline called Pipeline, which it requires: a record whose
+	// Shaper-Pipeline is another, or missing, is skipped (see
+	// OwnDeadLetter). Reason, when set, keeps only those of that
+	// Shaper-Reason.
 	DeadLetters bool
+	Pipeline    string
 	Reason      string
+}
+
+// Why a replay passes over a record it read (ReplayProgress.SkippedBy).
+const (
+	// SkipOtherPipeline is a dead letter whose Shaper-Pipeline is not the
+	// pipeline's name, or is missing: its owner is another pipeline, or
+	// unknown, so its receiver is not this pipeline's to choose.
+	SkipOtherPipeline = "other_pipeline"
+	// SkipOtherReason is a dead letter not of the --reason asked for.
+	SkipOtherReason = "other_reason"
+	// SkipPayloadOmitted is a dead letter written without its payload.
+	SkipPayloadOmitted = "payload_omitted"
+)
+
+// BoundError is a --from or --to the log cannot have, such as a
+// partition the topic does not have: the operator's mistake, not the
+// broker's.
+type BoundError struct {
+	Flag    string // --from or --to
+	Problem string
+}
+
+func (e *BoundError) Error() string { return e.Flag + ": " + e.Problem }
+
+// minBoundTime and maxBoundTime are the times a bound may name: brokers
+// keep times as milliseconds (Kafka, where negative ones are sentinels)
+// or nanoseconds (JetStream) since 1970 in an int64.
+var (
+	minBoundTime = time.Unix(0, 0).UTC()
+	maxBoundTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// CheckTime returns an error when b is a time before 1970-01-01T00:00:00Z
+// or more than a day after now: no message is stored then, and a broker
+// cannot be asked for it.
+func (b Bound) CheckTime(now time.Time) error {
+	if b.Kind != BoundTime {
+		return nil
+	}
+	switch t := b.Time; {
+	case t.Before(minBoundTime):
+		return fmt.Errorf("%s is before %s", t.Format(time.RFC3339Nano), minBoundTime.Format(time.RFC3339))
+	case t.After(now.Add(24 * time.Hour)):
+		return fmt.Errorf("%s is more than a day after now (%s)", t.Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// check returns the first problem of o that a broker cannot answer: a
+// time outside what brokers store (the caller checks the tighter bounds
+// of CheckTime), or dead letters of no pipeline.
+func (o ReplayOptions) check() error {
+	for _, b := range []struct {
+		flag  string
+		bound Bound
+	}{{"--from", o.From}, {"--to", o.To}} {
+		if b.bound.Kind == BoundTime && (b.bound.Time.Before(minBoundTime) || b.bound.Time.After(maxBoundTime)) {
+			return &BoundError{Flag: b.flag, Problem: fmt.Sprintf("%s is outside %s to %s", b.bound.Time.Format(time.RFC3339Nano), minBoundTime.Format(time.RFC3339), maxBoundTime.Format(time.RFC3339))}
+		}
+	}
+	if o.DeadLetters && o.Pipeline == "" {
+		return errors.New("dead letters are read for a pipeline: its name is required")
+	}
+	return nil
 }
 
 // BoundKind is what a Bound names.
@@ -168,14 +242,7 @@ func (b Bound) offsetOf(p int) (int64, bool) {
 // the dead-letter target; Shaper-Payload-Omitted): it cannot be replayed
 // from here, and Shaper-Source says where the original is.
 func AsDeadLetter(m *shaper.Message) (reason string, omitted bool) {
-	get := func(name string) string {
-		for k, v := range m.Header {
-			if strings.EqualFold(k, name) && len(v) > 0 {
-				return v[0]
-			}
-		}
-		return ""
-	}
+	get := func(name string) string { return headerValue(m.Header, name) }
 	reason = get("Shaper-Reason")
 	omitted = get("Shaper-Payload-Omitted") != ""
 	src := get("Shaper-Source")
@@ -204,6 +271,27 @@ func AsDeadLetter(m *shaper.Message) (reason string, omitted bool) {
 	return reason, omitted
 }
 
+// OwnDeadLetter reports whether m, a dead-letter record read back before
+// AsDeadLetter, is one of pipeline's: its Shaper-Pipeline is pipeline.
+// One without Shaper-Pipeline is nobody's: shaper writes it on every dead
+// letter, so its owner is unknown, and its receiver may not be this
+// pipeline's.
+func OwnDeadLetter(m *shaper.Message, pipeline string) bool {
+	owner := headerValue(m.Header, "Shaper-Pipeline")
+	return owner != "" && owner == pipeline
+}
+
+// headerValue returns the first value of header name in h, whatever its
+// case, or "".
+func headerValue(h map[string][]string, name string) string {
+	for k, v := range h {
+		if strings.EqualFold(k, name) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
 // rangeBooks keeps a replay's books: per place (a partition, or the
 // stream), the messages read and not finished, in read order, so that the
 // first of them is where a resumed replay starts.
@@ -227,7 +315,7 @@ type placeBooks struct {
 
 func newRangeBooks(opts ReplayOptions, format func(map[string]int64) string) *rangeBooks {
 	return &rangeBooks{opts: opts, format: format, places: map[string]*placeBooks{},
-		progress: ReplayProgress{Places: map[string]int64{}, Reasons: map[string]int64{}}}
+		progress: ReplayProgress{Places: map[string]int64{}, Reasons: map[string]int64{}, SkippedBy: map[string]int64{}}}
 }
 
 // place adds a place whose range is [from, end).
@@ -251,24 +339,36 @@ func (b *rangeBooks) count(pb *placeBooks, total int64) {
 }
 
 // read books m, read at pos of pb, and returns it with its receipt, or
-// nil when the replay passes over it (the --reason filter, a dead letter
-// without its payload). pause, when not nil, is the receipt's Pause.
+// nil when the replay passes over it (a dead letter of another pipeline,
+// the --reason filter, a dead letter without its payload). pause, when not
+// nil, is the receipt's Pause.
 func (b *rangeBooks) read(pb *placeBooks, pos int64, m *shaper.Message, pause func() func()) *shaper.Message {
-	keep, reason := true, ""
+	skip, reason := "", ""
+	own := true
 	if b.opts.DeadLetters {
-		var omitted bool
-		reason, omitted = AsDeadLetter(m)
-		keep = !omitted && (b.opts.Reason == "" || reason == b.opts.Reason)
+		if own = OwnDeadLetter(m, b.opts.Pipeline); !own {
+			skip = SkipOtherPipeline
+		} else {
+			var omitted bool
+			reason, omitted = AsDeadLetter(m)
+			switch {
+			case omitted:
+				skip = SkipPayloadOmitted
+			case b.opts.Reason != "" && reason != b.opts.Reason:
+				skip = SkipOtherReason
+			}
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	pb.next = pos + 1
 	b.progress.Read++
-	if b.opts.DeadLetters {
+	if b.opts.DeadLetters && own {
 		b.progress.Reasons[reason]++
 	}
-	if !keep {
+	if skip != "" {
 		b.progress.Skipped++
+		b.progress.SkippedBy[skip]++
 		return nil
 	}
 	b.progress.Places[pb.name]++
@@ -298,7 +398,7 @@ func (b *rangeBooks) Progress() ReplayProgress {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.progress
-	p.Places, p.Reasons = maps.Clone(p.Places), maps.Clone(p.Reasons)
+	p.Places, p.Reasons, p.SkippedBy = maps.Clone(p.Places), maps.Clone(p.Reasons), maps.Clone(p.SkippedBy)
 	return p
 }
 

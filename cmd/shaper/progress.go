@@ -148,6 +148,9 @@ func (o *replayOutput) summary(s replaySummary) {
 	fmt.Fprintf(o.w, "replay %s %s: %d in the range, %d delivered, %d dead-lettered, %d expired, %d dropped, %d skipped, %d without an outcome, in %s\n",
 		s.Pipeline, state, s.Total, s.Delivered, s.DeadLettered, s.Expired, s.Dropped, s.Skipped, s.Unfinished,
 		time.Duration(s.ElapsedSeconds*float64(time.Second)).Round(100*time.Millisecond))
+	for _, k := range sortedKeys(s.SkippedBy) {
+		fmt.Fprintf(o.w, "  skipped %s: %d\n", k, s.SkippedBy[k])
+	}
 	if s.Resume != "" {
 		fmt.Fprintf(o.w, "to replay what is left:\n  %s\n", s.Resume)
 	}
@@ -158,7 +161,7 @@ func (o *replayOutput) dryRun(where string, pr sources.ReplayProgress, to string
 	selected := pr.Read - pr.Skipped
 	if !o.terminal {
 		o.json(map[string]any{"dry_run": map[string]any{
-			"reads": where, "total": pr.Total, "read": pr.Read, "selected": selected, "skipped": pr.Skipped,
+			"reads": where, "total": pr.Total, "read": pr.Read, "selected": selected, "skipped": pr.Skipped, "skipped_by": pr.SkippedBy,
 			"places": pr.Places, "reasons": pr.Reasons, "to": to,
 		}})
 		return
@@ -169,6 +172,9 @@ func (o *replayOutput) dryRun(where string, pr sources.ReplayProgress, to string
 		fmt.Fprintf(&sb, ", %d passed over", pr.Skipped)
 	}
 	sb.WriteString("\n")
+	for _, k := range sortedKeys(pr.SkippedBy) {
+		fmt.Fprintf(&sb, "  skipped %-12s %d\n", k, pr.SkippedBy[k])
+	}
 	for _, k := range sortedKeys(pr.Places) {
 		place := k
 		if strings.Trim(k, "0123456789") == "" {

@@ -27,6 +27,7 @@ type replayArgs struct {
 	config, pipeline string
 	from, to         string
 	rate             float64
+	rateGiven        bool // --rate was given: then it must be > 0
 	deadLetters      bool
 	reason           string
 	dryRun           bool
@@ -53,11 +54,12 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	if err := parseFlags(fs, args, g, stderr); err != nil {
 		return err
 	}
+	a.rateGiven = g.given["rate"]
 	log, err := g.logger(stderr)
 	if err != nil {
 		return err
 	}
-	cfg, pc, opts, err := a.check()
+	cfg, pc, opts, err := a.check(time.Now())
 	if err != nil {
 		return err
 	}
@@ -65,8 +67,12 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	src, where, err := buildReplaySource(lctx, pc, opts, log.With("pipeline", pc.Name))
 	cancel()
 	if err != nil {
-		if ctx.Err() != nil {
+		var bound *sources.BoundError
+		switch {
+		case ctx.Err() != nil:
 			return fmt.Errorf("replay: interrupted before it started: %w", err)
+		case errors.As(err, &bound):
+			return fmt.Errorf("%w: replay: %v", errUsage, err)
 		}
 		return fmt.Errorf("replay: %w", err)
 	}
@@ -93,8 +99,9 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 
 // check reads the config and the flags, and returns the pipeline to
 // replay, as the replay runs it (--rate in force), and what its source
-// reads; every problem is a usage error.
-func (a replayArgs) check() (*config.File, config.Pipeline, sources.ReplayOptions, error) {
+// reads; every problem is a usage error. now bounds the times --from and
+// --to may name.
+func (a replayArgs) check(now time.Time) (*config.File, config.Pipeline, sources.ReplayOptions, error) {
 	var opts sources.ReplayOptions
 	var pc config.Pipeline
 	switch {
@@ -122,10 +129,15 @@ func (a replayArgs) check() (*config.File, config.Pipeline, sources.ReplayOption
 	var problems []string
 	if opts.From, err = sources.ParseBound(a.from); err != nil {
 		problems = append(problems, "--from "+err.Error())
+	} else if err := opts.From.CheckTime(now); err != nil {
+		problems = append(problems, "--from: "+err.Error())
 	}
 	if opts.To, err = sources.ParseBound(a.to); err != nil {
 		problems = append(problems, "--to "+err.Error())
+	} else if err := opts.To.CheckTime(now); err != nil {
+		problems = append(problems, "--to: "+err.Error())
 	}
+	opts.Pipeline = pc.Name
 	kafka := pc.Source.Kafka != nil
 	opts.DeadLetters = a.deadLetters || kafka && pc.Source.Kafka.DeadLetters || pc.Source.NATS != nil && pc.Source.NATS.DeadLetters
 	if a.deadLetters {
@@ -165,7 +177,9 @@ func (a replayArgs) check() (*config.File, config.Pipeline, sources.ReplayOption
 	if a.progressEvery <= 0 {
 		problems = append(problems, fmt.Sprintf("--progress-every: must be > 0, got %s", a.progressEvery))
 	}
-	if a.rate != 0 {
+	if a.rateGiven && !(a.rate > 0) {
+		problems = append(problems, fmt.Sprintf("--rate: must be > 0, got %v (leave it out for rate.limit, %v)", a.rate, pc.Rate.Limit))
+	} else if a.rate != 0 {
 		pc.Rate.Limit = a.rate
 		pc.Rate.Shared = nil // the operator's rate, on this process: not a share of the live one
 		if err := pc.Validate("--rate"); err != nil {
@@ -227,7 +241,7 @@ func replay(ctx context.Context, p *shaper.Pipeline, src sources.Replay, a repla
 	pr := src.Progress()
 	st := p.Status()
 	s := replaySummary{
-		Pipeline: p.Name(), Total: pr.Total, Read: pr.Read, Skipped: pr.Skipped, Unfinished: pr.Unfinished,
+		Pipeline: p.Name(), Total: pr.Total, Read: pr.Read, Skipped: pr.Skipped, SkippedBy: pr.SkippedBy, Unfinished: pr.Unfinished,
 		Delivered: st.Outcomes[shaper.OutcomeDelivered], DeadLettered: st.Outcomes[shaper.OutcomeDeadLettered],
 		Expired: st.Outcomes[shaper.OutcomeExpired], Dropped: st.Outcomes[shaper.OutcomeDropped],
 		ElapsedSeconds: time.Since(start).Seconds(),
@@ -252,19 +266,22 @@ func replay(ctx context.Context, p *shaper.Pipeline, src sources.Replay, a repla
 
 // replaySummary is the last line of a replay.
 type replaySummary struct {
-	Pipeline       string  `json:"pipeline"`
-	Total          int64   `json:"total"`
-	Read           int64   `json:"read"`
-	Delivered      int64   `json:"delivered"`
-	DeadLettered   int64   `json:"dead_lettered"`
-	Expired        int64   `json:"expired"`
-	Dropped        int64   `json:"dropped"`
-	Skipped        int64   `json:"skipped"`
-	Unfinished     int64   `json:"unfinished"`
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
-	Complete       bool    `json:"complete"`
-	Interrupted    bool    `json:"interrupted,omitempty"`
-	Resume         string  `json:"resume,omitempty"`
+	Pipeline     string `json:"pipeline"`
+	Total        int64  `json:"total"`
+	Read         int64  `json:"read"`
+	Delivered    int64  `json:"delivered"`
+	DeadLettered int64  `json:"dead_lettered"`
+	Expired      int64  `json:"expired"`
+	Dropped      int64  `json:"dropped"`
+	Skipped      int64  `json:"skipped"`
+	// SkippedBy counts the skipped by why: other_pipeline, other_reason,
+	// payload_omitted.
+	SkippedBy      map[string]int64 `json:"skipped_by,omitempty"`
+	Unfinished     int64            `json:"unfinished"`
+	ElapsedSeconds float64          `json:"elapsed_seconds"`
+	Complete       bool             `json:"complete"`
+	Interrupted    bool             `json:"interrupted,omitempty"`
+	Resume         string           `json:"resume,omitempty"`
 }
 
 // resumeCommand is the shaper replay command line that replays [from, to)

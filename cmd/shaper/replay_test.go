@@ -53,6 +53,10 @@ type replayLog interface {
 	// even ones, the broker's own form on the odd ones), and returns the
 	// original ids per reason.
 	publishDeadLetters(t *testing.T, counts map[string]int) map[string][]string
+	// publishOthersDeadLetters writes n dead letters of pipeline (its
+	// Shaper-Pipeline; "": none) to the dead-letter target, each with the
+	// payload {"secret-for":"<pipeline>"}.
+	publishOthersDeadLetters(t *testing.T, pipeline string, n int)
 	// newDeadLetters returns the headers of the dead letters the replay
 	// wrote (those publishDeadLetters wrote have Shaper-Error status 503).
 	newDeadLetters(t *testing.T) []map[string]string
@@ -120,6 +124,21 @@ func (l *kafkaLog) publishDeadLetters(t *testing.T, counts map[string]int) map[s
 	}
 	l.k.Produce("callbacks-dlq", recs)
 	return ids
+}
+
+func (l *kafkaLog) publishOthersDeadLetters(t *testing.T, pipeline string, n int) {
+	var recs []*kgo.Record
+	for i := range n {
+		h := []kgo.RecordHeader{
+			{Key: "Shaper-Reason", Value: []byte("exhausted")}, {Key: "Shaper-Error", Value: []byte("status 503")},
+			{Key: "Shaper-Source", Value: fmt.Appendf(nil, "others/0/%d", i)}, {Key: "Shaper-Id", Value: fmt.Appendf(nil, "%s-%d", pipeline, i)},
+		}
+		if pipeline != "" {
+			h = append(h, kgo.RecordHeader{Key: "Shaper-Pipeline", Value: []byte(pipeline)})
+		}
+		recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, `{"secret-for":%q}`, pipeline), Headers: h})
+	}
+	l.k.Produce("callbacks-dlq", recs)
 }
 
 func (l *kafkaLog) newDeadLetters(t *testing.T) []map[string]string {
@@ -275,6 +294,21 @@ func (l *jetStreamLog) publishDeadLetters(t *testing.T, counts map[string]int) m
 		}
 	})
 	return ids
+}
+
+func (l *jetStreamLog) publishOthersDeadLetters(t *testing.T, pipeline string, n int) {
+	l.js(t, func(ctx context.Context, js jetstream.JetStream) {
+		for i := range n {
+			h := nats.Header{"Shaper-Reason": {"exhausted"}, "Shaper-Error": {"status 503"},
+				"Shaper-Source": {fmt.Sprintf("OTHERS/%d", i)}, "Shaper-Id": {fmt.Sprintf("%s-%d", pipeline, i)}}
+			if pipeline != "" {
+				h["Shaper-Pipeline"] = []string{pipeline}
+			}
+			if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.psp", Header: h, Data: fmt.Appendf(nil, `{"secret-for":%q}`, pipeline)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
 
 func (l *jetStreamLog) newDeadLetters(t *testing.T) []map[string]string {
@@ -562,6 +596,58 @@ func TestReplayOfDeadLettersOfOneReasonSendsTheOriginalIdsAndNoShaperHeaders(t *
 	})
 }
 
+// Two pipelines may share a dead-letter target. --dead-letters takes only
+// the records whose Shaper-Pipeline is the pipeline's own name: those of
+// another pipeline, and those without the header (owner unknown), are
+// never sent, and are counted as skipped, other_pipeline, by --dry-run and
+// in the summary.
+func TestReplayOfDeadLettersSendsOnlyThePipelinesOwn(t *testing.T) {
+	eachLog(t, func(t *testing.T, l replayLog) {
+		ids := l.publishDeadLetters(t, map[string]int{"exhausted": 4})
+		l.publishOthersDeadLetters(t, "merchantB", 3)
+		l.publishOthersDeadLetters(t, "", 1)
+		sink := sinktest.Start(t, sinktest.OK)
+		config := replayConfig(t, l, sink, "{limit: 200}")
+
+		dry := startShaper(t, nil, "replay", "--config", config, "--pipeline", "psp", "--dead-letters", "--dry-run")
+		if code := dry.Wait(time.Minute); code != exitOK {
+			t.Fatalf("--dry-run exit code %d; want 0", code)
+		}
+		var counted struct {
+			DryRun struct {
+				Total, Selected, Skipped int
+				SkippedBy                map[string]int `json:"skipped_by"`
+			} `json:"dry_run"`
+		}
+		if err := json.Unmarshal([]byte(dry.Stdout.String()), &counted); err != nil {
+			t.Fatalf("--dry-run wrote %q: %v", dry.Stdout.String(), err)
+		}
+		if c := counted.DryRun; c.Total != 8 || c.Selected != 4 || c.Skipped != 4 || c.SkippedBy["other_pipeline"] != 4 {
+			t.Errorf("--dry-run counted %+v; want 8 in all, psp's 4 selected, 4 skipped as other_pipeline", c)
+		}
+
+		code, out := runReplay(t, "--config", config, "--pipeline", "psp", "--dead-letters")
+		if code != exitOK {
+			t.Fatalf("exit code %d; want 0; summary %+v", code, out.summary)
+		}
+		var keys []string
+		for _, r := range sink.Requests() {
+			keys = append(keys, r.Key)
+			if bytes.Contains(r.Body, []byte("secret-for")) {
+				t.Errorf("psp's receiver got %s (Idempotency-Key %s), another pipeline's dead letter", r.Body, r.Key)
+			}
+		}
+		slices.Sort(keys)
+		want := slices.Sorted(slices.Values(ids["exhausted"]))
+		if !slices.Equal(keys, want) {
+			t.Errorf("Idempotency-Keys %v; want psp's own %v, each once", keys, want)
+		}
+		if s := out.summary; s.Total != 8 || s.Delivered != 4 || s.Skipped != 4 || s.SkippedBy["other_pipeline"] != 4 {
+			t.Errorf("summary %+v; want 8 read, 4 delivered, 4 skipped as other_pipeline", s)
+		}
+	})
+}
+
 // A SIGTERM mid-replay drains as run does, exits 1 and prints the command
 // that goes on; that command delivers the rest, with no duplicates beyond
 // what was in flight (max_in_flight 4).
@@ -618,7 +704,11 @@ func TestReplayUsageErrorsExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--config", config, "--pipeline", "psp", "--from", "seq:4"}, "seq:N is for JetStream"},
 		{[]string{"--config", config, "--pipeline", "psp", "--reason", "exhausted"}, "--reason selects dead letters"},
 		{[]string{"--config", config, "--pipeline", "psp", "--dead-letters", "--reason", "lost"}, `want expired, rejected, exhausted or malformed, got "lost"`},
-		{[]string{"--config", config, "--pipeline", "psp", "--rate", "-3"}, "rate.limit"},
+		{[]string{"--config", config, "--pipeline", "psp", "--rate", "-3"}, "--rate: must be > 0, got -3"},
+		{[]string{"--config", config, "--pipeline", "psp", "--rate", "0"}, "--rate: must be > 0, got 0"},
+		{[]string{"--config", config, "--pipeline", "psp", "--from", "2502-11-30T14:00:00Z"}, "--from: 2502-11-30T14:00:00Z is more than a day after now"},
+		{[]string{"--config", config, "--pipeline", "psp", "--from", "1677-09-20T00:00:00Z"}, "--from: 1677-09-20T00:00:00Z is before 1970-01-01T00:00:00Z"},
+		{[]string{"--config", config, "--pipeline", "psp", "--to", "1969-12-31T23:59:59.999Z"}, "--to: 1969-12-31T23:59:59.999Z is before 1970-01-01T00:00:00Z"},
 		{[]string{"--config", config, "--pipeline", "psp", "--from", "2026-11-30T16:00:00Z", "--to", "2026-11-30T14:00:00Z"}, "is not after --from"},
 	} {
 		code, _, stderr := runMain(t, append([]string{"replay"}, c.args...)...)
@@ -667,5 +757,59 @@ func TestReplayOnATerminalDrawsABarAndSaysHowItWent(t *testing.T) {
 	}
 	if strings.Contains(out, `{"progress"`) || strings.Contains(out, `{"summary"`) {
 		t.Errorf("JSON lines on a terminal; want the bar and words")
+	}
+}
+
+// --from and --to name a time from 1970-01-01T00:00:00Z to a day after
+// now, now as the replay's clock gives it.
+func TestReplayTimesMustLieBetween1970AndADayAfterNow(t *testing.T) {
+	l := &kafkaLog{k: &kafkatest.Cluster{Addr: "127.0.0.1:1"}}
+	config := replayConfig(t, l, &sinktest.Sink{URL: "http://127.0.0.1:1/notify"}, "{limit: 10}")
+	now := time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		from, to string
+		want     string // "": accepted
+	}{
+		{give(now.Add(23 * time.Hour)), "", ""},
+		{"1970-01-01T00:00:00Z", "", ""},
+		{"", give(now.Add(24 * time.Hour)), ""},
+		{give(now.Add(25 * time.Hour)), "", "--from: 2030-06-02T13:00:00Z is more than a day after now (2030-06-01T12:00:00Z)"},
+		{"", give(now.Add(24*time.Hour + time.Millisecond)), "--to: 2030-06-02T12:00:00.001Z is more than a day after now"},
+		{"2502-11-30T14:00:00Z", "", "--from: 2502-11-30T14:00:00Z is more than a day after now"},
+		{"2262-04-12T00:00:00Z", "", "--from: 2262-04-12T00:00:00Z is more than a day after now"},
+		{"1677-09-20T00:00:00Z", "seq:13845", "--from: 1677-09-20T00:00:00Z is before 1970-01-01T00:00:00Z"},
+		{"", "1969-12-31T23:59:59.999Z", "--to: 1969-12-31T23:59:59.999Z is before 1970-01-01T00:00:00Z"},
+	}
+	for _, tt := range tests {
+		a := replayArgs{config: config, pipeline: "psp", from: tt.from, to: tt.to, progressEvery: time.Second}
+		_, _, _, err := a.check(now)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("check(--from %q --to %q) = %v; want nil", tt.from, tt.to, err)
+		case tt.want != "" && (!errors.Is(err, errUsage) || !strings.Contains(fmt.Sprint(err), tt.want)):
+			t.Errorf("check(--from %q --to %q) = %v; want a usage error with %q", tt.from, tt.to, err, tt.want)
+		}
+	}
+}
+
+func give(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// offset:P=N naming a partition the topic does not have is a usage error
+// (exit 2) that names the flag and the partition, and nothing is sent.
+func TestReplayFromAPartitionTheTopicLacksExits2(t *testing.T) {
+	l := newKafkaLog(t) // 4 partitions
+	l.publish(t, 20)
+	sink := sinktest.Start(t, sinktest.OK)
+	config := replayConfig(t, l, sink, "{limit: 500}")
+	for _, flag := range []string{"--from", "--to"} {
+		child := startShaper(t, nil, "replay", "--config", config, "--pipeline", "psp", flag, "offset:1=0,9=1")
+		code := child.Wait(time.Minute)
+		stderr := child.Stderr.String()
+		if want := flag + `: offset:9=1: topic "callbacks" has no partition 9`; code != exitUsage || !strings.Contains(stderr, want) {
+			t.Errorf("replay %s offset:1=0,9=1: exit %d, stderr %q; want 2 and %q", flag, code, stderr, want)
+		}
+	}
+	if n := sink.RequestCount(); n != 0 {
+		t.Errorf("%d requests sent; want none", n)
 	}
 }
