@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -23,6 +24,14 @@ const maxAdminBody = 4 << 10
 
 // maxTop bounds GET /v1/pipelines/{name}/keys?top=N.
 const maxTop = 1000
+
+// maxKeysAnswer bounds the body of GET /v1/pipelines/{name}/keys: the
+// lanes that do not fit are left out, and the answer says so with the
+// header truncatedHeader.
+const maxKeysAnswer = 1 << 20
+
+// truncatedHeader is set to "true" on an answer that left out lanes.
+const truncatedHeader = "Shaper-Truncated"
 
 // statusPage holds the status page that GET / serves: one HTML, one CSS
 // and one JavaScript file, with no build step and nothing fetched from
@@ -113,7 +122,12 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 			}
 			top = n
 		}
-		writeJSON(w, http.StatusOK, p.Keys(top))
+		body, truncated := keysAnswer(p.Keys(top), maxKeysAnswer)
+		if truncated {
+			w.Header().Set(truncatedHeader, "true")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body) // the client has gone; nothing to do
 	})
 	mux.HandleFunc("PUT /v1/pipelines/{name}/rate", func(w http.ResponseWriter, r *http.Request) {
 		p := mutable(w, r, list, token)
@@ -264,6 +278,39 @@ func bearerMatches(header, token string) bool {
 	}
 	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// keysAnswer returns keys as writeJSON writes them, deepest first, with as
+// many lanes as fit in limit bytes, and whether any were left out. Each
+// key is at most key.max_length bytes, but JSON escapes some bytes as six.
+func keysAnswer(keys []KeyStatus, limit int) (body []byte, truncated bool) {
+	const open, sep, end = "[\n", ",\n", "\n]\n"
+	if len(keys) == 0 {
+		return []byte("[]\n"), false
+	}
+	var b bytes.Buffer
+	b.WriteString(open)
+	for i, k := range keys {
+		lane, _ := json.MarshalIndent(k, "  ", "  ") // a KeyStatus always encodes
+		n := len("  ") + len(lane) + len(end)
+		if i > 0 {
+			n += len(sep)
+		}
+		if b.Len()+n > limit {
+			if i == 0 {
+				return []byte("[]\n"), true
+			}
+			truncated = true
+			break
+		}
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString("  ")
+		b.Write(lane)
+	}
+	b.WriteString(end)
+	return b.Bytes(), truncated
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -2,13 +2,21 @@ package shaper
 
 import (
 	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/url"
 	"strings"
 )
 
+// hashedKeyPrefix starts the form a key longer than key.max_length takes.
+const hashedKeyPrefix = "sha256:"
+
 // keyFunc returns the function that gives a message its key under k (nil:
-// no keys, one lane).
+// no keys, one lane). A key longer than k.MaxLength (0: the default) is
+// replaced here by shortKey's form, so that nothing downstream (lanes,
+// per-key limits, logs, metrics, the admin API) holds the long one.
 func keyFunc(k *KeyConfig) func(*Message) string {
 	if k == nil {
 		return nil
@@ -17,12 +25,24 @@ func keyFunc(k *KeyConfig) func(*Message) string {
 	if k.From == "host" {
 		of = hostOf(Field(k.URLFrom))
 	}
+	maxLen := cmp.Or(k.MaxLength, DefaultMaxKeyLength)
 	return func(m *Message) string {
 		if key, ok := of(m); ok {
-			return key
+			return shortKey(key, maxLen)
 		}
 		return k.Missing
 	}
+}
+
+// shortKey returns key when it is at most maxLen bytes, else "sha256:" and
+// the hex of the SHA-256 of the whole key: the same long key gives the
+// same short one, and so the same lane.
+func shortKey(key string, maxLen int) string {
+	if len(key) <= maxLen {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hashedKeyPrefix + hex.EncodeToString(sum[:])
 }
 
 // Field returns the function that reads one value of a message, as from
