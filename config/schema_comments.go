@@ -6,6 +6,7 @@ package config
 // fields that are keys, the descriptions of Schema.
 var schemaComments = map[string]string{
 	"github.com/shaper-dev/shaper/config.AdminConfig":                      "AdminConfig configures the admin HTTP server.",
+	"github.com/shaper-dev/shaper/config.AdminConfig.AllowedHosts":         "AllowedHosts are names by which the admin server is reached besides\nits listen host, loopback (localhost, 127.0.0.0/8, ::1) and the\naddress a request arrives on (a probe or a scrape by pod IP): the\nname of an ingress, a Kubernetes Service or a compose service in\nfront of it. Each is a host name or address, with a port (that port\nonly) or without (any port). A request with any other Host is\nanswered 421, against DNS rebinding. Default none.",
 	"github.com/shaper-dev/shaper/config.AdminConfig.Listen":               "Listen is the host:port of /metrics, /healthz, /readyz and /v1/pipelines.\nDefault 127.0.0.1:9090. An empty host listens on every interface.",
 	"github.com/shaper-dev/shaper/config.AdminConfig.Token":                "Token, when set, must be sent as \"Authorization: Bearer <token>\" on\nmutating calls (PUT). Reading endpoints stay open. Required when\nListen is not a loopback address (127.0.0.0/8, ::1, localhost): anyone\nwho can reach the port could otherwise change the rate. Use ${VAR}.",
 	"github.com/shaper-dev/shaper/config.DeadLetter":                       "DeadLetter selects the dead-letter target.",

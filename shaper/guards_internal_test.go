@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,53 @@ func TestKeysAnswerIsWriteJSONsFormWithinItsLimit(t *testing.T) {
 			if part, truncated := keysAnswer(keys[:n], limit); len(part) > max(limit, len("[]\n")) || !truncated {
 				t.Errorf("%d lanes within %d bytes: %d bytes, truncated %v; want at most %d, truncated", n, limit, len(part), truncated, limit)
 			}
+		}
+	}
+}
+
+// The address a request arrives on is the server's own: a probe or a
+// scrape by pod IP while listening on every interface. 192.0.2.0/24 is
+// documentation space; nothing here connects to it.
+func TestAdminHostsAllowsTheLocalAddressAndTheListenHost(t *testing.T) {
+	pod := netip.MustParseAddr("192.0.2.10")
+	tests := []struct {
+		hosts AdminHosts
+		host  string
+		local netip.Addr
+		want  bool
+	}{
+		{AdminHosts{Listen: "0.0.0.0:9090"}, "192.0.2.10:9090", pod, true},
+		{AdminHosts{Listen: ":9090"}, "192.0.2.10", pod, true},
+		{AdminHosts{Listen: ":9090"}, "[::ffff:192.0.2.10]:9090", pod, true},
+		{AdminHosts{Listen: ":9090"}, "192.0.2.11:9090", pod, false},
+		{AdminHosts{Listen: ":9090"}, "192.0.2.10:9090", netip.Addr{}, false},
+		{AdminHosts{Listen: ":9090"}, "pod.evil.example:9090", pod, false},
+		{AdminHosts{Listen: "0.0.0.0:9090"}, "evil.example", pod, false},
+		{AdminHosts{Listen: "admin.internal:9090"}, "Admin.Internal.:9090", pod, true},
+		{AdminHosts{Listen: "admin.internal:9090"}, "admin.internal.evil.example", pod, false},
+		{AdminHosts{Listen: "[fd00::5]:9090"}, "[fd00::5]:9090", netip.Addr{}, true},
+		{AdminHosts{Allowed: []string{"shaper:9090"}}, "shaper:9091", pod, false},
+		{AdminHosts{Allowed: []string{"shaper:9090"}}, "shaper", pod, false},
+		{AdminHosts{Allowed: []string{"shaper"}}, "shaper:9091", pod, true},
+		{AdminHosts{}, "", pod, true},
+	}
+	for _, tt := range tests {
+		if got := tt.hosts.Allows(tt.host, tt.local); got != tt.want {
+			t.Errorf("%+v.Allows(%q, %v) = %v; want %v", tt.hosts, tt.host, tt.local, got, tt.want)
+		}
+	}
+}
+
+func TestValidAdminHost(t *testing.T) {
+	for entry, want := range map[string]bool{
+		"shaper": true, "shaper:9090": true, "shaper.monitoring.svc.cluster.local": true, "Shaper-1": true,
+		"10.0.0.5": true, "10.0.0.5:9090": true, "[fd00::1]:9090": true, "fd00::1": true, "[fd00::1]": true, "shaper.": true,
+		"": false, "shaper:": false, ":9090": false, "shaper:0": false, "shaper:65536": false, "shaper:x": false,
+		"http://shaper": false, "shaper/metrics": false, "*.svc": false, "user@shaper": false, "-shaper": false,
+		"sha per": false, "a..b": false, "[shaper]": false, "fe80::1%eth0": false,
+	} {
+		if got := ValidAdminHost(entry); got != want {
+			t.Errorf("ValidAdminHost(%q) = %v; want %v", entry, got, want)
 		}
 	}
 }

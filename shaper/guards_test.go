@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -98,5 +100,55 @@ func TestLongKeysAreHashedAndTheKeysAnswerStaysWithin1MiB(t *testing.T) {
 	}
 	if resp, _ := get("1001"); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("GET keys?top=1001 = %s; want 400: top is at most 1000", resp.Status)
+	}
+}
+
+// SPEC §10.2: the admin server answers 421 to a Host that is not its own
+// (DNS rebinding: a page of evil.example, its name pointed at 127.0.0.1,
+// would read the keys), on every path; loopback names and addresses with
+// any port, and admin.allowed_hosts, are answered.
+func TestAdminAnswers421ToAHostThatIsNotItsOwn(t *testing.T) {
+	e := newEnv(t)
+	rec := sinktest.Start(t, sinktest.OK)
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
+		c.Key = &shaper.KeyConfig{From: "header:Merchant-Id"}
+	}))
+	p.Pause()
+	e.publishKeyed("merchant-7", 1)
+	testwait.For(t, 10*time.Second, "the message in the bucket", func() bool { return p.Status().Received == 1 })
+
+	srv := httptest.NewServer(shaper.Admin(p.list, p.registry, "", shaper.AdminHosts{
+		Listen: "127.0.0.1:9090", Allowed: []string{"shaper", "shaper-ingress.example:443"},
+	}, nil))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	get := func(host, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, host := range []string{"evil.example:" + port, "evil.example", "shaper.evil.example:" + port, "shaper-ingress.example:" + port, "0x7f.1:" + port} {
+		for _, path := range []string{"/v1/pipelines/test/keys", "/v1/pipelines", "/", "/metrics", "/healthz", "/readyz"} {
+			code, body := get(host, path)
+			if code != http.StatusMisdirectedRequest || strings.Contains(body, "merchant-7") ||
+				!strings.Contains(body, fmt.Sprintf("%q", host)) || !strings.Contains(body, "admin.allowed_hosts") {
+				t.Errorf("Host %s GET %s = %d %q; want 421 naming the Host and admin.allowed_hosts", host, path, code, body)
+			}
+		}
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST.", "127.0.0.2", "[::1]:" + port, "shaper:9090", "Shaper", "shaper-ingress.example:443"} {
+		if code, body := get(host, "/v1/pipelines/test/keys"); code != 200 || !strings.Contains(body, "merchant-7") {
+			t.Errorf("Host %s GET /v1/pipelines/test/keys = %d %q; want 200 with the key", host, code, body)
+		}
 	}
 }
