@@ -58,6 +58,14 @@ type AdminConfig struct {
 	// Listen is not a loopback address (127.0.0.0/8, ::1, localhost): anyone
 	// who can reach the port could otherwise change the rate. Use ${VAR}.
 	Token string `yaml:"token"`
+	// AllowedHosts are names by which the admin server is reached besides
+	// its listen host, loopback (localhost, 127.0.0.0/8, ::1) and the
+	// address a request arrives on (a probe or a scrape by pod IP): the
+	// name of an ingress, a Kubernetes Service or a compose service in
+	// front of it. Each is a host name or address, with a port (that port
+	// only) or without (any port). A request with any other Host is
+	// answered 421, against DNS rebinding. Default none.
+	AllowedHosts []string `yaml:"allowed_hosts"`
 }
 
 // ShutdownConfig configures the graceful drain on SIGTERM or SIGINT.
@@ -342,6 +350,11 @@ func (a AdminConfig) validate(ps *check.Problems) {
 		}
 		ps.Add("admin.token", "required: %s, and without a token anyone who reaches it can change the rate (PUT /v1/pipelines/{name}/rate); "+
 			"set token: ${SHAPER_ADMIN_TOKEN}, or listen on 127.0.0.1", where)
+	}
+	for i, h := range a.AllowedHosts {
+		if !shaper.ValidAdminHost(h) {
+			ps.Add(fmt.Sprintf("admin.allowed_hosts[%d]", i), "want a host name or address, with or without :port (such as shaper.monitoring.svc or shaper:9090), got %q", h)
+		}
 	}
 }
 

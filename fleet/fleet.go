@@ -179,7 +179,7 @@ func (f *Fleet) apply(force context.Context, r Reload) {
 	cfg := r.Config
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if cfg.Admin != f.cfg.Admin {
+	if !reflect.DeepEqual(cfg.Admin, f.cfg.Admin) {
 		log.Warn("reload: admin settings change only with a restart; the running ones stay")
 		cfg.Admin = f.cfg.Admin
 	}

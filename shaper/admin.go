@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -10,12 +11,16 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shaper-dev/shaper/internal/check"
 )
 
 // maxAdminBody bounds the body of a mutating admin call.
@@ -23,6 +28,14 @@ const maxAdminBody = 4 << 10
 
 // maxTop bounds GET /v1/pipelines/{name}/keys?top=N.
 const maxTop = 1000
+
+// maxKeysAnswer bounds the body of GET /v1/pipelines/{name}/keys: the
+// lanes that do not fit are left out, and the answer says so with the
+// header truncatedHeader.
+const maxKeysAnswer = 1 << 20
+
+// truncatedHeader is set to "true" on an answer that left out lanes.
+const truncatedHeader = "Shaper-Truncated"
 
 // statusPage holds the status page that GET / serves: one HTML, one CSS
 // and one JavaScript file, with no build step and nothing fetched from
@@ -35,6 +48,115 @@ var statusPage embed.FS
 // scripts, styles and fetches from the admin port only, no inline script
 // or style, no <base>, no form posts, and no framing by any page.
 const pageSecurity = "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// AdminHosts are the Host headers the admin server answers, against DNS
+// rebinding: a page of another site whose name the attacker points at the
+// admin address reaches it from a browser behind the firewall, and reads
+// the answers, since to the browser they are that site's own. The browser
+// sends that name as Host, so the server answers only Hosts it knows to be
+// its own. A page that names the server's address (an IP literal) cannot
+// read the answers.
+type AdminHosts struct {
+	// Listen is admin.listen: its host is the server's own name.
+	Listen string
+	// Allowed is admin.allowed_hosts: further names (or addresses), each
+	// with a port (that port only) or without (any port).
+	Allowed []string
+}
+
+// Allows reports whether the admin server answers a request with Host
+// host that arrived on local address local (the zero Addr: not known).
+// It does when host, its port aside, is a loopback name or address
+// (localhost, 127.0.0.0/8, ::1), the host of Listen, the address local
+// (a probe or a scrape by pod IP when listening on every interface), or
+// an entry of Allowed; or when there is no Host (HTTP/1.0), which no
+// browser sends. Names are compared in any case, without a final dot.
+func (h AdminHosts) Allows(host string, local netip.Addr) bool {
+	if host == "" {
+		return true
+	}
+	name, port := splitHost(host)
+	if check.IsLoopback(name) {
+		return true
+	}
+	if ip, err := netip.ParseAddr(name); err == nil && local.IsValid() && ip.Unmap() == local.Unmap() {
+		return true
+	}
+	if listen, _ := splitHost(h.Listen); listen != "" && listen == name {
+		return true
+	}
+	for _, a := range h.Allowed {
+		if an, ap := splitHost(a); an == name && (ap == "" || ap == port) {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidAdminHost reports whether entry is a host name or an IP address,
+// with or without :port, as admin.allowed_hosts takes it: no scheme, path,
+// user or wildcard.
+func ValidAdminHost(entry string) bool {
+	name, port := splitHost(entry)
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strings.HasPrefix(port, "0") {
+			return false
+		}
+	} else if strings.HasSuffix(entry, ":") {
+		return false
+	}
+	if _, err := netip.ParseAddr(name); err == nil {
+		return !strings.Contains(name, "%") // no zone: a Host never carries one
+	}
+	if name == "" || len(name) > 253 || strings.HasPrefix(entry, "[") {
+		return false
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// splitHost splits a Host header (or an admin.listen, or an entry of
+// admin.allowed_hosts) into its host, lowercased, without brackets or a
+// final dot, and its port ("" when it has none).
+func splitHost(hostport string) (name, port string) {
+	name = hostport
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		name, port = h, p
+	} else {
+		name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	}
+	return strings.TrimSuffix(strings.ToLower(name), "."), port
+}
+
+// withAllowedHosts answers 421 Misdirected Request to a request whose Host
+// hosts does not allow (see AdminHosts), and passes the others to next.
+// Every path is checked, /healthz and /metrics too: probes and scrapes by
+// loopback, by the address they connect to, or by an allowed name pass.
+func withAllowedHosts(hosts AdminHosts, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var local netip.Addr
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+				local = ap.Addr()
+			}
+		}
+		if !hosts.Allows(r.Host, local) {
+			http.Error(w, fmt.Sprintf("shaper admin: Host %q is not a name of this server (refused against DNS rebinding); "+
+				"if it is one, add it to admin.allowed_hosts", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // Admin returns the handler of the admin API (SPEC §5) over the pipelines
 // that list returns at each call (a reload changes them): the status page
@@ -49,7 +171,10 @@ const pageSecurity = "default-src 'self'; base-uri 'none'; form-action 'none'; f
 // configured they are refused with 403 and a message saying how to enable
 // them. Every accepted change is logged to log with the caller's address and
 // the old and new values.
-func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, log *slog.Logger) http.Handler {
+//
+// A request whose Host hosts does not allow is answered 421 (see
+// AdminHosts).
+func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, hosts AdminHosts, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -113,7 +238,12 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 			}
 			top = n
 		}
-		writeJSON(w, http.StatusOK, p.Keys(top))
+		body, truncated := keysAnswer(p.Keys(top), maxKeysAnswer)
+		if truncated {
+			w.Header().Set(truncatedHeader, "true")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body) // the client has gone; nothing to do
 	})
 	mux.HandleFunc("PUT /v1/pipelines/{name}/rate", func(w http.ResponseWriter, r *http.Request) {
 		p := mutable(w, r, list, token)
@@ -149,7 +279,7 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 			writeJSON(w, http.StatusOK, p.Status())
 		})
 	}
-	return withSecurityHeaders(mux)
+	return withSecurityHeaders(withAllowedHosts(hosts, mux))
 }
 
 // withSecurityHeaders sets on every answer of next the headers that keep
@@ -264,6 +394,39 @@ func bearerMatches(header, token string) bool {
 	}
 	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// keysAnswer returns keys as writeJSON writes them, deepest first, with as
+// many lanes as fit in limit bytes, and whether any were left out. Each
+// key is at most key.max_length bytes, but JSON escapes some bytes as six.
+func keysAnswer(keys []KeyStatus, limit int) (body []byte, truncated bool) {
+	const open, sep, end = "[\n", ",\n", "\n]\n"
+	if len(keys) == 0 {
+		return []byte("[]\n"), false
+	}
+	var b bytes.Buffer
+	b.WriteString(open)
+	for i, k := range keys {
+		lane, _ := json.MarshalIndent(k, "  ", "  ") // a KeyStatus always encodes
+		n := len("  ") + len(lane) + len(end)
+		if i > 0 {
+			n += len(sep)
+		}
+		if b.Len()+n > limit {
+			if i == 0 {
+				return []byte("[]\n"), true
+			}
+			truncated = true
+			break
+		}
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString("  ")
+		b.Write(lane)
+	}
+	b.WriteString(end)
+	return b.Bytes(), truncated
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -36,6 +36,12 @@ type KeyConfig struct {
 	// key go to the "" lane and are counted (shaper_key_overflow_total).
 	// Default 100000.
 	MaxKeys int `yaml:"max_keys"`
+	// MaxLength is the longest key kept as it is, in bytes. A longer key
+	// is replaced by "sha256:" and the hex of its SHA-256 (71 bytes) where
+	// it is read, so lanes, per-key limits, logs and the admin API hold
+	// that form, and a key always maps to the same lane. From 71 (the
+	// length of the replacement) to 4096; default 256.
+	MaxLength int `yaml:"max_length"`
 	// URLFrom is where the message's URL is (sink.http.url_from), for
 	// From "host": the key is that URL's host. Set by the config package,
 	// not a key of the file.

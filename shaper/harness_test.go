@@ -183,7 +183,7 @@ func (r *running) list() []*shaper.Pipeline { return []*shaper.Pipeline{r.Pipeli
 // until the test ends.
 func (r *running) serveAdmin(t testing.TB, token string, log *slog.Logger) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(shaper.Admin(r.list, r.registry, token, log))
+	srv := httptest.NewServer(shaper.Admin(r.list, r.registry, token, shaper.AdminHosts{}, log))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -2,13 +2,22 @@ package shaper
 
 import (
 	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 )
 
+// hashedKeyPrefix starts the form a key longer than key.max_length takes.
+const hashedKeyPrefix = "sha256:"
+
 // keyFunc returns the function that gives a message its key under k (nil:
 // no keys, one lane); dest names a message's destination (nil: the sink
-// names none), which is its key under key.from: host.
+// names none), which is its key under key.from: host. A key longer than
+// k.MaxLength (0: the default) is replaced here by shortKey's form, so
+// that nothing downstream (lanes, per-key limits, logs, metrics, the admin
+// API) holds the long one.
 func keyFunc(k *KeyConfig, dest func(*Message) string) func(*Message) string {
 	if k == nil {
 		return nil
@@ -23,12 +32,24 @@ func keyFunc(k *KeyConfig, dest func(*Message) string) func(*Message) string {
 			return name, name != ""
 		}
 	}
+	maxLen := cmp.Or(k.MaxLength, DefaultMaxKeyLength)
 	return func(m *Message) string {
 		if key, ok := of(m); ok {
-			return key
+			return shortKey(key, maxLen)
 		}
 		return k.Missing
 	}
+}
+
+// shortKey returns key when it is at most maxLen bytes, else "sha256:" and
+// the hex of the SHA-256 of the whole key: the same long key gives the
+// same short one, and so the same lane.
+func shortKey(key string, maxLen int) string {
+	if len(key) <= maxLen {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hashedKeyPrefix + hex.EncodeToString(sum[:])
 }
 
 // Field returns the function that reads one value of a message, as from

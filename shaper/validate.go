@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"crypto/sha256"
 	"math"
 	"regexp"
 	"slices"
@@ -34,10 +35,22 @@ const (
 // DefaultMaxKeys is key.max_keys's default.
 const DefaultMaxKeys = 100_000
 
+// key.max_length: its default and bounds. The least is the length of the
+// form a longer key takes ("sha256:" and 64 hex digits), so that no key
+// grows; the most keeps a lane and the admin API's answer small.
+const (
+	DefaultMaxKeyLength = 256
+	MinKeyLength        = len(hashedKeyPrefix) + 2*sha256.Size
+	MaxKeyLength        = 4096
+)
+
 // SetDefaults fills every field left out with its default.
 func (k *KeyConfig) SetDefaults() {
 	if k.MaxKeys == 0 {
 		k.MaxKeys = DefaultMaxKeys
+	}
+	if k.MaxLength == 0 {
+		k.MaxLength = DefaultMaxKeyLength
 	}
 }
 
@@ -57,6 +70,12 @@ func (k *KeyConfig) Validate(path string) error {
 	}
 	if k.MaxKeys < 1 {
 		ps.Add(path+".max_keys", "must be >= 1, got %d", k.MaxKeys)
+	}
+	switch {
+	case k.MaxLength < MinKeyLength || k.MaxLength > MaxKeyLength:
+		ps.Add(path+".max_length", "must be from %d to %d bytes, got %d", MinKeyLength, MaxKeyLength, k.MaxLength)
+	case len(k.Missing) > k.MaxLength:
+		ps.Add(path+".missing", "must be at most max_length (%d bytes), got %d bytes", k.MaxLength, len(k.Missing))
 	}
 	return ps.Err()
 }

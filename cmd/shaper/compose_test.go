@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/shaper"
 )
 
 type composeFile struct {
@@ -541,7 +543,13 @@ func TestComposePrometheusScrapesEveryShaperAndLoadsTheAlertRules(t *testing.T) 
 
 	var want []string
 	for _, sh := range shapers {
-		want = append(want, sh.name+":"+adminPort(t, sh.config.Admin.Listen))
+		target := sh.name + ":" + adminPort(t, sh.config.Admin.Listen)
+		want = append(want, target)
+		// Prometheus sends the target as Host: any name the replica does
+		// not know as its own is answered 421.
+		if hosts := (shaper.AdminHosts{Listen: sh.config.Admin.Listen, Allowed: sh.config.Admin.AllowedHosts}); !hosts.Allows(target, netip.Addr{}) {
+			t.Errorf("%s answers 421 to Prometheus's Host %s; want %s in its admin.allowed_hosts %q", sh.name, target, sh.name, sh.config.Admin.AllowedHosts)
+		}
 	}
 	got := slices.Clone(prom.shaperTargets())
 	sort.Strings(got)

@@ -72,7 +72,8 @@ func (d *daemon) listen() (net.Listener, error) {
 func (d *daemon) serve(ctx, force context.Context, ln net.Listener) error {
 	d.procs.set(totalLimit(d.list()))
 	defer startGCPace()()
-	admin := shaper.Admin(d.list, d.registry, d.cfg.Admin.Token, d.log)
+	admin := shaper.Admin(d.list, d.registry, d.cfg.Admin.Token,
+		shaper.AdminHosts{Listen: d.cfg.Admin.Listen, Allowed: d.cfg.Admin.AllowedHosts}, d.log)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			admin.ServeHTTP(w, r)
