@@ -41,6 +41,8 @@ type task struct {
 	// that a key whose shared slot another replica took costs the
 	// pipeline none.
 	keySlot bool
+	// destSlot is the same for its destination's own slot (rate.adaptive).
+	destSlot bool
 	// lane is the lane of the message's key, which holds it until it is
 	// settled; dest is the destination of its request, whose gate holds it
 	// back while that destination pushes back.
@@ -79,6 +81,7 @@ type bucket struct {
 	// still holds back; throttledGone counts the attempts throttled by the
 	// gates of destinations forgotten, for shaper_throttled_total.
 	dests         map[string]*destination
+	forgetAt      int // how many destinations make destinationLocked forget the idle ones
 	throttledGone int64
 
 	// arrivals are the tasks admitted, in order, from arrHead on; inFIFO
@@ -114,11 +117,11 @@ type laneOptions struct {
 	// idle is how long after its last slot such a limiter is as new.
 	limiter func(key string, now time.Time) Limiter
 	idle    time.Duration
-	// gate makes a destination's gate (nil: one that logs nothing), and
+	// newDest makes a destination at now (nil: plainDestination), and
 	// dest names the destination of a message whose lane key is key (nil:
 	// one destination, "").
-	gate func(name string) *gate
-	dest func(m *Message, key string) string
+	newDest func(name string, now time.Time) *destination
+	dest    func(m *Message, key string) string
 }
 
 // holdsBack reports whether a lane's messages in flight can keep its next
@@ -128,8 +131,8 @@ func (o laneOptions) holdsBack() bool { return o.ordered || o.inFlight > 0 }
 // newBucket returns an empty bucket holding at most capacity messages,
 // with lanes shaped by o.
 func newBucket(capacity int, o laneOptions) *bucket {
-	if o.gate == nil {
-		o.gate = plainGate
+	if o.newDest == nil {
+		o.newDest = plainDestination
 	}
 	return &bucket{
 		capacity:   max(capacity, 1),
@@ -253,7 +256,7 @@ func (b *bucket) admit(now time.Time, msgs []*Message, key func(*Message) string
 		} else if l.handedBack > 0 {
 			l.handedBack--
 		}
-		t := &task{msg: m, queued: now, lane: l, dest: b.destinationLocked(dests[i]), inFIFO: true, laneIndex: -1, dueIndex: -1}
+		t := &task{msg: m, queued: now, lane: l, dest: b.destinationLocked(dests[i], now), inFIFO: true, laneIndex: -1, dueIndex: -1}
 		l.fifo = append(l.fifo, t)
 		b.arrivals = append(b.arrivals, t)
 		b.inFIFO++

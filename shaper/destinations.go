@@ -22,26 +22,74 @@ import (
 // the bucket; whoever changes a gate asks the bucket to look at the lanes
 // waiting for it again (wake).
 
-// destination is one destination's state in the bucket: its gate, how
-// many tasks held are bound for it, and the lanes whose next message waits
-// for the answer to its probe. held and parked are guarded by bucket.mu.
+// destination is one destination's state in the bucket: its gate; under
+// rate.adaptive its own limiter and the adaptive rate that moves it (nil:
+// none); how many tasks held are bound for it; and the lanes whose next
+// message waits for the answer to its probe. held and parked are guarded
+// by bucket.mu.
 type destination struct {
-	name   string
-	gate   *gate
-	held   int
-	parked []*lane
+	name     string
+	gate     *gate
+	lim      Limiter
+	adaptive *adaptive
+	held     int
+	parked   []*lane
 }
 
-// destinationLocked returns the destination named name, made if need be,
-// and counts one more task bound for it. It requires that b.mu is held.
-func (b *bucket) destinationLocked(name string) *destination {
+// idle reports whether d may be forgotten at now: it holds no task, its
+// gate holds nothing back, and its limit is back at its ceiling.
+func (d *destination) idle(now time.Time) bool {
+	if d.held > 0 {
+		return false
+	}
+	if _, why := d.gate.shut(now); why != holdNone {
+		return false
+	}
+	return d.adaptive == nil || d.adaptive.atCeiling(d.lim.Limit(now))
+}
+
+// destinationLocked returns the destination named name, made at now if
+// need be, and counts one more task bound for it. Making one forgets the
+// idle others once they are as many again as after the last time, so that
+// the destinations remembered stay about those that hold something. It
+// requires that b.mu is held.
+func (b *bucket) destinationLocked(name string, now time.Time) *destination {
 	d, ok := b.dests[name]
 	if !ok {
-		d = &destination{name: name, gate: b.opt.gate(name)}
+		if len(b.dests) >= b.forgetAt {
+			for _, o := range b.dests {
+				if o.idle(now) {
+					b.forgetOneLocked(o)
+				}
+			}
+			b.forgetAt = max(2*len(b.dests), 64)
+		}
+		d = b.opt.newDest(name, now)
 		b.dests[name] = d
 	}
 	d.held++
 	return d
+}
+
+// forgetOneLocked forgets d, keeping the count of its throttled attempts.
+// It requires that b.mu is held.
+func (b *bucket) forgetOneLocked(d *destination) {
+	n, _, _ := d.gate.counts()
+	b.throttledGone += n
+	delete(b.dests, d.name)
+}
+
+// eachDestination calls f with every destination remembered, under the
+// bucket's lock, and forgets those f reports idle. f must not call the
+// bucket.
+func (b *bucket) eachDestination(f func(d *destination) (idle bool)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, d := range b.dests {
+		if f(d) && d.held == 0 {
+			b.forgetOneLocked(d)
+		}
+	}
 }
 
 // forgetLocked counts one task fewer bound for d, and forgets d once it
@@ -49,15 +97,9 @@ func (b *bucket) destinationLocked(name string) *destination {
 // b.mu is held.
 func (b *bucket) forgetLocked(d *destination, now time.Time) {
 	d.held--
-	if d.held > 0 {
-		return
+	if d.idle(now) { // else its pause, breaker or lowered limit outlives its messages
+		b.forgetOneLocked(d)
 	}
-	if _, why := d.gate.shut(now); why != holdNone {
-		return // its pause or breaker must outlive its messages; looked at again by the next release
-	}
-	n, _, _ := d.gate.counts()
-	b.throttledGone += n
-	delete(b.dests, d.name)
 }
 
 // wake puts back in turn the lanes whose next message waits for d's probe:
@@ -110,10 +152,11 @@ func (b *bucket) gateCounts() (throttled int64, open int) {
 	return throttled, open
 }
 
-// plainGate makes the gate of a bucket built without a gate maker (tests
-// of the bucket alone): it logs nothing and rings nothing.
-func plainGate(string) *gate {
-	return &gate{log: slog.New(slog.NewTextHandler(io.Discard, nil)), changed: func() {}, jitter: rand.Int64N}
+// plainDestination makes the destinations of a bucket built without a
+// maker (tests of the bucket alone): a gate that logs nothing and rings
+// nothing, and no limiter.
+func plainDestination(name string, _ time.Time) *destination {
+	return &destination{name: name, gate: &gate{log: slog.New(slog.NewTextHandler(io.Discard, nil)), changed: func() {}, jitter: rand.Int64N}}
 }
 
 // expired takes out of their lanes and returns the queued tasks whose

@@ -90,6 +90,9 @@ func (l *lane) ready(now time.Time, ordered bool, inFlight int) (at time.Time, o
 	if l.lim != nil {
 		at = later(at, l.slot)
 	}
+	if d := t.dest; d.lim != nil {
+		at = later(at, d.lim.Next(now))
+	}
 	until, why := t.dest.gate.shut(now)
 	if why != holdNone && until.IsZero() {
 		return time.Time{}, false, t.dest

@@ -31,6 +31,11 @@ type Parts struct {
 	// KeyLimiter makes one key's own limiter, starting at now, under
 	// rate.per_key; nil when there is none.
 	KeyLimiter func(key string, now time.Time) Limiter
+	// DestinationLimiter makes one destination's own limiter, starting at
+	// now at its ceiling (rate.per_key.limit, else rate.limit), for
+	// rate.adaptive to move; nil moves the pipeline's Limiter instead (as
+	// with rate.shared, whose limit the replicas share).
+	DestinationLimiter func(name string, now time.Time) Limiter
 	// Clock is the time the pipeline runs on; nil is a MachineClock of
 	// the pipeline's own. The pipelines of one process should share one
 	// MachineClock, which keeps a P free for the rest whatever their
@@ -86,9 +91,13 @@ type Pipeline struct {
 	// change, or a hold of the gate that changed, rings it to ask again.
 	alarm Alarm
 	// gate holds departures while paused, throttled or the breaker is
-	// open; adaptive (nil: off) moves the limit in force.
+	// open; adaptive (nil: off, or each destination's own) moves the
+	// pipeline's limit in force.
 	gate     gate
 	adaptive *adaptive
+	// destLimiter makes a destination's own limiter (nil: none); with it,
+	// rate.adaptive moves each destination's limit on its own.
+	destLimiter func(name string, now time.Time) Limiter
 	// drain is closed by Drain; draining mirrors it for cheap checks.
 	drain     chan struct{}
 	drainOnce sync.Once
@@ -131,14 +140,17 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		rate:         cfg.Rate,
 	}
 	lanes := lanesOf(cfg, parts.KeyLimiter)
-	lanes.gate, lanes.dest = p.destinationGate, destinationOfTask(parts.Sink)
+	if cfg.Rate.Adaptive != nil {
+		p.destLimiter = parts.DestinationLimiter
+	}
+	lanes.newDest, lanes.dest = p.newDestination, destinationOfTask(parts.Sink)
 	if k := cfg.Key; k != nil && k.From == "host" {
 		lanes.dest = func(_ *Message, key string) string { return key } // the key is the destination's name
 	}
 	p.bucket = newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanes)
 	p.gate = gate{log: p.log, changed: p.alarm.Ring, waiting: p.bucket.Held, jitter: rand.Int64N}
 	p.summary = newSummaryLog(p.log, clock)
-	if a := cfg.Rate.Adaptive; a != nil {
+	if a := cfg.Rate.Adaptive; a != nil && p.destLimiter == nil {
 		p.adaptive = newAdaptive(*a, cfg.Rate.Limit)
 	}
 	p.settings.Store(&settings{bucket: cfg.Bucket, delivery: d, policy: NewRetryPolicy(d.Retry)})
@@ -271,7 +283,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	var wg sync.WaitGroup // the fetcher, the drain timer, expiry, the adaptive rate, attempts and settlements
 	wg.Go(func() { p.fetch(fetchCtx) })
 	wg.Go(func() { p.expireOnTime(ctx, schedCtx, &wg) })
-	if p.adaptive != nil {
+	if p.cfg.Rate.Adaptive != nil {
 		wg.Go(func() { p.adapt(schedCtx) })
 	}
 	wg.Go(func() {
@@ -603,8 +615,17 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 			}
 			t.keySlot = true
 		}
+		if d := t.dest; d.lim != nil && !t.destSlot {
+			if !d.lim.Allow(now) {
+				// Another lane of its destination took the slot: t
+				// goes back to its lane, ready at the destination's next.
+				p.bucket.putBack(t)
+				return nil, true
+			}
+			t.destSlot = true
+		}
 		if p.lim.Allow(now) {
-			t.keySlot = false
+			t.keySlot, t.destSlot = false, false
 			t.probe = t.dest.gate.departing(now)
 			return t, true
 		}

@@ -3,6 +3,7 @@ package shaper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -231,7 +232,7 @@ func (g *gate) counts() (throttled int64, open, paused bool) {
 
 // adaptive decides the limit in force of rate.adaptive: it falls by Decrease at
 // a push-back, at most once per round trip, and rises by Increase each
-// second without one, between Min and the ceiling (rate.limit).
+// second without one, between Min and the ceiling.
 type adaptive struct {
 	cfg AdaptiveConfig
 
@@ -295,6 +296,23 @@ func (a *adaptive) hold() {
 	a.pushed = true
 }
 
+// atCeiling reports whether the limit in force cur is at the ceiling.
+func (a *adaptive) atCeiling(cur float64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return cur >= a.ceiling
+}
+
+// setCeilingIfChanged changes the ceiling (a new rate.limit) when it is
+// not limit already; the caller puts it in force.
+func (a *adaptive) setCeilingIfChanged(limit float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ceiling != limit {
+		a.ceiling, a.lowSince = limit, time.Time{}
+	}
+}
+
 // setCeiling changes the ceiling (a new rate.limit); the caller puts it in
 // force.
 func (a *adaptive) setCeiling(limit float64) {
@@ -323,24 +341,68 @@ func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *set
 		g.throttle(end, until, err)
 	}
 	p.bucket.wake(t.dest) // lanes waiting for its probe's answer look again
-	if p.adaptive != nil {
-		target := p.adaptive.cfg.LatencyTarget
-		if isStatus && (status.Code == 429 || status.Code == 503) || target > 0 && end.Sub(start) > target {
-			p.lowerLimit(start, end)
+	if a := p.cfg.Rate.Adaptive; a != nil {
+		if isStatus && (status.Code == 429 || status.Code == 503) || a.LatencyTarget > 0 && end.Sub(start) > a.LatencyTarget {
+			if d := t.dest; d.adaptive != nil {
+				p.lowerDestinationLimit(d, start, end)
+			} else {
+				p.lowerLimit(start, end)
+			}
 		}
 	}
 	return throttled || inFlightAtOpen
 }
 
-// destinationGate makes the gate of one destination: its own Retry-After
-// pause and circuit breaker, so that a destination that pushes back holds
-// back only its own messages. The operator's pause stays the pipeline's.
-func (p *Pipeline) destinationGate(name string) *gate {
+// newDestination makes the state of one destination at now: its own
+// Retry-After pause and circuit breaker, so that a destination that pushes
+// back holds back only its own messages, and under rate.adaptive its own
+// limit in force. The operator's pause stays the pipeline's.
+func (p *Pipeline) newDestination(name string, now time.Time) *destination {
 	log := p.log
 	if name != "" {
 		log = log.With("destination", name)
 	}
-	return &gate{log: log, changed: p.alarm.Ring, jitter: rand.Int64N}
+	d := &destination{name: name, gate: &gate{log: log, changed: p.alarm.Ring, jitter: rand.Int64N}}
+	if p.destLimiter != nil {
+		d.lim = p.destLimiter(name, now)
+		d.adaptive = newAdaptive(*p.cfg.Rate.Adaptive, d.lim.Limit(now))
+	}
+	return d
+}
+
+// lowerDestinationLimit lowers d's own limit in force at a push-back to an
+// attempt that started at start.
+func (p *Pipeline) lowerDestinationLimit(d *destination, start, now time.Time) {
+	cur := d.lim.Limit(now)
+	limit, ok := d.adaptive.pushback(start, now, cur)
+	if !ok || limit >= cur {
+		return
+	}
+	d.lim.SetRate(limit, p.destinationBurst())
+	p.summary.event(slog.LevelWarn, "adaptive rate: a destination pushes back; its limit in force goes down", "adaptive", d.name,
+		fmt.Errorf("limit %.4g/s, was %.4g/s", limit, cur))
+}
+
+// destinationBurst is the burst of a destination's own limiter: the
+// per-key burst under rate.per_key, else the pipeline's.
+func (p *Pipeline) destinationBurst() int {
+	if pk := p.cfg.Rate.PerKey; pk != nil {
+		return *pk.Burst
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return *p.rate.Burst
+}
+
+// destinationCeiling is the highest limit of a destination's own: the
+// per-key limit under rate.per_key, else the pipeline's.
+func (p *Pipeline) destinationCeiling() float64 {
+	if pk := p.cfg.Rate.PerKey; pk != nil {
+		return pk.Limit
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rate.Limit
 }
 
 // lowerLimit lowers the limit in force at a push-back to an attempt that
@@ -372,6 +434,10 @@ func (p *Pipeline) adapt(ctx context.Context) {
 			return
 		}
 		now := p.clock.Now()
+		if p.adaptive == nil {
+			p.adaptDestinations(now)
+			continue
+		}
 		if _, why := p.gate.shut(now); why != holdNone {
 			// A second in which nothing could be sent says nothing
 			// about what the sink takes: no increase.
@@ -388,6 +454,26 @@ func (p *Pipeline) adapt(ctx context.Context) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// adaptDestinations raises each destination's own limit after a second
+// without push-back, as adapt does the pipeline's, and forgets those back
+// at their ceiling that hold nothing.
+func (p *Pipeline) adaptDestinations(now time.Time) {
+	ceiling, burst := p.destinationCeiling(), p.destinationBurst()
+	_, pipelineHold := p.gate.shut(now)
+	p.bucket.eachDestination(func(d *destination) bool {
+		d.adaptive.setCeilingIfChanged(ceiling)
+		if _, why := d.gate.shut(now); why != holdNone || pipelineHold != holdNone {
+			d.adaptive.hold()
+			return false
+		}
+		if limit, changed, _ := d.adaptive.tick(now, d.lim.Limit(now)); changed {
+			d.lim.SetRate(limit, burst)
+		}
+		return d.idle(now)
+	})
+	p.alarm.Ring() // a departure waiting for a destination's slot asks again
 }
 
 // applyLimitLocked puts a limit in force from now without changing the
