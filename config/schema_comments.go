@@ -7,7 +7,7 @@ package config
 var schemaComments = map[string]string{
 	"github.com/shaper-dev/shaper/config.AdminConfig":                      "AdminConfig configures the admin HTTP server.",
 	"github.com/shaper-dev/shaper/config.AdminConfig.Listen":               "Listen is the host:port of /metrics, /healthz, /readyz and /v1/pipelines.\nDefault 127.0.0.1:9090. An empty host listens on every interface.",
-	"github.com/shaper-dev/shaper/config.AdminConfig.Token":                "Token, when set, must be sent as \"Authorization: Bearer <token>\" on\nmutating calls (PUT). Reading endpoints stay open. Required when\nListen is not a loopback address (127.0.0.0/8, ::1, localhost): anyone\nwho can reach the port could otherwise change the rate. Use ${VAR}.",
+	"github.com/shaper-dev/shaper/config.AdminConfig.Token":                "Token, when set, must be sent as \"Authorization: Bearer <token>\" on\nmutating calls (PUT and POST), on loopback too; at least 16 bytes.\nWithout a token those calls are refused (403): the admin API is\nread-only. Reading endpoints never need it. Required when Listen is\nnot a loopback address (127.0.0.0/8, ::1, localhost). Use ${VAR}.",
 	"github.com/shaper-dev/shaper/config.DeadLetter":                       "DeadLetter selects the dead-letter target.",
 	"github.com/shaper-dev/shaper/config.DeadLetter.Kafka":                 "Kafka publishes dead letters to a topic.",
 	"github.com/shaper-dev/shaper/config.DeadLetter.NATS":                  "NATS publishes dead letters to a subject.",
@@ -72,7 +72,7 @@ var schemaComments = map[string]string{
 	"github.com/shaper-dev/shaper/shaper.BucketConfig.MaxQueueTime":        "MaxQueueTime is the longest a message may wait in the bucket before its\ndeparture. Default 5s. At most 168h (7 days).",
 	"github.com/shaper-dev/shaper/shaper.BucketConfig.OnExpire":            "OnExpire is what happens to a message that would wait longer:\ndead_letter (default), drop (ack without delivery), or deliver (send late).",
 	"github.com/shaper-dev/shaper/shaper.BucketConfig.PerKeyCapacity":      "PerKeyCapacity is the most messages one key holds (with key:).\nFurther messages of a full key are handed back to the source to come\nagain later, so that other keys still get in. Default: Capacity.",
-	"github.com/shaper-dev/shaper/shaper.DeliveryConfig":                   "DeliveryConfig is how the dispatcher treats a sink: concurrency, the per-attempt timeout and retries.",
+	"github.com/shaper-dev/shaper/shaper.DeliveryConfig":                   "DeliveryConfig is how a pipeline's attempts treat a sink: concurrency, the per-attempt timeout and retries.",
 	"github.com/shaper-dev/shaper/shaper.DeliveryConfig.Breaker":           "Breaker stops departures while the sink fails every request.",
 	"github.com/shaper-dev/shaper/shaper.DeliveryConfig.MaxInFlight":       "MaxInFlight is the most attempts outstanding at once. Default 8.",
 	"github.com/shaper-dev/shaper/shaper.DeliveryConfig.Retry":             "Retry is the retry policy.",

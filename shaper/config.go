@@ -14,7 +14,7 @@ type PipelineConfig struct {
 	Bucket BucketConfig
 	// Rate is how fast messages leave the bucket.
 	Rate RateConfig
-	// Delivery is how the dispatcher treats the sink.
+	// Delivery is how the pipeline's attempts treat the sink.
 	Delivery DeliveryConfig
 	// Key, when set, gives each message a key, and each key a lane of the
 	// bucket; lanes take turns. Nil: one lane.
@@ -135,7 +135,7 @@ type AdaptiveConfig struct {
 	LatencyTarget time.Duration `yaml:"latency_target"`
 }
 
-// DeliveryConfig is how the dispatcher treats a sink: concurrency, the
+// DeliveryConfig is how a pipeline's attempts treat a sink: concurrency, the
 // per-attempt timeout and retries. In a config file each sink carries it
 // among its own keys (sink.http.timeout).
 type DeliveryConfig struct {
