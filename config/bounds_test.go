@@ -139,3 +139,52 @@ pipelines:
 		t.Errorf("SecretKeys() = %s; want %s", got, want)
 	}
 }
+
+// A capacity above ten million, or a max_queue_time, retry.max_elapsed or
+// retry.max_backoff above seven days, is refused with its key path, every
+// one in the same pass; the bounds themselves are valid. (Unbounded, a
+// capacity of 9.2e18 and a max_queue_time of 2562047h ran.)
+func TestValidateRefusesACapacityAboveTenMillionAndWaitsAboveSevenDays(t *testing.T) {
+	const url = `{url: "https://psp.example.com/notify"}`
+	tests := []struct {
+		name     string
+		from, to string
+		want     []string // nil when valid
+	}{
+		{"the issue's bucket", "rate: {limit: 50}", "rate: {limit: 50}\n    bucket: {capacity: 9223372036854775807, max_queue_time: 2562047h}", []string{
+			"pipelines[0].bucket.capacity: must be at most 10000000, got 9223372036854775807",
+			"pipelines[0].bucket.max_queue_time: must be at most 168h0m0s (7 days), got 2562047h0m0s",
+		}},
+		{"one above", "rate: {limit: 50}", "rate: {limit: 50}\n    bucket: {capacity: 10000001, max_queue_time: 168h0m0.000000001s}", []string{
+			"pipelines[0].bucket.capacity: must be at most 10000000, got 10000001",
+			"pipelines[0].bucket.max_queue_time: must be at most 168h0m0s (7 days), got 168h0m0.000000001s",
+		}},
+		{"the bounds", "rate: {limit: 50}", "rate: {limit: 50}\n    bucket: {capacity: 10000000, max_queue_time: 168h}", nil},
+		{"retry", url, `{url: "https://psp.example.com/notify", retry: {max_backoff: 2562047h, max_elapsed: 8760h}}`, []string{
+			"pipelines[0].sink.http.retry.max_backoff: must be at most 168h0m0s (7 days), got 2562047h0m0s",
+			"pipelines[0].sink.http.retry.max_elapsed: must be at most 168h0m0s (7 days), got 8760h0m0s",
+		}},
+		{"retry at the bounds", url, `{url: "https://psp.example.com/notify", retry: {max_backoff: 168h, max_elapsed: 10080m}}`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := strings.Replace(minimal, tt.from, tt.to, 1)
+			if src == minimal {
+				t.Fatalf("%q not in the minimal config", tt.from)
+			}
+			_, err := Parse([]byte(src), env(nil))
+			if tt.want == nil {
+				if err != nil {
+					t.Errorf("Parse(%s) = %v; want nil", tt.to, err)
+				}
+				return
+			}
+			got := fmt.Sprint(err)
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("Parse(%s) = %v; want %q among the problems", tt.to, got, w)
+				}
+			}
+		})
+	}
+}

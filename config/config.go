@@ -54,9 +54,10 @@ type AdminConfig struct {
 	// Default 127.0.0.1:9090. An empty host listens on every interface.
 	Listen string `yaml:"listen"`
 	// Token, when set, must be sent as "Authorization: Bearer <token>" on
-	// mutating calls (PUT). Reading endpoints stay open. Required when
-	// Listen is not a loopback address (127.0.0.0/8, ::1, localhost): anyone
-	// who can reach the port could otherwise change the rate. Use ${VAR}.
+	// mutating calls (PUT and POST), on loopback too; at least 16 bytes.
+	// Without a token those calls are refused (403): the admin API is
+	// read-only. Reading endpoints never need it. Required when Listen is
+	// not a loopback address (127.0.0.0/8, ::1, localhost). Use ${VAR}.
 	Token string `yaml:"token"`
 	// AllowedHosts are names by which the admin server is reached besides
 	// its listen host, loopback (localhost, 127.0.0.0/8, ::1) and the
@@ -250,7 +251,7 @@ func (p Pipeline) Core() shaper.PipelineConfig {
 	return shaper.PipelineConfig{Name: p.Name, Bucket: p.Bucket, Rate: p.Rate.RateConfig, Delivery: p.Sink.Delivery(), Key: p.lanes()}
 }
 
-// Delivery returns the dispatcher settings of whichever sink is configured.
+// Delivery returns the delivery settings of whichever sink is configured.
 func (s Sink) Delivery() shaper.DeliveryConfig {
 	switch {
 	case s.HTTP != nil:
@@ -348,8 +349,8 @@ func (a AdminConfig) validate(ps *check.Problems) {
 		if ip, err := netip.ParseAddr(host); host == "" || err == nil && ip.IsUnspecified() {
 			where = fmt.Sprintf("admin.listen %q listens on every interface", a.Listen)
 		}
-		ps.Add("admin.token", "required: %s, and without a token anyone who reaches it can change the rate (PUT /v1/pipelines/{name}/rate); "+
-			"set token: ${SHAPER_ADMIN_TOKEN}, or listen on 127.0.0.1", where)
+		ps.Add("admin.token", "required: %s; set token: ${SHAPER_ADMIN_TOKEN} (at least %d bytes), or listen on 127.0.0.1 "+
+			"(without a token the admin API is read-only: PUT /v1/pipelines/{name}/rate, pause and resume answer 403)", where, MinAdminToken)
 	}
 	for i, h := range a.AllowedHosts {
 		if !shaper.ValidAdminHost(h) {

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/check"
@@ -42,17 +44,72 @@ type Options struct {
 //
 //	shaper.yaml:33:11: pipelines[0].sink.http.headers.Authorization: ${PSP_TOKEN} is not set: not checked
 func LoadWith(path string, opts Options) (cfg *File, unchecked []string, err error) {
-	f, err := os.Open(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("config: %w", err)
+		return nil, nil, err
+	}
+	return parse(path, data, os.LookupEnv, opts)
+}
+
+// ErrNotRegular is the error of a config path that is not a regular file
+// (a named pipe, a directory, a device, a socket), or a symbolic link to
+// one: it is refused without being read.
+var ErrNotRegular = errors.New("not a regular file")
+
+// readFile reads the config file at path, at most MaxConfigBytes+1 bytes.
+// A path that is not a regular file is refused at once, before it is
+// opened: reading a named pipe would wait for a writer for good. The open
+// does not block either (O_NONBLOCK), and what it opened is checked again,
+// so a pipe put in place between the two checks is refused too.
+func readFile(path string) ([]byte, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := regular(path, info); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	defer f.Close()
+	if info, err = f.Stat(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := regular(path, info); err != nil {
+		return nil, err
+	}
 	// One byte more than the cap tells a file at the cap from a larger one.
 	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
-	return parse(path, data, os.LookupEnv, opts)
+	return data, nil
+}
+
+// regular returns an ErrNotRegular naming what path is, unless info says
+// it is a regular file.
+func regular(path string, info fs.FileInfo) error {
+	m := info.Mode()
+	var what string
+	switch {
+	case m.IsRegular():
+		return nil
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a named pipe"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	case m&fs.ModeCharDevice != 0:
+		what = "a character device"
+	case m&fs.ModeDevice != 0:
+		what = "a block device"
+	default:
+		what = "mode " + m.String()
+	}
+	return fmt.Errorf("%s: %w (%s)", path, ErrNotRegular, what)
 }
 
 // MaxConfigBytes bounds a config file: a real one is a few KB, and decoding

@@ -6,6 +6,7 @@ import (
 	"path"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/invopop/jsonschema"
@@ -28,8 +29,8 @@ import (
 // schemaChoices, next to the constants it names.
 //
 // The schema is a little looser than Load where the rule needs more than
-// one key or a value's meaning (a limit within bounds, a token off
-// loopback): `shaper validate` has the last word. A number, a boolean or
+// one key or a value's meaning (a limit within bounds, a duration of at
+// most 7 days, a token off loopback): `shaper validate` has the last word. A number, a boolean or
 // a duration may also be a string that names a ${VAR}.
 func Schema() ([]byte, error) {
 	r := &jsonschema.Reflector{
@@ -137,6 +138,7 @@ type keyFacts struct {
 	enum     []string // the only values (or a ${VAR})
 	pattern  string   // alternatives a string value matches whole (or a ${VAR})
 	minItems uint64   // for a list: at least this many
+	maximum  int64    // for an integer: at most this (0: no bound)
 }
 
 // The forms of key.from and sink.http.url_from (shaper.ValidField), as
@@ -160,6 +162,7 @@ var schemaKeys = map[string]keyFacts{
 	"shaper.RateConfig.Mode":              {enum: []string{shaper.ModeLeaky, shaper.ModeToken}},
 	"shaper.RateConfig.Limit":             {required: true},
 	"shaper.PerKeyRate.Limit":             {required: true},
+	"shaper.BucketConfig.Capacity":        {maximum: shaper.MaxCapacity},
 	"shaper.BucketConfig.OnExpire":        {enum: []string{shaper.OnExpireDeadLetter, shaper.OnExpireDrop, shaper.OnExpireDeliver}},
 	"shaper.KeyConfig.From":               {required: true, pattern: keyFromForms},
 	"kafkaconn.Config.Brokers":            {required: true, minItems: 1},
@@ -227,6 +230,9 @@ func applySchemaFacts(s *jsonschema.Schema) error {
 			}
 			if facts.minItems > 0 {
 				p.MinItems = &facts.minItems
+			}
+			if facts.maximum > 0 {
+				p.Maximum = json.Number(strconv.FormatInt(facts.maximum, 10))
 			}
 			if facts.pattern != "" {
 				p.Pattern = orEnv(facts.pattern)

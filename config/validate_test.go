@@ -341,3 +341,19 @@ func TestSensitiveHeader(t *testing.T) {
 		}
 	}
 }
+
+// Without admin.token the admin API is read-only (its changes answer 403),
+// and what validate and the editor hover say of the token is that, not
+// that anyone could change the rate.
+func TestTheTokenIsDescribedAsWhatItIs(t *testing.T) {
+	got := problemsOf(t, minimal+"admin: {listen: '0.0.0.0:9090'}\n", nil)
+	comment := schemaComments["github.com/shaper-dev/shaper/config.AdminConfig.Token"]
+	for what, text := range map[string]string{"the validate error": got, "AdminConfig.Token's comment": comment} {
+		if strings.Contains(text, "change the rate") {
+			t.Errorf("%s says a missing token lets anyone change the rate: %q", what, text)
+		}
+		if !strings.Contains(text, "read-only") || !strings.Contains(text, "403") {
+			t.Errorf("%s does not say that without a token the admin API is read-only (403): %q", what, text)
+		}
+	}
+}

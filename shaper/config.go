@@ -14,7 +14,7 @@ type PipelineConfig struct {
 	Bucket BucketConfig
 	// Rate is how fast messages leave the bucket.
 	Rate RateConfig
-	// Delivery is how the dispatcher treats the sink.
+	// Delivery is how the pipeline's attempts treat the sink.
 	Delivery DeliveryConfig
 	// Key, when set, gives each message a key, and each key a lane of the
 	// bucket; lanes take turns. Nil: one lane.
@@ -61,10 +61,10 @@ type KeyConfig struct {
 type BucketConfig struct {
 	// Capacity is the most messages held at once (queued, waiting for a
 	// retry, or in flight). When full, the source stops fetching. It is also
-	// held to limit × max_queue_time. Default 1000.
+	// held to limit × max_queue_time. Default 1000. At most 10000000.
 	Capacity int `yaml:"capacity"`
 	// MaxQueueTime is the longest a message may wait in the bucket before its
-	// departure. Default 5s.
+	// departure. Default 5s. At most 168h (7 days).
 	MaxQueueTime time.Duration `yaml:"max_queue_time"`
 	// OnExpire is what happens to a message that would wait longer:
 	// dead_letter (default), drop (ack without delivery), or deliver (send late).
@@ -145,7 +145,7 @@ type AdaptiveConfig struct {
 	LatencyTarget time.Duration `yaml:"latency_target"`
 }
 
-// DeliveryConfig is how the dispatcher treats a sink: concurrency, the
+// DeliveryConfig is how a pipeline's attempts treat a sink: concurrency, the
 // per-attempt timeout and retries. In a config file each sink carries it
 // among its own keys (sink.http.timeout).
 type DeliveryConfig struct {
@@ -183,8 +183,10 @@ type RetryConfig struct {
 	// InitialBackoff is the upper bound of the first backoff (full jitter:
 	// the wait is uniform in [0, bound]). Default 200ms.
 	InitialBackoff time.Duration `yaml:"initial_backoff"`
-	// MaxBackoff caps every backoff, and a Retry-After. Default 30s.
+	// MaxBackoff caps every backoff, and a Retry-After. Default 30s. At most
+	// 168h (7 days).
 	MaxBackoff time.Duration `yaml:"max_backoff"`
-	// MaxElapsed bounds a task from its first attempt to its last. Default 10m.
+	// MaxElapsed bounds a task from its first attempt to its last. Default
+	// 10m. At most 168h (7 days).
 	MaxElapsed time.Duration `yaml:"max_elapsed"`
 }

@@ -32,6 +32,19 @@ const (
 	DefaultAdaptiveIncrease = 2.0
 )
 
+// Bounds of the core's config. Beyond them a value is a slip (a capacity
+// of 9223372036854775807, a max_queue_time of 2562047h) rather than a
+// plan, and times computed from it (a deadline, a backoff doubled up to
+// max_backoff) would overflow.
+const (
+	// MaxCapacity is the highest bucket.capacity: ten million messages,
+	// gigabytes of payload held at once.
+	MaxCapacity = 10_000_000
+	// MaxDuration is the longest bucket.max_queue_time, retry.max_elapsed
+	// and retry.max_backoff: seven days.
+	MaxDuration = 7 * 24 * time.Hour
+)
+
 // DefaultMaxKeys is key.max_keys's default.
 const DefaultMaxKeys = 100_000
 
@@ -203,18 +216,22 @@ func ValidateName(path, name string) error {
 // Validate reports every problem of a defaulted b at key path path.
 func (b BucketConfig) Validate(path string) error {
 	var ps check.Problems
-	if b.Capacity < 1 {
+	switch {
+	case b.Capacity < 1:
 		ps.Add(path+".capacity", "must be >= 1, got %d", b.Capacity)
+	case b.Capacity > MaxCapacity:
+		ps.Add(path+".capacity", "must be at most %d, got %d", MaxCapacity, b.Capacity)
 	}
 	if b.MaxQueueTime <= 0 {
 		ps.Add(path+".max_queue_time", "must be > 0, got %s", b.MaxQueueTime)
 	}
+	atMostMaxDuration(path+".max_queue_time", b.MaxQueueTime, &ps)
 	switch b.OnExpire {
 	case OnExpireDeadLetter, OnExpireDrop, OnExpireDeliver:
 	default:
 		ps.Add(path+".on_expire", "want dead_letter, drop or deliver, got %q", b.OnExpire)
 	}
-	if b.Capacity >= 1 && (b.PerKeyCapacity < 1 || b.PerKeyCapacity > b.Capacity) {
+	if b.Capacity >= 1 && b.Capacity <= MaxCapacity && (b.PerKeyCapacity < 1 || b.PerKeyCapacity > b.Capacity) {
 		ps.Add(path+".per_key_capacity", "must be >= 1 and <= capacity (%d), got %d", b.Capacity, b.PerKeyCapacity)
 	}
 	return ps.Err()
@@ -307,9 +324,11 @@ func (d DeliveryConfig) Validate(path string) error {
 	if r.MaxBackoff < r.InitialBackoff {
 		ps.Add(rp+".max_backoff", "must be >= initial_backoff (%s), got %s", r.InitialBackoff, r.MaxBackoff)
 	}
+	atMostMaxDuration(rp+".max_backoff", r.MaxBackoff, &ps)
 	if r.MaxElapsed <= 0 {
 		ps.Add(rp+".max_elapsed", "must be > 0, got %s", r.MaxElapsed)
 	}
+	atMostMaxDuration(rp+".max_elapsed", r.MaxElapsed, &ps)
 	b, bp := d.Breaker, path+".breaker"
 	if b.Failures != nil && *b.Failures < 0 {
 		ps.Add(bp+".failures", "must be >= 0 (0 turns the breaker off), got %d", *b.Failures)
@@ -321,4 +340,12 @@ func (d DeliveryConfig) Validate(path string) error {
 		ps.Add(bp+".max_open", "must be >= open_for (%s), got %s", b.OpenFor, b.MaxOpen)
 	}
 	return ps.Err()
+}
+
+// atMostMaxDuration reports d, the value at key path path, when it is
+// longer than MaxDuration.
+func atMostMaxDuration(path string, d time.Duration, ps *check.Problems) {
+	if d > MaxDuration {
+		ps.Add(path, "must be at most %s (7 days), got %s", MaxDuration, d)
+	}
 }

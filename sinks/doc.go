@@ -24,7 +24,7 @@
 //     Kafka topic that does not exist (yet). The label is "error" and the
 //     attempt is retried.
 //
-// All sinks are safe for concurrent use by the dispatcher's workers.
+// All sinks are safe for concurrent use by the pipeline's workers.
 //
 // # Keys and headers
 //

@@ -17,7 +17,7 @@ import (
 
 const (
 	// kafkaBatchTimeout is the longest a record waits for others to join its
-	// produce request. The dispatcher's concurrent Sends that arrive within
+	// produce request. The pipeline's concurrent Sends that arrive within
 	// it go out together; kafka-go's default of 1s would add a second to
 	// every Send at a low rate.
 	kafkaBatchTimeout = 5 * time.Millisecond

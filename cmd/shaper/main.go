@@ -54,9 +54,7 @@ func commands() []command {
 		{name: "run", summary: "run the pipelines until SIGTERM/SIGINT (the first drains; SIGQUIT forces)",
 			run: runCmd},
 		{name: "validate", summary: "check configs (repeat --config); print every problem with file:line:col and key path",
-			run: func(_ context.Context, args []string, g *globals, stdout, stderr io.Writer) error {
-				return validateCmd(args, g, stdout, stderr)
-			}},
+			run: validateCmd},
 		{name: "replay", summary: "replay a bounded range of a pipeline's source or dead letters at a smooth rate, with progress",
 			run: replayCmd},
 		{name: "schema", summary: "print the JSON Schema of the config file",

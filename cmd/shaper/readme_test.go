@@ -61,3 +61,20 @@ func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 		t.Errorf("found %d yaml blocks in the docs; want the README's at least", blocks)
 	}
 }
+
+// The README names what the code has and says what it does: the scheduler,
+// workers and attempts of shaper/pipeline.go, not a "dispatcher" no type
+// is called; and without admin.token a read-only admin API, not one that
+// anyone could use to change the rate.
+func TestReadmeSaysWhatTheCodeDoes(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.ToLower(string(data))
+	for _, wrong := range []string{"dispatcher", "could change the rate", "can change the rate"} {
+		if i := strings.Index(readme, wrong); i >= 0 {
+			t.Errorf("README says %q: %q", wrong, string(data)[max(0, i-80):min(len(data), i+80)])
+		}
+	}
+}

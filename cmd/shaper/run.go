@@ -30,9 +30,12 @@ func runCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.Wr
 	if *path == "" {
 		return fmt.Errorf("%w: run: --config is required", errUsage)
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		return fmt.Errorf("%w: %s:\n%v", errUsage, *path, err)
+	cfg, _, err := loadConfig(ctx, "run", *path, config.Options{})
+	switch {
+	case errors.Is(err, errInterrupted):
+		return err
+	case err != nil:
+		return fmt.Errorf("%w: %w", errUsage, configError(g.source("config"), *path, err))
 	}
 	if *dry {
 		return preflight(ctx, cfg, stdout)

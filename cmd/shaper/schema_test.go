@@ -114,6 +114,8 @@ func TestSchemaAndValidateAgree(t *testing.T) {
 		{"number as a word", "limit: 50", "limit: fast", false},
 		{"number as a list", "capacity: 100", "capacity: [100]", false},
 		{"fractional integer", "capacity: 100", "capacity: 100.5", false},
+		{"capacity at the maximum", "capacity: 100", "capacity: 10000000", true},
+		{"capacity above the maximum", "capacity: 100", "capacity: 10000001", false},
 		{"number from the environment", "limit: 50", "limit: '${SCHEMA_TEST_LIMIT:-50}'", true},
 		{"mapping as a string", "rate: {limit: 50}", "rate: fast", false},
 		{"duration without a unit", "max_queue_time: 5s", "max_queue_time: 5", false},
