@@ -204,7 +204,8 @@ func TestPushBackIsLoggedAsCountedSummaries(t *testing.T) {
 		now := t0.Add(time.Duration(i) * time.Second)
 		g.throttle(now, now.Add(100*time.Millisecond), &StatusError{Code: 429})
 		g.shut(now.Add(100 * time.Millisecond)) // the throttle is over
-		for j := range 20 { // the first opens the breaker, the others were in flight
+		// The first opens the breaker, the others were in flight.
+		for j := range 20 {
 			g.result(now.Add(200*time.Millisecond+time.Duration(j)*time.Millisecond), &StatusError{Code: 503}, false, b)
 		}
 		g.result(now.Add(300*time.Millisecond), nil, false, b)
