@@ -137,9 +137,10 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 	faults := []sinkFault{
 		{
 			name: "bursts of 500 502 503",
-			// 25 errors in a row at 100/s would open the breaker at every
-			// burst; this fault is about retries.
-			breaker: "{failures: 0}",
+			// 25 errors in a row at 100/s, over 250 ms: shorter than the
+			// default breaker's window, so it stays closed (a degraded
+			// sink), and the failures after the fifth in a row spend no
+			// attempt: every message is delivered.
 			rule: func(s *faultState) sinktest.Rule {
 				codes := []int{500, 502, 503}
 				return func(r *http.Request, attempt int) sinktest.Action {
@@ -154,6 +155,12 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			check: func(t *testing.T, s *faultState, reqs []sinktest.Request, m childtest.Metrics) {
 				if m.Sum("shaper_requests_total", `code="500"`)+m.Sum("shaper_requests_total", `code="503"`) == 0 || m.Sum("shaper_retries_total") == 0 {
 					t.Errorf("no 5xx counted or no retry scheduled: the bursts did not happen")
+				}
+				if dl := m.Sum("shaper_messages_completed_total", `outcome="dead_lettered"`); dl > 0 {
+					t.Errorf("%v messages dead-lettered; want every one delivered", dl)
+				}
+				if open := m.Sum("shaper_breaker_open"); open > 0 {
+					t.Errorf("shaper_breaker_open = %v at the end; want the breaker closed", open)
 				}
 			},
 		},

@@ -159,20 +159,29 @@ type DeliveryConfig struct {
 	Breaker BreakerConfig `yaml:"breaker"`
 }
 
-// BreakerConfig is the circuit breaker of a sink (sink.http.breaker): after
-// Failures retryable failures in a row (a network error, a timeout, a 5xx,
-// a 429 without Retry-After) departures stop for OpenFor (plus up to a
-// tenth at random); then one probe request goes. A success closes the breaker; a failure opens it again for
-// twice as long, up to MaxOpen. While it is open, messages wait in the
-// bucket and spend no attempts; max_queue_time still expires what waits
-// too long.
+// BreakerConfig is the circuit breaker of a sink (sink.http.breaker). It
+// tells a sink that is down from one that is degraded: it opens once the
+// sink has failed every request for Window, at least Failures of them in a
+// row, with at most one success among its last 20 answers (a failure: a
+// network error, a timeout, a 5xx, a 429 without a Retry-After still to
+// come); any success closes it. While it is open, departures stop for
+// OpenFor (plus up to a tenth at random); then one probe request goes: a
+// success closes the breaker, a failure opens it again for twice as long,
+// up to MaxOpen. While it is open, messages wait in the bucket and spend
+// no attempts; max_queue_time still expires what waits too long.
 type BreakerConfig struct {
-	// Failures is how many retryable failures in a row open the breaker.
+	// Failures is the fewest retryable failures in a row that open the
+	// breaker; those after them, until it opens, spend no attempt.
 	// Default 5; 0 turns the breaker off.
 	Failures *int `yaml:"failures"`
+	// Window is how long the sink must have failed every request before
+	// the breaker opens: long enough for the retries of a degraded sink's
+	// failures to meet a success. Default 500ms.
+	Window time.Duration `yaml:"window"`
 	// OpenFor is how long it stays open the first time. Default 1s.
 	OpenFor time.Duration `yaml:"open_for"`
-	// MaxOpen caps how long it stays open after failed probes. Default 30s.
+	// MaxOpen caps how long it stays open after failed probes, and so how
+	// late the rate is back after the sink is. Default 2s.
 	MaxOpen time.Duration `yaml:"max_open"`
 }
 

@@ -126,3 +126,76 @@ func (s *summaryLog) write(lines []summaryLine) {
 		s.log.Log(context.Background(), l.level, l.kind.msg, args...)
 	}
 }
+
+// pushbackLog counts the events of a gate (a throttle begins or ends, the
+// breaker opens or closes) into summary lines, the same way summaryLog
+// counts a message's: each event is a line at DEBUG; at the event's own
+// level there is one line per kind (its message) per summaryWindow, with
+// count, the events since the previous line of the kind, this one
+// included, and the last event's fields. The first event of a kind after
+// a quiet window is written at once, with count 1; the rest are written
+// once summaryWindow has passed, at the gate's next event or look (due),
+// whichever comes first. A sink that answers 429 Retry-After: 1 to
+// everything thus writes two lines per window, not two per second.
+//
+// Its owner takes every line out (take) and writes it after releasing its
+// lock. The zero value is ready for use; pushbackLog is not safe for
+// concurrent use: its gate's lock guards it.
+type pushbackLog struct {
+	kinds map[string]*pushbackCount
+	out   []pushbackLine // to write, in order
+}
+
+// pushbackCount is one kind's events since its last summary line.
+type pushbackCount struct {
+	level   slog.Level
+	written time.Time // when the last summary line was written; zero: never
+	count   int       // events since, not written yet
+	args    []any     // the last event's fields
+}
+
+// pushbackLine is a line to write.
+type pushbackLine struct {
+	level slog.Level
+	msg   string
+	args  []any
+}
+
+// event records an event msg at now, at level, with the fields args.
+func (l *pushbackLog) event(now time.Time, level slog.Level, msg string, args ...any) {
+	l.out = append(l.out, pushbackLine{slog.LevelDebug, msg, args})
+	if l.kinds == nil {
+		l.kinds = make(map[string]*pushbackCount)
+	}
+	c := l.kinds[msg]
+	if c == nil {
+		c = &pushbackCount{}
+		l.kinds[msg] = c
+	}
+	c.level, c.args = level, args
+	c.count++
+	l.due(now)
+}
+
+// due takes the summary lines due at now: of every kind with events
+// counted and no line within the last summaryWindow.
+func (l *pushbackLog) due(now time.Time) {
+	for msg, c := range l.kinds {
+		if c.count == 0 || !c.written.IsZero() && now.Sub(c.written) < summaryWindow {
+			continue
+		}
+		args := []any{"count", c.count}
+		if !c.written.IsZero() {
+			args = append(args, "over", now.Sub(c.written).Round(time.Millisecond))
+		}
+		l.out = append(l.out, pushbackLine{c.level, msg, append(args, c.args...)})
+		c.written, c.count = now, 0
+	}
+}
+
+// take returns the lines to write, and forgets them.
+func (l *pushbackLog) take() []pushbackLine {
+	out := l.out
+	l.out = nil
+	return out
+}

@@ -5,21 +5,30 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"time"
 )
 
 // This file holds what makes a pipeline yield when its sink pushes back
-// (SPEC §9.1): the gate that holds every departure while the operator has
-// paused the pipeline, the sink asked to wait (Retry-After) or the circuit
-// breaker is open, and the adaptive rate that lowers the limit in force at
-// each push-back and raises it again while there is none.
+// (SPEC §9.1, §10.1): the gate that holds every departure while the
+// operator has paused the pipeline, the sink asked to wait (Retry-After) or
+// the circuit breaker is open, and the adaptive rate that lowers the limit
+// in force at each push-back and raises it again while there is none.
 
 // gate holds departures back. The scheduler asks it before every departure
 // (shut) and tells it when one goes (departing); every attempt reports its
-// result (result), and a 429 or 503 with Retry-After throttles it. Each
-// hold is logged once when it starts and once when it ends.
+// result (result), and a 429 or 503 whose Retry-After is still to come
+// throttles it. Its log lines (a throttle begins or ends, the breaker opens
+// or closes) are counted summaries, at most one of each kind per
+// summaryWindow (see pushbackLog), never a line per answer.
+//
+// The circuit breaker tells a sink that is down from one that is degraded:
+// it opens only once the sink has answered nothing but failures, at least
+// breaker.failures of them, for breaker.window (see BreakerConfig.opens);
+// a degraded sink, which answers some requests with success, keeps it
+// closed, since any success closes it and starts the count again.
 type gate struct {
 	log *slog.Logger
 	// changed wakes the scheduler when a hold ends or changes.
@@ -37,11 +46,17 @@ type gate struct {
 	throttledUntil, throttledSince time.Time
 	throttled                      int64 // attempts throttled, ever
 
-	failures  int // retryable failures in a row
+	failures     int       // retryable failures in a row
+	failingSince time.Time // when the first of them was answered
+	// recent holds the last answers, the latest in bit 0: 1 when the
+	// sink answered (anything but a breaker failure).
+	recent    uint32
 	breaker   breakerState
 	openUntil time.Time     // while open: when the probe may go
 	openFor   time.Duration // the current opening's length
 	openSince time.Time     // when the breaker opened (zero: closed)
+
+	lines pushbackLog // the log lines, counted; written by unlock
 }
 
 type breakerState int
@@ -62,16 +77,35 @@ const (
 	holdThrottled hold = StateThrottled
 )
 
+// Log lines of the gate, each a counted summary (see pushbackLog).
+const (
+	msgThrottles     = "sink throttles (Retry-After): departures pause"
+	msgThrottleOver  = "sink throttle over: departures resume"
+	msgBreakerOpen   = "circuit breaker open: the sink fails every request; departures stop, messages wait in the bucket"
+	msgBreakerClosed = "circuit breaker closed: the sink answers again"
+)
+
+// unlock releases g.mu, then writes the log lines taken under it.
+func (g *gate) unlock() {
+	lines := g.lines.take()
+	g.mu.Unlock()
+	for _, l := range lines {
+		g.log.Log(context.Background(), l.level, l.msg, l.args...)
+	}
+}
+
 // shut reports whether departures must wait at now, why, and until when
 // (zero when the end is not known: a pause, a probe in flight). A
-// throttle that has ended is logged here.
+// throttle that has ended is counted here, and the summary lines due are
+// written.
 func (g *gate) shut(now time.Time) (until time.Time, why hold) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	defer g.unlock()
 	if !g.throttledSince.IsZero() && !now.Before(g.throttledUntil) {
-		g.log.Info("sink throttle over: departures resume", g.withWaiting("throttled_for", now.Sub(g.throttledSince).Round(time.Millisecond))...)
+		g.lines.event(now, slog.LevelInfo, msgThrottleOver, g.withWaiting("throttled_for", now.Sub(g.throttledSince).Round(time.Millisecond))...)
 		g.throttledSince = time.Time{}
 	}
+	g.lines.due(now)
 	switch {
 	case !g.paused.IsZero():
 		return time.Time{}, holdPaused
@@ -114,41 +148,68 @@ func (g *gate) departing(now time.Time) (probe bool) {
 
 // result takes the outcome of an attempt that ended at now (probe: it was
 // the breaker's probe), under breaker settings b, and reports whether the
-// attempt was in flight when the breaker opened, so that it must not use
-// up one of the message's attempts. The attempt that opens the breaker and
-// every probe count: each is a request the sink refused, and a message the
-// sink refuses on its own (a poison message, while nothing else is sent)
-// must still end, as exhausted.
-func (g *gate) result(now time.Time, err error, probe bool, b BreakerConfig) (inFlightAtOpen bool) {
+// attempt must not use up one of the message's attempts (spare): it was in
+// flight when the breaker opened, or failed while the breaker suspected the
+// sink was down (more than Failures failures in a row, not yet over
+// Window), when it had opened without the wait that tells down from
+// degraded. The attempt that opens the breaker and every probe count: each
+// is a request the sink refused, and a message the sink refuses on its own
+// (a poison message, while nothing else is sent) must still end, as
+// exhausted.
+func (g *gate) result(now time.Time, err error, probe bool, b BreakerConfig) (spare bool) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !breakerFailure(err) {
+	defer g.unlock()
+	failed := breakerFailure(err, now)
+	g.recent <<= 1
+	if !failed {
 		// The sink answered (a success, a permanent refusal, a
-		// throttle): whatever the breaker feared is over.
+		// throttle): it is not down, whatever else it fails.
+		g.recent |= 1
 		g.failures = 0
-		if g.breaker != breakerClosed && (probe || g.breaker == breakerOpen) {
-			g.log.Info("circuit breaker closed: the sink answers again", g.withWaiting("open_for", now.Sub(g.openSince).Round(time.Millisecond))...)
+		if g.breaker != breakerClosed {
+			g.lines.event(now, slog.LevelInfo, msgBreakerClosed, g.withWaiting("open_for", now.Sub(g.openSince).Round(time.Millisecond))...)
 			g.breaker, g.openSince = breakerClosed, time.Time{}
 			g.changed()
 		}
 		return false
 	}
+	if g.failures == 0 {
+		g.failingSince = now
+	}
 	g.failures++
 	switch {
-	case probe:
+	case probe && g.breaker == breakerProbing:
 		g.openFor = min(2*g.openFor, b.MaxOpen)
 		g.breaker, g.openUntil = breakerOpen, now.Add(g.stretch(g.openFor))
 		g.changed()
 	case g.breaker != breakerClosed:
 		return true
-	case b.Failures != nil && *b.Failures > 0 && g.failures >= *b.Failures:
+	case b.opens(g.failures, now.Sub(g.failingSince), bits.OnesCount32(g.recent&(1<<breakerRecent-1))):
 		g.breaker, g.openFor, g.openSince = breakerOpen, b.OpenFor, now
 		g.openUntil = now.Add(g.stretch(g.openFor))
-		g.log.Warn("circuit breaker open: the sink fails every request; departures stop, messages wait in the bucket",
-			"failures_in_a_row", g.failures, "probe_in", g.openFor, "err", err)
+		g.lines.event(now, slog.LevelWarn, msgBreakerOpen,
+			"failures_in_a_row", g.failures, "failing_for", now.Sub(g.failingSince).Round(time.Millisecond), "probe_in", g.openFor, "err", err)
 		g.changed()
+	case b.Failures != nil && *b.Failures > 0 && g.failures > *b.Failures:
+		return true
 	}
 	return false
+}
+
+// breakerRecent is how many of the last answers the breaker looks at.
+const breakerRecent = 20
+
+// opens reports whether failures retryable failures in a row, the first
+// answered failingFor ago, with succeeded successes among the last
+// breakerRecent answers, open the breaker: at least Failures of them (not
+// 0), over at least Window, and at most one success among the last
+// answers. A sink that is down fails every request. One that is degraded
+// answers some with success: within Window, even when it fails every
+// message's first attempts, since the retries of the messages it failed
+// keep coming; and among its last answers, even when it is seldom called
+// and fails a few in a row.
+func (b BreakerConfig) opens(failures int, failingFor time.Duration, succeeded int) bool {
+	return b.Failures != nil && *b.Failures > 0 && failures >= *b.Failures && failingFor >= b.Window && succeeded <= 1
 }
 
 // stretch lengthens an opening of the breaker by up to a tenth, at random:
@@ -159,10 +220,11 @@ func (g *gate) stretch(d time.Duration) time.Duration {
 	return d + time.Duration(g.jitter(int64(d/10)+1))
 }
 
-// breakerFailure reports whether err counts toward the breaker: a network
-// error, a timeout, a 5xx, or a 429 without Retry-After; never a message
-// that cannot become a request, nor one whose URL was refused.
-func breakerFailure(err error) bool {
+// breakerFailure reports whether err, answered at now, counts toward the
+// breaker: a network error, a timeout, a 5xx, or a 429 without a
+// Retry-After still to come; never a message that cannot become a request,
+// nor one whose URL was refused.
+func breakerFailure(err error, now time.Time) bool {
 	if err == nil || errors.Is(err, ErrMalformed) || errors.Is(err, ErrRefused) {
 		return false
 	}
@@ -170,29 +232,31 @@ func breakerFailure(err error) bool {
 	if !errors.As(err, &status) {
 		return true
 	}
-	if throttle(status) {
+	if throttle(status, now) {
 		return false
 	}
 	return status.Code == 429 || status.Code >= 500
 }
 
-// throttle reports whether a sink's answer asks every departure to wait: a
-// 429 or a 503 that carries Retry-After.
-func throttle(status *StatusError) bool {
-	return (status.Code == 429 || status.Code == 503) && !status.RetryAfter.IsZero()
+// throttle reports whether a sink's answer at now asks every departure to
+// wait: a 429 or a 503 whose Retry-After is after now. A Retry-After of 0,
+// or a date already past, asks for no wait: the answer is an ordinary
+// retryable failure, as if it had none.
+func throttle(status *StatusError, now time.Time) bool {
+	return (status.Code == 429 || status.Code == 503) && status.RetryAfter.After(now)
 }
 
 // throttle holds departures until until (a Retry-After, already capped).
 func (g *gate) throttle(now, until time.Time, err error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	defer g.unlock()
 	g.throttled++
 	if !until.After(g.throttledUntil) {
 		return
 	}
 	if g.throttledSince.IsZero() {
 		g.throttledSince = now
-		g.log.Warn("sink throttles (Retry-After): departures pause", "until", until, "err", err)
+		g.lines.event(now, slog.LevelWarn, msgThrottles, "until", until, "err", err)
 	}
 	g.throttledUntil = until
 	g.changed()
@@ -332,7 +396,7 @@ func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *set
 	inFlightAtOpen := g.result(end, err, probe, set.delivery.Breaker)
 	var status *StatusError
 	isStatus := errors.As(err, &status)
-	throttled := isStatus && throttle(status)
+	throttled := isStatus && throttle(status, end)
 	if throttled {
 		until := status.RetryAfter
 		if limit := end.Add(set.delivery.Retry.MaxBackoff); until.After(limit) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -78,6 +79,8 @@ type fakes struct {
 	events  []event
 	respond func(m *shaper.Message, n int) (time.Duration, error) // latency and answer of the n-th send of m, from 1
 	sink    shaper.Sink                                           // the pipeline's sink; nil: fakeSink
+	log     *slog.Logger                                          // the pipeline's logger; nil: discarded
+	reg     *prometheus.Registry                                  // the pipeline's metrics; nil: a registry of its own
 }
 
 func newFakes(n int) *fakes {
@@ -235,8 +238,12 @@ func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p 
 	if f.sink != nil {
 		sink = f.sink
 	}
-	parts := shaper.Parts{Source: f, Sink: sink, Limiter: lim, Clock: bubbleClock{},
-		Metrics: shaper.NewMetrics(prometheus.NewRegistry()), DrainTimeout: 2 * time.Second}
+	reg := f.reg
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	parts := shaper.Parts{Source: f, Sink: sink, Limiter: lim, Clock: bubbleClock{}, Logger: f.log,
+		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second}
 	if pc.Rate.PerKey != nil {
 		parts.KeyLimiter = pc.Rate.KeyLimiter()
 	}

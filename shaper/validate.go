@@ -24,8 +24,9 @@ const (
 	DefaultMaxElapsed     = 10 * time.Minute
 
 	DefaultBreakerFailures = 5
+	DefaultBreakerWindow   = 500 * time.Millisecond
 	DefaultBreakerOpenFor  = time.Second
-	DefaultBreakerMaxOpen  = 30 * time.Second
+	DefaultBreakerMaxOpen  = 2 * time.Second
 
 	DefaultAdaptiveMin      = 5.0
 	DefaultAdaptiveDecrease = 0.8
@@ -190,6 +191,9 @@ func (d *DeliveryConfig) SetDefaults() {
 		failures := DefaultBreakerFailures
 		b.Failures = &failures
 	}
+	if b.Window == 0 {
+		b.Window = DefaultBreakerWindow
+	}
 	if b.OpenFor == 0 {
 		b.OpenFor = DefaultBreakerOpenFor
 	}
@@ -332,6 +336,9 @@ func (d DeliveryConfig) Validate(path string) error {
 	b, bp := d.Breaker, path+".breaker"
 	if b.Failures != nil && *b.Failures < 0 {
 		ps.Add(bp+".failures", "must be >= 0 (0 turns the breaker off), got %d", *b.Failures)
+	}
+	if b.Window < 0 {
+		ps.Add(bp+".window", "must be >= 0, got %s", b.Window)
 	}
 	if b.OpenFor <= 0 {
 		ps.Add(bp+".open_for", "must be > 0, got %s", b.OpenFor)
