@@ -132,6 +132,28 @@ func (r Rate) KeyLimiter() func(key string, now time.Time) shaper.Limiter {
 	}
 }
 
+// DestinationLimiter returns what makes one destination's own limiter for
+// rate.adaptive to move, at its ceiling: rate.per_key's limit and burst
+// when set, else rate.limit's; nil without rate.adaptive, and with
+// rate.shared, whose one limit the replicas share and the adaptive rate
+// moves for all of them.
+func (r Rate) DestinationLimiter() func(name string, now time.Time) shaper.Limiter {
+	if r.Adaptive == nil || r.Shared != nil {
+		return nil
+	}
+	cfg := limiter.Config{Mode: limiter.Mode(r.Mode), Limit: r.Limit, Burst: *r.Burst}
+	if pk := r.PerKey; pk != nil {
+		cfg.Limit, cfg.Burst = pk.Limit, *pk.Burst
+	}
+	return func(_ string, now time.Time) shaper.Limiter {
+		l, err := limiter.New(cfg, now)
+		if err != nil {
+			panic("config: rate was not validated: " + err.Error())
+		}
+		return l
+	}
+}
+
 // SharedKeys is the config of the per-key limits shared through Redis
 // under rate.shared, or false when they are not: without rate.per_key or
 // rate.shared, or when each key lives in one Kafka partition (key.from:

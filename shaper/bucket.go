@@ -512,7 +512,8 @@ type KeyStatus struct {
 	// OldestWait is how long its oldest queued message has waited, in
 	// seconds (0 when none is queued).
 	OldestWait float64 `json:"oldest_wait_seconds"`
-	// Limit is the key's own limit in force (rate.per_key), if any.
+	// Limit is the key's own limit in force (rate.per_key, or for a
+	// destination's lane its rate.adaptive limit), if any.
 	Limit float64 `json:"limit,omitempty"`
 }
 
@@ -530,6 +531,9 @@ func (b *bucket) top(n int, now time.Time) []KeyStatus {
 		}
 		if l.lim != nil {
 			ks.Limit = l.lim.Limit(now)
+		}
+		if d := b.dests[l.key]; d != nil && d.lim != nil && (ks.Limit == 0 || d.lim.Limit(now) < ks.Limit) {
+			ks.Limit = d.lim.Limit(now) // a lane per destination: its adaptive limit
 		}
 		out = append(out, ks)
 	}

@@ -136,6 +136,22 @@ func (b *bucket) destinationHold(now time.Time) hold {
 	return why
 }
 
+// soleLimit returns the limit in force of the one destination remembered,
+// when there is exactly one and it has a limiter of its own.
+func (b *bucket) soleLimit(now time.Time) (float64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.dests) != 1 {
+		return 0, false
+	}
+	for _, d := range b.dests {
+		if d.lim != nil {
+			return d.lim.Limit(now), true
+		}
+	}
+	return 0, false
+}
+
 // gateCounts sums the destinations' gates: attempts throttled (also of
 // destinations forgotten) and breakers open now.
 func (b *bucket) gateCounts() (throttled int64, open int) {

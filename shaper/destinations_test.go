@@ -151,3 +151,60 @@ func TestABacklogBehindAPerKeyLimitExpiresOnTimeOnAFakeClock(t *testing.T) {
 		}
 	})
 }
+
+// Under rate.adaptive each destination's limit moves on its own: one that
+// answers 429 lowers only its own, and the other keeps the pipeline's
+// rate.
+func TestOneDestinationsPushBackLowersOnlyItsOwnAdaptiveLimitOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(0)
+		for i := range 10 {
+			f.addFor(fmt.Sprintf("bad%d-", i), badHost, "", 2)
+			f.addFor(fmt.Sprintf("good%d-", i), goodHost, "", 50)
+		}
+		f.sink = destSink{fakeSink{f}}
+		f.respond = func(m *shaper.Message, _ int) (time.Duration, error) {
+			if m.Header["Dest"][0] == badHost {
+				return 0, &shaper.StatusError{Code: 429, RetryAfter: time.Now().Add(time.Second)}
+			}
+			return 0, nil
+		}
+		var limitNow float64
+		var bad []shaper.KeyStatus
+		start := time.Now()
+		runFake(t, f, func(p *config.Pipeline) {
+			messageURLs(p)
+			p.Rate.Limit = 50
+			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
+		}, func(p *shaper.Pipeline) {
+			time.Sleep(9 * time.Second)
+			for _, k := range p.Keys(10) {
+				if k.Key == badHost {
+					bad = append(bad, k)
+				}
+			}
+			limitNow = p.Status().LimitNow
+			time.Sleep(3 * time.Second)
+		})
+		var good []time.Time
+		for _, e := range f.of("send") {
+			if e.id[:4] == "good" {
+				good = append(good, e.at)
+			}
+		}
+		if len(good) != 500 {
+			t.Fatalf("the good destination got %d requests; want all 500", len(good))
+		}
+		// 500 at 50/s take 10s; the bad destination's few requests and
+		// its lowered limit may cost the good one a little.
+		if took := good[len(good)-1].Sub(start); took > 11*time.Second {
+			t.Errorf("the good destination's 500 took %v; want about 10s (50/s), at most 11s", took)
+		}
+		if len(bad) != 1 || bad[0].Limit >= 50 {
+			t.Errorf("the pushing-back destination's lane: %+v; want its own limit in force below 50", bad)
+		}
+		if limitNow != 50 {
+			t.Errorf("limit_now with two destinations = %v; want the pipeline's 50", limitNow)
+		}
+	})
+}

@@ -167,7 +167,8 @@ func (e *env) start(cfg config.Pipeline) *running {
 	reg := prometheus.NewRegistry()
 	p := shaper.New(cfg.Core(), shaper.Parts{
 		Source: src, Sink: sink, DeadLetter: dl, Limiter: lim, KeyLimiter: cfg.Rate.KeyLimiter(),
-		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
+		DestinationLimiter: cfg.Rate.DestinationLimiter(),
+		Metrics:            shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Pipeline: p, registry: reg, cancel: cancel, done: make(chan error, 1)}

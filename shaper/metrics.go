@@ -168,7 +168,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range pipelines {
 		now := p.clock.Now()
 		name := p.cfg.Name
-		ch <- prometheus.MustNewConstMetric(c.rateLimit, prometheus.GaugeValue, p.lim.Limit(now), name)
+		ch <- prometheus.MustNewConstMetric(c.rateLimit, prometheus.GaugeValue, p.limitNow(now), name)
 		ch <- prometheus.MustNewConstMetric(c.maxQueueTime, prometheus.GaugeValue, p.settings.Load().bucket.MaxQueueTime.Seconds(), name)
 		fallback := 0.0
 		if fr, ok := p.lim.(FallbackReporter); ok && fr.Fallback() {

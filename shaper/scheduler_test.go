@@ -247,6 +247,7 @@ func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p 
 	if pc.Rate.PerKey != nil {
 		parts.KeyLimiter = pc.Rate.KeyLimiter()
 	}
+	parts.DestinationLimiter = pc.Rate.DestinationLimiter()
 	p := shaper.New(pc.Core(), parts)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(context.Background()) }()

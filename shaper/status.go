@@ -77,7 +77,7 @@ func (p *Pipeline) Status() Status {
 		State:    StateRunning,
 		Mode:     rate.Mode,
 		Limit:    rate.Limit,
-		LimitNow: p.lim.Limit(now),
+		LimitNow: p.limitNow(now),
 		Burst:    *rate.Burst,
 		Depth:    p.bucket.Held(),
 		Queued:   p.bucket.Queued(),
@@ -120,6 +120,17 @@ func (p *Pipeline) Status() Status {
 		s.Outcomes[o] = p.count[i].Load()
 	}
 	return s
+}
+
+// limitNow is the limit in force at now: the pipeline's, or under
+// rate.adaptive with one destination, that destination's when lower.
+// With several destinations, GET /v1/pipelines/{name}/keys shows each.
+func (p *Pipeline) limitNow(now time.Time) float64 {
+	limit := p.lim.Limit(now)
+	if d, ok := p.bucket.soleLimit(now); ok {
+		limit = min(limit, d)
+	}
+	return limit
 }
 
 // received returns how many messages the pipeline has taken from its

@@ -49,6 +49,7 @@ func buildDelivery(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, er
 	if parts.KeyLimiter, err = buildKeyLimiter(pc, parts.Limiter, log); err != nil {
 		return parts, fmt.Errorf("rate.per_key: %w", err)
 	}
+	parts.DestinationLimiter = pc.Rate.DestinationLimiter()
 	return parts, nil
 }
 
