@@ -91,6 +91,10 @@ type Pipeline struct {
 	// bucket; lanes take turns. Left out with sink.http.url_from, each
 	// destination is a lane (as key.from: host).
 	Key *shaper.KeyConfig `yaml:"key"`
+	// Pushback is what a sink's push-back (a Retry-After pause, the
+	// circuit breaker, rate.adaptive) holds back: the destination that
+	// answered (default), or with scope: key the key's lane.
+	Pushback shaper.PushbackConfig `yaml:"pushback"`
 	// Sink is where messages go: exactly one of its fields.
 	Sink Sink `yaml:"sink"`
 	// DeadLetter is where undeliverable messages go: exactly one of its
@@ -232,6 +236,15 @@ func (p *Pipeline) validateKey(path string) error {
 	var ps check.Problems
 	handsBack := p.Bucket.PerKeyCapacity < p.Bucket.Capacity
 	k := p.lanes()
+	switch p.Pushback.Scope {
+	case shaper.ScopeDestination:
+	case shaper.ScopeKey:
+		if p.Key == nil {
+			ps.Add(path+".pushback.scope", "key needs key: (whose lane a push-back holds)")
+		}
+	default:
+		ps.Add(path+".pushback.scope", "want destination or key, got %q", p.Pushback.Scope)
+	}
 	if k == nil {
 		if handsBack {
 			ps.Add(path+".bucket.per_key_capacity", "needs key: (which messages share a lane)")
@@ -270,7 +283,7 @@ func (p Pipeline) Pending() int {
 // Core is the pipeline's config for shaper.New: name, bucket, rate and the
 // delivery settings of its sink.
 func (p Pipeline) Core() shaper.PipelineConfig {
-	return shaper.PipelineConfig{Name: p.Name, Bucket: p.Bucket, Rate: p.Rate.RateConfig, Delivery: p.Sink.Delivery(), Key: p.lanes()}
+	return shaper.PipelineConfig{Name: p.Name, Bucket: p.Bucket, Rate: p.Rate.RateConfig, Delivery: p.Sink.Delivery(), Key: p.lanes(), Pushback: p.Pushback}
 }
 
 // Delivery returns the delivery settings of whichever sink is configured.
@@ -312,6 +325,9 @@ func (p *Pipeline) SetDefaults() {
 	perKeyLeftOut := p.Bucket.PerKeyCapacity == 0
 	p.Bucket.SetDefaults()
 	p.Rate.SetDefaults()
+	if p.Pushback.Scope == "" {
+		p.Pushback.Scope = shaper.ScopeDestination
+	}
 	if p.Key != nil {
 		p.Key.SetDefaults()
 	}

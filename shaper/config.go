@@ -19,7 +19,24 @@ type PipelineConfig struct {
 	// Key, when set, gives each message a key, and each key a lane of the
 	// bucket; lanes take turns. Nil: one lane.
 	Key *KeyConfig
+	// Pushback is what a push-back from the sink holds back.
+	Pushback PushbackConfig
 }
+
+// PushbackConfig is the scope of push-back (pushback:): what one
+// Retry-After pause, one circuit breaker and one adaptive limit act on.
+type PushbackConfig struct {
+	// Scope is destination (default: the origin of the request's URL, one
+	// for a fixed url, one per host with url_from) or key (each key's
+	// lane: one API that enforces a quota per tenant; needs key:).
+	Scope string `yaml:"scope"`
+}
+
+// Values of PushbackConfig.Scope.
+const (
+	ScopeDestination = "destination"
+	ScopeKey         = "key"
+)
 
 // KeyConfig selects each message's key (key:), and so its lane.
 type KeyConfig struct {

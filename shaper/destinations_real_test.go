@@ -133,3 +133,35 @@ func TestAHostThatPushesBackHoldsBackOnlyItself(t *testing.T) {
 		t.Error("shaper_breaker_open = 0; want the down host's breaker open")
 	}
 }
+
+// Every spelling of one origin is one destination: eight spellings of
+// [::1] are one lane, held to one per-key limit and one in-flight bound,
+// not eight lanes that each get the limit.
+func TestEightSpellingsOfOneHostAreOneLane(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := sinktest.StartAt(t, "[::1]:0", sinktest.OK)
+	port := s.URL[strings.LastIndex(s.URL, ":")+1:]
+	spellings := []string{"[::1]", "[0::1]", "[0:0:0:0:0:0:0:1]", "[::0001]", "[0000::1]", "[0:0::1]", "[::0:1]", "[0:0:0::1]"}
+	for _, h := range spellings {
+		e.publishTo("m", "http://"+h+":"+port+"/cb", 2)
+	}
+	e.start(e.config(s.URL, func(c *config.Pipeline) {
+		urlFrom(c, "::1")
+		c.Rate.Limit = 100
+		c.Key = &shaper.KeyConfig{From: "host"}
+		c.Rate.PerKey = &shaper.PerKeyRate{Limit: 5}
+		c.Sink.HTTP.MaxInFlightPerHost = 1
+		c.Bucket.MaxQueueTime = time.Minute
+	}))
+	const n = 16
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool { return s.DeliveredCount() == n })
+	at := sinktest.Arrivals(s.Requests())
+	span := at[len(at)-1].Sub(at[0])
+	t.Logf("%d requests to one host in %v", len(at), span)
+	// One lane at 5/s: 16 requests take 3s. Eight lanes would each get
+	// 5/s, and the 16 would go in about 0.15s at the pipeline's 100/s.
+	if span < 2500*time.Millisecond {
+		t.Errorf("%d requests to one host in %v; want them held to one per-key limit of 5/s (3s)", len(at), span)
+	}
+}

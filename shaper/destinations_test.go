@@ -208,3 +208,50 @@ func TestOneDestinationsPushBackLowersOnlyItsOwnAdaptiveLimitOnAFakeClock(t *tes
 		}
 	})
 }
+
+// One API that enforces a quota per tenant: with pushback.scope: key a
+// tenant's 429 holds back only that tenant's lane; by default it holds the
+// destination, every tenant of it.
+func TestPushbackScopeKeyHoldsOnlyTheKeysLaneOnAFakeClock(t *testing.T) {
+	for _, tt := range []struct {
+		scope     string
+		wantOther int // requests of the other tenant within the pause
+	}{
+		{shaper.ScopeKey, 20},
+		{shaper.ScopeDestination, 0},
+	} {
+		t.Run(tt.scope, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakes(0)
+				f.addFor("a", goodHost, "A", 20)
+				f.addFor("b", goodHost, "B", 20)
+				f.sink = destSink{fakeSink{f}}
+				f.respond = func(m *shaper.Message, _ int) (time.Duration, error) {
+					if m.Header["Key"][0] == "A" {
+						return 0, &shaper.StatusError{Code: 429, RetryAfter: time.Now().Add(5 * time.Second)}
+					}
+					return 0, nil
+				}
+				start := time.Now()
+				runFake(t, f, func(p *config.Pipeline) {
+					p.Key = &shaper.KeyConfig{From: "header:Key"}
+					p.Pushback.Scope = tt.scope
+				}, func(*shaper.Pipeline) { time.Sleep(4 * time.Second) })
+				var a, b int
+				for _, e := range f.of("send") {
+					if e.at.Sub(start) >= 4*time.Second {
+						continue
+					}
+					if e.id[0] == 'a' {
+						a++
+					} else {
+						b++
+					}
+				}
+				if a != 1 || b != tt.wantOther {
+					t.Errorf("scope %s: within the 429's pause tenant A got %d requests, tenant B %d; want 1 and %d", tt.scope, a, b, tt.wantOther)
+				}
+			})
+		})
+	}
+}

@@ -144,8 +144,10 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		p.destLimiter = parts.DestinationLimiter
 	}
 	lanes.newDest, lanes.dest = p.newDestination, destinationOfTask(parts.Sink)
-	if k := cfg.Key; k != nil && k.From == "host" {
-		lanes.dest = func(_ *Message, key string) string { return key } // the key is the destination's name
+	if k := cfg.Key; k != nil && (k.From == "host" || cfg.Pushback.Scope == ScopeKey) {
+		// The key names the destination, or under pushback.scope: key
+		// stands for it: each lane its own pause, breaker and limit.
+		lanes.dest = func(_ *Message, key string) string { return key }
 	}
 	p.bucket = newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanes)
 	p.gate = gate{log: p.log, changed: p.alarm.Ring, waiting: p.bucket.Held, jitter: rand.Int64N}
@@ -927,8 +929,8 @@ var ErrNeedsRestart = errors.New("change needs a new pipeline")
 func (p *Pipeline) Reconfigure(cfg PipelineConfig) error {
 	if cfg.Name != p.cfg.Name || cfg.Rate.Mode != p.cfg.Rate.Mode || !reflect.DeepEqual(cfg.Rate.Adaptive, p.cfg.Rate.Adaptive) ||
 		!reflect.DeepEqual(cfg.Key, p.cfg.Key) || !reflect.DeepEqual(cfg.Rate.PerKey, p.cfg.Rate.PerKey) ||
-		cfg.Bucket.PerKeyCapacity != p.cfg.Bucket.PerKeyCapacity {
-		return fmt.Errorf("%w: name, rate.mode, rate.adaptive, key, rate.per_key or bucket.per_key_capacity changed", ErrNeedsRestart)
+		cfg.Bucket.PerKeyCapacity != p.cfg.Bucket.PerKeyCapacity || cfg.Pushback != p.cfg.Pushback {
+		return fmt.Errorf("%w: name, rate.mode, rate.adaptive, key, rate.per_key, bucket.per_key_capacity or pushback changed", ErrNeedsRestart)
 	}
 	if err := checkRate(cfg.Rate.Mode, cfg.Rate.Limit, *cfg.Rate.Burst, cfg.Bucket.MaxQueueTime); err != nil {
 		return err
