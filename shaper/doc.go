@@ -16,9 +16,15 @@
 //     rate.per_key; lanes whose message is ready take turns in a ring, the
 //     others wait in a heap by the time they are ready; a full lane pauses
 //     its source (Pausable) or hands messages back;
-//   - pushback.go: the gate (a pause, a sink's Retry-After, the circuit
-//     breaker) that holds every departure, and the adaptive rate;
+//   - destinations.go: each destination's state in the bucket (the sink
+//     names a message's destination, Destinations): its gate and, under
+//     rate.adaptive, its own limit in force; and expiry on time of what
+//     any lane holds. Lock order: bucket.mu, then a gate's mu;
+//   - pushback.go: the gate (the operator's pause for the pipeline; a
+//     sink's Retry-After and the circuit breaker for a destination) and
+//     the adaptive rate;
 //   - pipeline.go: fetcher (in batches of limit × 50 ms), scheduler,
+//     expiry on time,
 //     attempts (written by the scheduler itself when the sink is a Starter
 //     that can, otherwise by workers), expiry, dead letters, acks and the
 //     graceful drain — the whole life of a message, top to bottom;
