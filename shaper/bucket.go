@@ -445,15 +445,15 @@ func (b *bucket) drain() []*task {
 	return out
 }
 
-// release marks t as settled at now, making room for another. The sources paused
+// release marks t as settled, making room for another. The sources paused
 // for t's key go on once its lane has room; an ordered key's next message
 // may go; a lane that holds nothing is forgotten (under rate.per_key, once
 // its limiter is as new).
-func (b *bucket) release(t *task, now time.Time) {
+func (b *bucket) release(t *task) {
 	var resumes []func()
 	b.mu.Lock()
 	b.held--
-	b.forgetLocked(t.dest, now)
+	t.dest.held-- // an idle destination is forgotten later, by destinationLocked or adaptDestinations
 	l := t.lane
 	l.held--
 	if t.answered {

@@ -64,7 +64,7 @@ func TestBucketRoomCountsEveryHeldMessageUntilReleased(t *testing.T) {
 	if got := b.Room(); got != 2 {
 		t.Fatalf("Room() with one in flight = %d; want 2", got)
 	}
-	b.release(inFlight, time.Time{})
+	b.release(inFlight)
 	if got := b.Room(); got != 3 {
 		t.Fatalf("Room() after release = %d; want 3", got)
 	}
@@ -80,7 +80,7 @@ func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
 	held, _ := b.take(time.Now())
 	done := make(chan int)
 	go func() { done <- b.WaitRoom(context.Background(), 1) }()
-	b.release(held, time.Time{})
+	b.release(held)
 	select {
 	case n := <-done:
 		if n != 1 {
@@ -140,14 +140,14 @@ func TestBucketWaitRoomWaitsForABatchAndWakesOnceItIsThere(t *testing.T) {
 	}
 	done := make(chan int)
 	go func() { done <- b.WaitRoom(context.Background(), 3) }()
-	b.release(held[0], time.Time{})
-	b.release(held[1], time.Time{})
+	b.release(held[0])
+	b.release(held[1])
 	select {
 	case n := <-done:
 		t.Fatalf("WaitRoom(3) returned %d with room for 2", n)
 	case <-time.After(50 * time.Millisecond):
 	}
-	b.release(held[2], time.Time{})
+	b.release(held[2])
 	select {
 	case n := <-done:
 		if n != 3 {
@@ -159,7 +159,7 @@ func TestBucketWaitRoomWaitsForABatchAndWakesOnceItIsThere(t *testing.T) {
 	// A batch larger than the capacity waits for the whole capacity.
 	go func() { done <- b.WaitRoom(context.Background(), 100) }()
 	for _, h := range held[3:] {
-		b.release(h, time.Time{})
+		b.release(h)
 	}
 	if n := <-done; n != 8 {
 		t.Errorf("WaitRoom(100) with capacity 8 = %d; want 8", n)

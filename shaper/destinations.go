@@ -92,16 +92,6 @@ func (b *bucket) eachDestination(f func(d *destination) (idle bool)) {
 	}
 }
 
-// forgetLocked counts one task fewer bound for d, and forgets d once it
-// holds none and its gate holds nothing back at now. It requires that
-// b.mu is held.
-func (b *bucket) forgetLocked(d *destination, now time.Time) {
-	d.held--
-	if d.idle(now) { // else its pause, breaker or lowered limit outlives its messages
-		b.forgetOneLocked(d)
-	}
-}
-
 // wake puts back in turn the lanes whose next message waits for d's probe:
 // d's gate changed.
 func (b *bucket) wake(d *destination) {

@@ -157,7 +157,7 @@ func laneBytes(b *testing.B, n int, perKey, idle bool) float64 {
 				b.Fatal("take = nil with every lane's first message ready")
 			}
 			bk.spend(t, now)
-			bk.release(t, time.Time{})
+			bk.release(t)
 		}
 	}
 	if active, _ := bk.keys(); active != n {

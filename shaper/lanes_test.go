@@ -61,7 +61,7 @@ func TestALaneIsBoundedForgottenWhenEmptyAndMaxKeysOverflowsToTheEmptyKey(t *tes
 		if tk == nil {
 			break
 		}
-		b.release(tk, time.Time{})
+		b.release(tk)
 	}
 	if active, _ := b.keys(); active != 0 {
 		t.Errorf("%d lanes after every message was settled; want 0 (forgotten)", active)
@@ -139,7 +139,7 @@ func TestALaneWaitsForItsOwnSlotAndIsForgottenOnceItsLimiterIsAsNew(t *testing.T
 		}
 		b.spend(tk, at)
 		got = append(got, fmt.Sprintf("%s@%v", tk.msg.Header["Key"][0], at.Sub(now)))
-		b.release(tk, time.Time{})
+		b.release(tk)
 	}
 	if want := []string{"A@0s", "B@0s", "A@100ms", "A@200ms"}; !slices.Equal(got, want) {
 		t.Errorf("departures %v; want %v", got, want)
@@ -170,7 +170,7 @@ func TestAnOrderedLaneLetsOneMessageOutAtATime(t *testing.T) {
 		t.Fatalf("took %s while A and B each have one in flight; want nothing", tk.msg.ID)
 	}
 	b.retry(a0, now.Add(time.Second)) // A's first waits for a retry
-	b.release(b0, time.Time{})
+	b.release(b0)
 	if tk, _ := b.take(now); tk == nil || tk.msg.Header["Key"][0] != "B" {
 		t.Fatalf("take = %v; want B's second (A is held by its retry)", tk)
 	}
@@ -180,7 +180,7 @@ func TestAnOrderedLaneLetsOneMessageOutAtATime(t *testing.T) {
 	if tk, _ := b.take(now.Add(time.Second)); tk != a0 {
 		t.Fatalf("take at the retry's due time = %v; want A's first again", tk)
 	}
-	b.release(a0, time.Time{})
+	b.release(a0)
 	if tk, _ := b.take(now.Add(time.Second)); tk == nil || tk.msg.ID != "A/1" {
 		t.Fatalf("take after A's first settled = %v; want A/1", tk)
 	}

@@ -894,7 +894,7 @@ func (p *Pipeline) nack(ctx context.Context, t *task, reason NackReason, delay t
 }
 
 func (p *Pipeline) released(t *task) {
-	p.bucket.release(t, p.clock.Now())
+	p.bucket.release(t)
 	p.m.depth.Set(float64(p.bucket.Held()))
 	if p.finishing() {
 		signal(p.bucket.ready) // the scheduler checks whether it is done
