@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,9 +14,21 @@ import (
 // yamlBlock matches a fenced yaml block of a Markdown file.
 var yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
 
-// Every YAML block of the README and the deploy guide passes validate: a
-// whole config as it is, a piece of a pipeline (a rate: or sink: block, as
-// indented in the docs) laid over a minimal pipeline. Every ${VAR} is set.
+// docFiles returns the Markdown files written for people, relative to this
+// package: the README, the contributing guide, the changelog, every page
+// of docs/, and the deploy guide.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no pages in docs/: %v", err)
+	}
+	return append([]string{"../../README.md", "../../CONTRIBUTING.md", "../../CHANGELOG.md", "../../deploy/README.md"}, pages...)
+}
+
+// Every YAML block of the docs passes validate: a whole config as it is, a
+// piece of a pipeline (a rate: or sink: block, as indented in the docs)
+// laid over a minimal pipeline. Every ${VAR} is set.
 func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 	base := map[string]any{
 		"name":   "docs",
@@ -25,7 +38,7 @@ func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 	}
 	lookup := func(string) (string, bool) { return "a-value-from-the-environment", true }
 	blocks := 0
-	for _, doc := range []string{"../../README.md", "../../deploy/README.md"} {
+	for _, doc := range docFiles(t) {
 		text, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -57,8 +70,8 @@ func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 			}
 		}
 	}
-	if blocks < 2 {
-		t.Errorf("found %d yaml blocks in the docs; want the README's at least", blocks)
+	if blocks < 7 {
+		t.Errorf("found %d yaml blocks in the docs; want the README's and docs/'s", blocks)
 	}
 }
 
@@ -67,14 +80,16 @@ func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 // is called; and without admin.token a read-only admin API, not one that
 // anyone could use to change the rate.
 func TestReadmeSaysWhatTheCodeDoes(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := strings.ToLower(string(data))
-	for _, wrong := range []string{"dispatcher", "could change the rate", "can change the rate"} {
-		if i := strings.Index(readme, wrong); i >= 0 {
-			t.Errorf("README says %q: %q", wrong, string(data)[max(0, i-80):min(len(data), i+80)])
+	for _, doc := range docFiles(t) {
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ToLower(string(data))
+		for _, wrong := range []string{"dispatcher", "could change the rate", "can change the rate"} {
+			if i := strings.Index(text, wrong); i >= 0 {
+				t.Errorf("%s says %q: %q", doc, wrong, string(data)[max(0, i-80):min(len(data), i+80)])
+			}
 		}
 	}
 }
