@@ -4,8 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/shaper-dev/shaper/config"
 	"go.yaml.in/yaml/v3"
@@ -92,4 +95,148 @@ func TestReadmeSaysWhatTheCodeDoes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The README is a map, not the reference: it stays short.
+func TestReadmeIsShort(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n > 400 {
+		t.Errorf("README.md has %d lines; want at most 400: move reference to docs/", n)
+	}
+}
+
+// Docs state what is true now and how to reproduce it; which commit, temp
+// directory or benchmark run produced a figure is git's history. (The
+// generated docs/benchmarks.md names the commit it measured, once, in its
+// provenance.)
+func TestDocsNameNoCommitsTempPathsOrRuns(t *testing.T) {
+	tests := []struct {
+		name string
+		re   *regexp.Regexp
+	}{
+		{"a commit hash", regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)},
+		{"a temp path", regexp.MustCompile(`/tmp/`)},
+		{"a run letter", regexp.MustCompile(`\bruns? [A-Z]\b|\bruns [A-Z]–[A-Z]\b`)},
+	}
+	for _, doc := range docFiles(t) {
+		generated := strings.HasSuffix(doc, "/benchmarks.md") // names the commit it measured
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range strings.Split(string(data), "\n") {
+			for _, tt := range tests {
+				for _, m := range tt.re.FindAllString(line, -1) {
+					if tt.name == "a commit hash" && (generated || m == "0123456789abcdef" || !strings.ContainsAny(m, "abcdef") || !strings.ContainsAny(m, "0123456789")) {
+						continue // a number, a word such as "defaced", an example secret, or the provenance of a generated page
+					}
+					t.Errorf("%s:%d names %s, %q: %s", doc, n+1, tt.name, m, line)
+				}
+			}
+		}
+	}
+}
+
+// markdownLink matches an inline link or image, [text](target) or
+// ![alt](target), whose target has no space.
+var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// Every relative link of the docs points to a file or directory that
+// exists, and every #anchor to a heading of the file it names.
+func TestDocLinksResolve(t *testing.T) {
+	for _, doc := range docFiles(t) {
+		if strings.HasPrefix(doc, "../../deploy/") {
+			continue // the deploy guide's own test checks it
+		}
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range proseLines(string(data)) {
+			if line == "" {
+				continue
+			}
+			for _, m := range markdownLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if regexp.MustCompile(`^[a-z]+:`).MatchString(target) {
+					continue // http://, https://, mailto:
+				}
+				path, anchor, _ := strings.Cut(target, "#")
+				file := doc
+				if path != "" {
+					file = filepath.Join(filepath.Dir(doc), path)
+					if _, err := os.Stat(file); err != nil {
+						t.Errorf("%s:%d links to %s, which does not exist", doc, n+1, target)
+						continue
+					}
+				}
+				if anchor == "" {
+					continue
+				}
+				if !strings.HasSuffix(file, ".md") {
+					t.Errorf("%s:%d links to #%s in %s, which is not Markdown", doc, n+1, anchor, path)
+					continue
+				}
+				text, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if anchors := headingAnchors(string(text)); !slices.Contains(anchors, anchor) {
+					t.Errorf("%s:%d links to %s, but %s has no heading #%s (it has %v)", doc, n+1, target, file, anchor, anchors)
+				}
+			}
+		}
+	}
+}
+
+// proseLines returns the lines of a Markdown text with those inside fenced
+// code blocks blanked, keeping the line numbers.
+func proseLines(text string) []string {
+	lines := strings.Split(text, "\n")
+	fenced := false
+	for i, line := range lines {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			lines[i] = ""
+			continue
+		}
+		if fenced {
+			lines[i] = ""
+		}
+	}
+	return lines
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of a
+// Markdown text: lower case, spaces to hyphens, anything but letters,
+// digits, hyphens and underscores dropped, -1, -2... on repeats.
+func headingAnchors(text string) []string {
+	var anchors []string
+	seen := map[string]int{}
+	for _, line := range proseLines(text) {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if k := seen[a]; k > 0 {
+			anchors = append(anchors, a+"-"+strconv.Itoa(k))
+		} else {
+			anchors = append(anchors, a)
+		}
+		seen[a]++
+	}
+	return anchors
 }
