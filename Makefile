@@ -13,7 +13,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PKGS = $$($(GO) list ./... | grep -v /faults)
 
 # The release build, like the Dockerfile's: -tags nodemo leaves out
-# `shaper demo` and its embedded nats-server and kfake (README, Deploying).
+# `shaper demo` and its embedded nats-server and kfake (docs/operations.md, Deploying).
 # make run and go run ./cmd/shaper demo keep the demo.
 build:
 	$(GO) build -tags nodemo -ldflags "$(LDFLAGS)" -o bin/shaper ./cmd/shaper

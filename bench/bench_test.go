@@ -279,3 +279,23 @@ func TestRenderPushbackSVGIsWellFormedXML(t *testing.T) {
 	}}
 	checkSVG(t, "renderPushbackSVG", renderPushbackSVG(sec), "adaptive &lt;min 5&gt; &amp; co", "limit in force", "sink capacity", "requests per second")
 }
+
+// The page says how to run a figure again, never where a run wrote its
+// files or what someone noted after the command.
+func TestReproducibleKeepsWhatIsMeasuredAndDropsWhereItWasWritten(t *testing.T) {
+	tests := []struct {
+		give, want string
+	}{
+		{"go run ./bench", "go run ./bench"},
+		{"go run ./bench -only peers -out /tmp/x", "go run ./bench -only peers"},
+		{"go run ./bench -out=/tmp/x -quick -only=lanes", "go run ./bench -quick -only lanes"},
+		{"go run ./bench -shaper /tmp/shaper -peer-cases jetstream-100 -cpuprofile cpu.out", "go run ./bench -peer-cases jetstream-100"},
+		{"go run ./bench -only peers -out /tmp/final at abc1234 (a note)", "go run ./bench -only peers"},
+		{"something else", "go run ./bench"},
+	}
+	for _, tt := range tests {
+		if got := reproducible(tt.give); got != tt.want {
+			t.Errorf("reproducible(%q) = %q; want %q", tt.give, got, tt.want)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 )
 
 // PushbackSection is how the pipeline follows a sink whose capacity steps
-// down and up again (README, "When the sink pushes back"): the same
+// down and up again (docs/multi-tenant.md, "When the sink pushes back"): the same
 // schedule of capacities behind the adaptive rate and behind a fixed rate,
 // one after the other.
 type PushbackSection struct {

@@ -226,10 +226,12 @@ func (r *Report) markdown() string {
 	p("Written by the benchmark harness (`bench/`), not by hand. To reproduce:")
 	p("")
 	p("```")
-	p("%s", r.Command)
+	p("%s", reproducible(r.Command))
 	p("```")
 	p("")
-	p("(`make bench` runs the same.) This run: %s, %.0f s%s. Flags: `-only %s`", r.Date, r.Seconds, map[bool]string{true: ", **-quick: short runs, not for publishing**"}[r.Quick], strings.Join(sections, ","))
+	p("Measured %s at commit %s on %s, %d cores%s.", r.Date, orDash(m.Commit), m.CPU, m.Cores, map[bool]string{true: " (**-quick: short runs, not for publishing**)"}[r.Quick])
+	p("")
+	p("`make bench` runs every section. Flags: `-only %s`", strings.Join(sections, ","))
 	p("runs some sections; `-quick` checks the harness in a minute or two; `-cpuprofile FILE` profiles the harness")
 	p("process (the in-process pipelines); `-shaper BIN` uses a prebuilt binary for the `shaper run` children;")
 	p("`-render benchmarks.json` rewrites this page and the pictures from saved figures, measuring nothing. To see")
@@ -496,6 +498,39 @@ func micros(us float64) string {
 	return fmt.Sprintf("%.0f µs", us)
 }
 
+// reproducible is a harness command line as a reader would run it again:
+// `go run ./bench` and the flags that choose what is measured (-only,
+// -peer-cases, -quick), without where the run wrote its files (-out,
+// -cpuprofile), the binary it used (-shaper), or any words after the flags.
+func reproducible(command string) string {
+	keep := map[string]bool{"only": true, "peer-cases": true, "quick": true}
+	valued := map[string]bool{"only": true, "peer-cases": true, "out": true, "cpuprofile": true, "shaper": true, "render": true}
+	out := []string{"go", "run", "./bench"}
+	fields, ok := strings.CutPrefix(strings.TrimSpace(command), "go run ./bench")
+	if !ok {
+		return strings.Join(out, " ")
+	}
+	args := strings.Fields(fields)
+	for i := 0; i < len(args); i++ {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if !strings.HasPrefix(args[i], "-") || !keep[name] && !valued[name] {
+			break // not a flag: a note written after the command
+		}
+		if valued[name] && !hasValue && i+1 < len(args) {
+			value, hasValue = args[i+1], true
+			i++
+		}
+		if keep[name] {
+			if hasValue {
+				out = append(out, "-"+name, value)
+			} else {
+				out = append(out, "-"+name)
+			}
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -525,7 +560,7 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 	p("`Retry-After` but keeps its limit. Every %d ms the harness samples the limit in force (`Status().LimitNow`)", s.SampleMs)
 	p("and the 2xx of the second before.")
 	if m := s.MeasuredBy; m.Command != "" {
-		p("Measured by `%s` (%s, commit %s).", m.Command, m.Date, orDash(m.Commit))
+		p("Measured by `%s` (%s, commit %s).", reproducible(m.Command), m.Date, orDash(m.Commit))
 	}
 	p("")
 	p("- *follows in*: from the step until the delivered rate is within 10%% of the new capacity and stays so for 2 s")

@@ -82,7 +82,7 @@ func crashLoop(t *testing.T, config string, sink *sinktest.Sink, n, kills int, f
 // reportCrashes logs the runs and checks them: the broker never took a
 // message as finished before the sink had it, a restart repeats only what
 // the broker did not have as finished, and nothing is lost. documented is
-// the bound the README gives for duplicates after a crash; exceeding it is
+// the bound docs/guarantees.md gives for duplicates after a crash; exceeding it is
 // logged, not failed: what a kill leaves uncommitted also depends on how
 // far the life before it got (see docs/reliability.md).
 func reportCrashes(t *testing.T, runs []crashRun, sink *sinktest.Sink, n, documented int) {
@@ -126,7 +126,7 @@ func TestCrashSIGKILLTenTimesLosesNothing(t *testing.T) {
 		}.YAML())
 		runs := crashLoop(t, config, sink, n, kills, f.finished)
 		f.settled(30 * time.Second)
-		// The README's bound: what was in flight, plus, for Kafka, what
+		// docs/guarantees.md's bound: what was in flight, plus, for Kafka, what
 		// finished since the last commit (limit × commit_interval), for
 		// JetStream the acks not yet published (limit × 50 ms, the
 		// source's natsAckEvery).

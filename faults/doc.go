@@ -5,7 +5,7 @@
 // at random moments, signals during a drain, sinks that fail, hang, refuse,
 // reset or drip, brokers that restart, Redis that dies or stalls, poison
 // input, a large backlog. Each test states in its name the promise it
-// checks; together they hold shaper to the delivery contract of SPEC §2:
+// checks; together they hold shaper to the delivery contract of docs/guarantees.md:
 // every message ends delivered or dead-lettered, nothing is lost, the rate
 // and max_in_flight hold under retries.
 //

@@ -141,7 +141,7 @@ func TestGracefulDrainWithRetriesPendingRedeliversOnlyTheUnfinished(t *testing.T
 	eachBroker(t, n, func(t *testing.T, f fixture) {
 		// After the first 60 requests and until the drain, every 10th
 		// message is answered 503 asking for 3s. Each such answer holds
-		// every departure (SPEC §9.1): so a few of them, enough to have
+		// every departure (docs/multi-tenant.md): so a few of them, enough to have
 		// retries pending at the drain, and none for the restart, which
 		// only has to deliver the rest.
 		var requests atomic.Int64

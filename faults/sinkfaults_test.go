@@ -77,7 +77,7 @@ func checkShaping(t testing.TB, sink *sinktest.Sink, limit, maxInFlight int, tim
 }
 
 // checkShapingWith is checkShaping with extra arrivals allowed in a window:
-// with rate.shared, one lease of slots (limit × 20 ms), the most the README
+// with rate.shared, one lease of slots (limit × 20 ms), the most docs/operations.md
 // lets a replica's leases exceed the limit by.
 func checkShapingWith(t testing.TB, sink *sinktest.Sink, limit, maxInFlight int, timeout time.Duration, extra int) (most100, most1s int) {
 	t.Helper()

@@ -158,7 +158,7 @@ func withAllowedHosts(hosts AdminHosts, next http.Handler) http.Handler {
 	})
 }
 
-// Admin returns the handler of the admin API (SPEC §5) over the pipelines
+// Admin returns the handler of the admin API (docs/operations.md) over the pipelines
 // that list returns at each call (a reload changes them): the status page
 // at GET /, /metrics from gatherer, /healthz, /readyz, GET /v1/pipelines,
 // GET /v1/pipelines/{name}/keys, and the changes PUT

@@ -17,7 +17,7 @@ import (
 	"github.com/shaper-dev/shaper/shaper"
 )
 
-// The circuit breaker's acceptance (SPEC §10.1) on a fake clock, with the
+// The circuit breaker's acceptance (docs/multi-tenant.md) on a fake clock, with the
 // default breaker: it tells a sink that is down from one that is degraded.
 // Each test runs the whole pipeline in a testing/synctest bubble, so 20s of
 // shaping take milliseconds and every figure is exact.

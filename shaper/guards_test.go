@@ -23,7 +23,7 @@ import (
 // maxKeyLength is key.max_length's default.
 const maxKeyLength = 256
 
-// SPEC §10.2: keys of 60 KiB reach the admin API as their sha256 form,
+// Keys of 60 KiB reach the admin API as their sha256 form,
 // and GET /v1/pipelines/{name}/keys?top=1000 stays within 1 MiB, saying
 // when it left lanes out. Sizes are asserted, not memory.
 func TestLongKeysAreHashedAndTheKeysAnswerStaysWithin1MiB(t *testing.T) {
@@ -103,7 +103,7 @@ func TestLongKeysAreHashedAndTheKeysAnswerStaysWithin1MiB(t *testing.T) {
 	}
 }
 
-// SPEC §10.2: the admin server answers 421 to a Host that is not its own
+// The admin server answers 421 to a Host that is not its own
 // (DNS rebinding: a page of evil.example, its name pointed at 127.0.0.1,
 // would read the keys), on every path; loopback names and addresses with
 // any port, and admin.allowed_hosts, are answered.

@@ -54,7 +54,7 @@ func RequestCode(err error) string {
 	return "error"
 }
 
-// Metrics are the Prometheus metrics of every pipeline in a process (SPEC §6),
+// Metrics are the Prometheus metrics of every pipeline in a process (docs/operations.md),
 // each labelled with its pipeline. Register them once with NewMetrics and
 // pass the same Metrics to every pipeline.
 type Metrics struct {

@@ -12,7 +12,7 @@ import (
 )
 
 // This file holds what makes a pipeline yield when its sink pushes back
-// (SPEC §9.1, §10.1): the gate that holds every departure while the
+// (docs/multi-tenant.md): the gate that holds every departure while the
 // operator has paused the pipeline, the sink asked to wait (Retry-After) or
 // the circuit breaker is open, and the adaptive rate that lowers the limit
 // in force at each push-back and raises it again while there is none.

@@ -14,7 +14,7 @@ import (
 )
 
 // These tests run the pipeline against real JetStream and a scripted sink
-// in real time (SPEC §9.1); they take seconds each, so they run in
+// in real time (docs/multi-tenant.md); they take seconds each, so they run in
 // parallel with one another.
 
 // rateIn returns the requests per second that reached the sink in [from,

@@ -9,7 +9,7 @@
 // from JetStream the daemon spent 15% less CPU per message than with
 // net/http in alternating rounds (143–156 against 162–187 µs), and at
 // 5000/s the requests stopped bunching on their way out (502 in any 100 ms
-// against 505–507; see the README's benchmarks).
+// against 505–507; see docs/tuning.md and docs/benchmarks.md).
 //
 // The requests are byte for byte those net/http would send: built by
 // newRequest, written by http.Request.Write, with the Accept-Encoding: gzip

@@ -1,8 +1,8 @@
 package main
 
 // Tests of the command line itself: help in every form, every flag listed,
-// --version, the environment variables flags fall back to, and the README's
-// Command line section against the help.
+// --version, the environment variables flags fall back to, and the Command line
+// section of docs/operations.md against the help.
 
 import (
 	"encoding/json"
@@ -311,16 +311,16 @@ func TestRunTakesItsConfigAndLogSettingsFromTheEnvironment(t *testing.T) {
 	}
 }
 
-// readmeCommandLine is the code block that opens the README's Command line
-// section.
-var readmeCommandLine = regexp.MustCompile("(?s)\n## Command line\n.*?```\n(.*?)```")
+// docCommandLine is the code block that opens the Command line section of
+// docs/operations.md.
+var docCommandLine = regexp.MustCompile("(?s)\n## Command line\n.*?```\n(.*?)```")
 
-func TestReadmeCommandLineIsTheHelp(t *testing.T) {
-	m := readmeCommandLine.FindSubmatch(readRepoFile(t, "../../README.md"))
+func TestDocCommandLineIsTheHelp(t *testing.T) {
+	m := docCommandLine.FindSubmatch(readRepoFile(t, "../../docs/operations.md"))
 	if m == nil {
-		t.Fatal("README.md has no code block in its Command line section")
+		t.Fatal("docs/operations.md has no code block in its Command line section")
 	}
 	if got, want := string(m[1]), usage(); got != want {
-		t.Errorf("README.md, Command line, is not what shaper --help prints; make it:\n%s", want)
+		t.Errorf("docs/operations.md, Command line, is not what shaper --help prints; make it:\n%s", want)
 	}
 }

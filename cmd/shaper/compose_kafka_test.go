@@ -1,7 +1,7 @@
 package main
 
 // Tests of the Kafka broker of deploy/docker-compose.yml: a single KRaft node
-// of a version shaper's README claims, set up so that it starts and that
+// of a version shaper's docs claim, set up so that it starts and that
 // shaper and the demo's tools can reach it. No Docker engine runs where these
 // tests run, so the settings a broker would refuse or trip over at start are
 // checked here instead.
@@ -20,7 +20,7 @@ import (
 var kafkaImageRE = regexp.MustCompile(`^apache/kafka:(\d+)\.(\d+)\.(\d+)$`)
 
 // claimedKafka reports whether shaper claims to work with Apache Kafka
-// major.minor.patch (README, Deploying): 3.x from 3.3, where KRaft became
+// major.minor.patch (docs/operations.md, Deploying): 3.x from 3.3, where KRaft became
 // ready for production, and 4.x but 4.0.0, which refused the JoinGroup v1
 // that kafka-go up to v0.4.47 sent. Nothing newer is claimed until someone
 // has looked at what it removed.
@@ -107,7 +107,7 @@ func TestComposeKafkaIsOneKRaftNodeOfAClaimedVersion(t *testing.T) {
 		v[i], _ = strconv.Atoi(m[i+1])
 	}
 	if !claimedKafka(v[0], v[1], v[2]) {
-		t.Errorf("Kafka %d.%d.%d is not a version shaper claims (3.3 to 3.x, 4.0.1 to 4.x): change the README's claim with it", v[0], v[1], v[2])
+		t.Errorf("Kafka %d.%d.%d is not a version shaper claims (3.3 to 3.x, 4.0.1 to 4.x): change the claim in docs/operations.md with it", v[0], v[1], v[2])
 	}
 	if brokerName == "" {
 		t.Fatal("no service runs the Kafka broker (KAFKA_PROCESS_ROLES)")

@@ -14,7 +14,7 @@ import (
 const tagline = `shaper: shape bursts from Kafka or NATS into a steady rate of requests to an
 HTTP endpoint, a Kafka topic or a NATS subject.`
 
-// exitCodes ends the help (SPEC §3).
+// exitCodes ends the help.
 const exitCodes = `Exit codes: 0 success (including a graceful drain), 1 runtime failure or a
 forced stop (SIGQUIT, or a second signal 1 s or more after the first),
 2 usage or config error.`

@@ -283,7 +283,7 @@ func TestKafkaOrderedKeysKeepSourceOrderAcrossRebalances(t *testing.T) {
 // key.ordered on JetStream across a SIGKILL: what the dead process held
 // comes back only once its ack_wait has passed, after the newer messages
 // JetStream had not yet handed out, so a key with a message held at the
-// crash sees that one after newer ones. README ("Keys") says so. Nothing is
+// crash sees that one after newer ones. docs/multi-tenant.md ("Keys") says so. Nothing is
 // lost, and no more messages come out of order than the bucket held.
 func TestJetStreamOrderedKeysAcrossASIGKILLReorderOnlyWhatWasHeld(t *testing.T) {
 	const keys, each, capacity = 3, 30, 10

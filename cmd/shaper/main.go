@@ -1,6 +1,6 @@
 // Command shaper consumes messages from Kafka or NATS into a bounded leaky
 // bucket and drains it at a fixed rate to a sink (HTTP, or a Kafka topic or
-// NATS subject). See the README for the whole story; this package only
+// NATS subject). See the README and docs/ for the whole story; this package only
 // parses the command line, wires config to parts, and sets the Go runtime
 // for the pipelines it runs: its threads (procs.go) and its heap floor
 // (heap.go).
@@ -20,7 +20,7 @@ import (
 	"syscall"
 )
 
-// Exit codes (SPEC §3).
+// Exit codes (docs/operations.md, Command line).
 const (
 	exitOK      = 0
 	exitRuntime = 1

@@ -36,7 +36,7 @@ type replayArgs struct {
 
 // replayCmd runs one pipeline of a config over a bounded range of its
 // source (or of its dead letters), and exits 0 once every message in the
-// range has a final outcome (SPEC §9.4). The first SIGINT/SIGTERM drains
+// range has a final outcome (docs/replay.md). The first SIGINT/SIGTERM drains
 // the bucket as run does, the second stops at once; either way it prints
 // the command that replays what is left.
 func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io.Writer) error {

@@ -79,7 +79,7 @@ func TestSchemaValidatesEveryExampleConfig(t *testing.T) {
 		}
 	}
 	whole := 0
-	for _, doc := range []string{"../../README.md", "../../deploy/README.md"} {
+	for _, doc := range docFiles(t) {
 		text, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -218,23 +218,23 @@ func TestSchemaDescribesKeysFromTheirDocComments(t *testing.T) {
 	}
 }
 
-// The README's configuration table has a row for every key of the schema
+// The configuration table of docs/configuration.md has a row for every key of the schema
 // and no row for a key it lacks, so neither can drift. A row's keys are
 // pipeline keys (source.kafka.topic) unless they start with admin.,
 // shutdown. or pipelines; `.group` after `source.kafka.topic` is
 // source.kafka.group; * stands for one key (sink.*.timeout). A key under a
 // row's key (rate.shared.redis.addr) may be named in the row's meaning
 // instead (`addr`).
-func TestReadmeConfigurationTableListsEveryKeyOfTheSchema(t *testing.T) {
+func TestConfigurationDocListsEveryKeyOfTheSchema(t *testing.T) {
 	_, out := compiledSchema(t)
 	var schema map[string]any
 	if err := json.Unmarshal(out, &schema); err != nil {
 		t.Fatal(err)
 	}
 	leaves, all := schemaKeys(schema)
-	rows := readmeConfigRows(t)
+	rows := configDocRows(t)
 	if len(rows) < 20 {
-		t.Fatalf("found %d rows in the README's configuration table; want it all", len(rows))
+		t.Fatalf("found %d rows in the table of docs/configuration.md; want it all", len(rows))
 	}
 	for _, leaf := range leaves {
 		parent, last := leaf[:strings.LastIndex(leaf, ".")], leaf[strings.LastIndex(leaf, ".")+1:]
@@ -246,13 +246,13 @@ func TestReadmeConfigurationTableListsEveryKeyOfTheSchema(t *testing.T) {
 			}
 		}
 		if !listed {
-			t.Errorf("README's configuration table lacks key %s", strings.TrimPrefix(leaf, "pipelines[]."))
+			t.Errorf("docs/configuration.md's table lacks key %s", strings.TrimPrefix(leaf, "pipelines[]."))
 		}
 	}
 	for _, r := range rows {
 		for i, k := range r.keys {
 			if !slices.ContainsFunc(all, k.MatchString) {
-				t.Errorf("README's configuration table lists %s, which the schema lacks", r.names[i])
+				t.Errorf("docs/configuration.md's table lists %s, which the schema lacks", r.names[i])
 			}
 		}
 	}
@@ -294,7 +294,7 @@ func schemaKeys(schema map[string]any) (leaves, all []string) {
 	return leaves, all
 }
 
-// configRow is a row of the README's configuration table.
+// configRow is a row of the table of docs/configuration.md.
 type configRow struct {
 	names   []string         // its keys as written, shorthand expanded
 	keys    []*regexp.Regexp // each a whole key path of the schema
@@ -303,17 +303,17 @@ type configRow struct {
 
 var backticked = regexp.MustCompile("`([^`]+)`")
 
-// readmeConfigRows reads the key table of the README's Configuration
-// section.
-func readmeConfigRows(t *testing.T) []configRow {
+// configDocRows reads the key table of the Keys section of
+// docs/configuration.md.
+func configDocRows(t *testing.T) []configRow {
 	t.Helper()
-	text, err := os.ReadFile("../../README.md")
+	text, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(text), "\n## Configuration\n")
+	_, section, ok := strings.Cut(string(text), "\n## Keys\n")
 	if !ok {
-		t.Fatal("README has no ## Configuration section")
+		t.Fatal("docs/configuration.md has no ## Keys section")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var rows []configRow
