@@ -128,9 +128,9 @@ func newLiveCollector() *liveCollector {
 		rateLimit: prometheus.NewDesc("shaper_rate_limit",
 			"Rate limit in force, requests per second (after warm-up, a run-time change, a fallback or the adaptive rate).", []string{"pipeline"}, nil),
 		throttled: prometheus.NewDesc("shaper_throttled_total",
-			"Attempts the sink answered 429 or 503 with Retry-After; they pause every departure and spend no attempt.", []string{"pipeline"}, nil),
+			"Attempts the sink answered 429 or 503 with Retry-After; they pause their destination's departures and spend no attempt.", []string{"pipeline"}, nil),
 		breakerOpen: prometheus.NewDesc("shaper_breaker_open",
-			"1 while the circuit breaker holds departures (open, or one probe in flight), else 0; with key.from: host, how many hosts' breakers do.", []string{"pipeline"}, nil),
+			"How many destinations' circuit breakers hold departures now (open, or one probe in flight): 1 or 0 with one destination.", []string{"pipeline"}, nil),
 		keysActive: prometheus.NewDesc("shaper_keys_active",
 			"Lanes held now: keys with a message in the bucket (1 without key:).", []string{"pipeline"}, nil),
 		keyOverflow: prometheus.NewDesc("shaper_key_overflow_total",
@@ -178,7 +178,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		_, expired := p.recent.counts(now)
 		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.GaugeValue, float64(expired)/recentWindow, name)
 		throttled, open, paused := p.gate.counts()
-		hostThrottled, hostsOpen := p.bucket.gateCounts() // key.from: host: each host's own
+		hostThrottled, hostsOpen := p.bucket.gateCounts() // each destination's own
 		ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(throttled+hostThrottled), name)
 		ch <- prometheus.MustNewConstMetric(c.breakerOpen, prometheus.GaugeValue, b2f(open)+float64(hostsOpen), name)
 		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, b2f(paused), name)

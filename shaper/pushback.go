@@ -34,7 +34,7 @@ type gate struct {
 	// changed wakes the scheduler when a hold ends or changes.
 	changed func()
 	// waiting counts the messages held, for the log line at a hold's end;
-	// nil for a host's own gate (key.from: host), which does not log it.
+	// nil for a destination's gate, which does not log it.
 	waiting func() int
 	// jitter returns a uniform value in [0, n): rand.Int64N.
 	jitter func(n int64) int64
