@@ -521,7 +521,7 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 	p("run through the same schedule one after the other (embedded JetStream → shaper.Pipeline → HTTP sink, in the")
 	p("harness process; %d messages published first, bucket capacity 500, max_in_flight 8, max_queue_time 5m, so the", s.Messages)
 	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8,", s.Limit)
-	p("increase 2/s), and a fixed %g/s without adaptive: today's daemon, which pauses every departure for a", s.Limit)
+	p("increase 2/s, then doubling), and a fixed %g/s without adaptive: today's daemon, which pauses every departure for a", s.Limit)
 	p("`Retry-After` but keeps its limit. Every %d ms the harness samples the limit in force (`Status().LimitNow`)", s.SampleMs)
 	p("and the 2xx of the second before.")
 	if m := s.MeasuredBy; m.Command != "" {
