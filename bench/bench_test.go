@@ -245,9 +245,10 @@ func TestMeasurePushbackCountsEachStepsSteadyState(t *testing.T) {
 	// Step 2 (2-4 s, steady from 3 s): 2xx at 2.5 3.5, 429s at 2.6 3.6.
 	ok := at(100, 400, 1100, 1400, 1700, 2500, 3500)
 	refused := at(1800, 2600, 3600)
+	// The limit in force: 3 to 2.5 s, then 1.
 	var limits []limitAt
 	for ms := 500.0; ms <= 4000; ms += 500 {
-		limits = append(limits, limitAt{at: at(ms)[0], limit: 3})
+		limits = append(limits, limitAt{at: at(ms)[0], limit: map[bool]float64{true: 3, false: 1}[ms <= 2500]})
 	}
 	run := measurePushback(sec, t0, ok, refused, limits)
 	if len(run.Samples) != 8 || run.Samples[3].T != 2 || run.Samples[3].Delivered != 3 || run.Samples[3].Capacity != 1 || run.Samples[3].Throttled != 1 {
@@ -257,8 +258,8 @@ func TestMeasurePushbackCountsEachStepsSteadyState(t *testing.T) {
 		t.Errorf("run: %d requests, %d 429s, %d delivered of %d; want 10, 3, 7 of 8", run.Requests, run.Throttled, run.Delivered, run.Admissible)
 	}
 	want := []PushbackFollow{
-		{At: 0, Capacity: 3, SteadyRate: 3, SteadyRequests: 4, SteadyThrottled: 1, SteadyThrottledPct: 25},
-		{At: 2, Capacity: 1, SteadyRate: 1, SteadyRequests: 2, SteadyThrottled: 1, SteadyThrottledPct: 50},
+		{At: 0, Capacity: 3, LimitSeconds: 0.5, SteadyRate: 3, SteadyRequests: 4, SteadyThrottled: 1, SteadyThrottledPct: 25},
+		{At: 2, Capacity: 1, LimitSeconds: 1, SteadyRate: 1, SteadyRequests: 2, SteadyThrottled: 1, SteadyThrottledPct: 50},
 	}
 	for i, w := range want {
 		got := run.Steps[i]
