@@ -258,14 +258,21 @@ func TestMeasurePushbackCountsEachStepsSteadyState(t *testing.T) {
 		t.Errorf("run: %d requests, %d 429s, %d delivered of %d; want 10, 3, 7 of 8", run.Requests, run.Throttled, run.Delivered, run.Admissible)
 	}
 	want := []PushbackFollow{
-		{At: 0, Capacity: 3, LimitSeconds: 0.5, SteadyRate: 3, SteadyRequests: 4, SteadyThrottled: 1, SteadyThrottledPct: 25},
-		{At: 2, Capacity: 1, LimitSeconds: 1, SteadyRate: 1, SteadyRequests: 2, SteadyThrottled: 1, SteadyThrottledPct: 50},
+		{At: 0, Capacity: 3, SteadyRate: 3, SteadyRequests: 4, SteadyThrottled: 1, SteadyThrottledPct: 25},
+		{At: 2, Capacity: 1, SteadyRate: 1, SteadyRequests: 2, SteadyThrottled: 1, SteadyThrottledPct: 50},
 	}
 	for i, w := range want {
 		got := run.Steps[i]
-		got.FollowSeconds = 0
+		got.FollowSeconds, got.LimitSeconds = 0, nil
 		if got != w {
 			t.Errorf("step %d = %+v; want %+v", i, got, w)
+		}
+	}
+	// The limit in force is within 10% of 3 from the first sample, of 1
+	// from 3 s (a second after the step).
+	for i, want := range []float64{0.5, 1} {
+		if got := run.Steps[i].LimitSeconds; got == nil || *got != want {
+			t.Errorf("step %d: limit within 10%% after %v s; want %v", i, got, want)
 		}
 	}
 	if run.SteadyRequests != 6 || run.SteadyThrottled != 2 {

@@ -80,8 +80,9 @@ type PushbackFollow struct {
 	// next step.
 	FollowSeconds float64 `json:"follow_seconds"`
 	// LimitSeconds is the time from the step until the limit in force is
-	// first within 10% of the capacity; -1: not before the next step.
-	LimitSeconds float64 `json:"limit_seconds"`
+	// first within 10% of the capacity; -1: not before the next step (nil:
+	// not measured).
+	LimitSeconds *float64 `json:"limit_seconds,omitempty"`
 	// Over the steady state: the rate delivered (2xx per second), the
 	// requests and the 429s among them.
 	SteadyRate         float64 `json:"steady_rate"`
@@ -371,13 +372,15 @@ func measurePushback(sec *PushbackSection, origin time.Time, ok, refused []time.
 			next = sec.Steps[i+1].At
 		}
 		from, to := at(st.At+sec.SettleSeconds), at(next)
-		f := PushbackFollow{At: st.At, Capacity: st.Capacity, FollowSeconds: followTime(run.Samples, st.At, next, st.Capacity), LimitSeconds: -1}
+		f := PushbackFollow{At: st.At, Capacity: st.Capacity, FollowSeconds: followTime(run.Samples, st.At, next, st.Capacity)}
+		limit := -1.0
 		for _, sm := range run.Samples {
 			if sm.T >= st.At && sm.T < next && math.Abs(sm.Limit-float64(st.Capacity)) <= pushbackWithin*float64(st.Capacity) {
-				f.LimitSeconds = round2(sm.T - st.At)
+				limit = round2(sm.T - st.At)
 				break
 			}
 		}
+		f.LimitSeconds = &limit
 		delivered := len(between(ok, from, to))
 		f.SteadyThrottled = len(between(refused, from, to))
 		f.SteadyRequests = delivered + f.SteadyThrottled

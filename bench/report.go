@@ -150,9 +150,10 @@ func evaluateGoals(r *Report) []Goal {
 			}
 		}
 		add("push-back, adaptive: < 5% of requests throttled (429) in steady state", worstPct < 5, "worst step %.1f%% (at %d/s); all steady states %.1f%%", worstPct, at, a.SteadyThrottledPct)
-		if up := a.Steps[len(a.Steps)-1]; len(a.Steps) > 1 && up.Capacity > a.Steps[len(a.Steps)-2].Capacity {
+		if up := a.Steps[len(a.Steps)-1]; len(a.Steps) > 1 && up.Capacity > a.Steps[len(a.Steps)-2].Capacity && up.LimitSeconds != nil {
+			in := *up.LimitSeconds
 			add(fmt.Sprintf("push-back, adaptive: the limit in force within 10%% of the raised capacity ≤ 5 s after the step up to %d/s", up.Capacity),
-				up.LimitSeconds >= 0 && up.LimitSeconds <= 5, "%s", followText(up.LimitSeconds))
+				in >= 0 && in <= 5, "%s", followText(in))
 		}
 	}
 	if d := r.Pushback.twoDestinations(); d != nil {
@@ -528,16 +529,17 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 	p("its capacity steps %s (at %s s from its first request, %.0f s in all). Two pipelines", scheduleText(s.Steps), stepTimes(s.Steps), s.Seconds)
 	p("run through the same schedule one after the other (embedded JetStream → shaper.Pipeline → HTTP sink, in the")
 	p("harness process; %d messages published first, bucket capacity 500, max_in_flight 8, max_queue_time 5m, so the", s.Messages)
-	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8,", s.Limit)
-	p("increase 2/s, then doubling), and a fixed %g/s without adaptive: today's daemon, which pauses every departure for a", s.Limit)
-	p("`Retry-After` but keeps its limit. Every %d ms the harness samples the limit in force (`Status().LimitNow`)", s.SampleMs)
+	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8, increase", s.Limit)
+	p("2/s for three seconds after a push-back, then a step doubling each second), and a fixed %g/s without adaptive,", s.Limit)
+	p("which pauses every departure for a `Retry-After` but keeps its limit. Every %d ms the harness samples the", s.SampleMs)
+	p("limit in force (`Status().LimitNow`)")
 	p("and the 2xx of the second before.")
 	if m := s.MeasuredBy; m.Command != "" {
 		p("Measured by `%s` (%s, commit %s).", m.Command, m.Date, orDash(m.Commit))
 	}
 	p("")
 	p("- *follows in*: from the step until the delivered rate is within 10%% of the new capacity and stays so for 2 s")
-	p("  (—: not before the next step).")
+	p("  (—: not before the next step); *limit in force within 10%% in*: until the sampled limit first is.")
 	p("- *steady state*: from %.0f s after the step to the next one: the delivered rate, and the share of requests", s.SettleSeconds)
 	p("  answered 429.")
 	p("")
@@ -557,8 +559,8 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 				follow = mark(follow, f.FollowSeconds < 0 || f.FollowSeconds > 5)
 			}
 			limit := "—"
-			if f.LimitSeconds >= 0 {
-				limit = fmt.Sprintf("%.1f s", f.LimitSeconds)
+			if f.LimitSeconds != nil && *f.LimitSeconds >= 0 {
+				limit = fmt.Sprintf("%.1f s", *f.LimitSeconds)
 			}
 			p("| %s | %d/s from %g s | %s | %s | %.1f/s (%.0f%% of capacity) | %s |", run.Name, f.Capacity, f.At, follow, limit,
 				f.SteadyRate, 100*f.SteadyRate/float64(f.Capacity),
