@@ -21,15 +21,14 @@ func TestTheAdaptiveRateProbesUpwardAndStartsAgainAtAPushBack(t *testing.T) {
 		events string
 		want   []float64
 	}{
-		{"three rises of increase, then 15% of the limit, doubling each second", 24, "+++++++",
-			[]float64{26, 28, 30, 34.5, 44.85, 71.76, 100}},
+		{"three rises of increase, then the step doubles each second", 24, "++++++++",
+			[]float64{26, 28, 30, 34, 42, 58, 90, 100}},
 		{"a push-back starts the rise again from increase", 24, "+++++p+++++",
-			[]float64{26, 28, 30, 34.5, 44.85, 35.88, 35.88, 37.88, 39.88, 41.88, 48.16}},
+			[]float64{26, 28, 30, 34, 42, 33.6, 33.6, 35.6, 37.6, 39.6, 43.6}},
 		{"a push-back in the same round trip lowers nothing but starts the rise again", 24, "++++p++++o+++++",
-			[]float64{26, 28, 30, 34.5, 27.6, 27.6, 29.6, 31.6, 33.6, 33.6, 33.6, 35.6, 37.6, 39.6, 45.54}},
+			[]float64{26, 28, 30, 34, 27.2, 27.2, 29.2, 31.2, 33.2, 33.2, 33.2, 35.2, 37.2, 39.2, 43.2}},
 		{"a held second neither rises nor starts the rise again", 24, "++++h+++",
-			[]float64{26, 28, 30, 34.5, 34.5, 34.5, 44.85, 71.76}},
-		{"at least increase", 6, "++++", []float64{8, 10, 12, 14}},
+			[]float64{26, 28, 30, 34, 34, 34, 42, 58}},
 		{"never below min", 6, "pp+", []float64{5, 5, 5}},
 		{"never above the ceiling", 97, "++++", []float64{99, 100, 100, 100}},
 	}
@@ -89,8 +88,8 @@ func TestTheAdaptiveRateTellsHowLongItWasBelowTheCeiling(t *testing.T) {
 		}
 		cur = limit
 	}
-	// 50 → 60 → 70 → 80 → 92 → 100 (ticks 2 to 6).
-	if recovered != 6*time.Second {
-		t.Errorf("below the ceiling for %v; want 6s", recovered)
+	// 50 → 60 → 70 → 80 → 100 (ticks 2 to 5).
+	if recovered != 5*time.Second {
+		t.Errorf("below the ceiling for %v; want 5s", recovered)
 	}
 }

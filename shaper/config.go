@@ -130,7 +130,7 @@ type PerKeyRate struct {
 // multiplies the limit in force by Decrease, at most once per round trip
 // and never below Min; each second without push-back raises it, up to
 // rate.limit: by Increase for the first three seconds after a push-back,
-// then by a share of itself that doubles each second (15%, 30%, 60%, ...)
+// then by a step that doubles each second (2×Increase, 4×Increase, ...)
 // until the next push-back.
 type AdaptiveConfig struct {
 	// Min is the lowest limit it goes to. Default 5, or rate.limit when

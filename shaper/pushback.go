@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/bits"
 	"math/rand/v2"
 	"sync"
@@ -298,13 +297,12 @@ func (g *gate) counts() (throttled int64, open, paused bool) {
 // adaptive decides the limit in force of rate.adaptive: it falls by Decrease at
 // a push-back, at most once per round trip, and rises each second without
 // one, between Min and the ceiling. The rise probes: Increase for each of
-// the first adaptiveProbeAfter seconds after a push-back, then a share of
-// the limit that starts at adaptiveProbeShare and doubles each second
-// (15%, 30%, 60%, ...) until the next push-back starts again from
-// Increase. Near a capacity the sink has just shown, the limit creeps up
-// to it as an additive rise does, so a sink that pushes back every few
-// seconds is probed as gently; a sink that takes more than it did is
-// found in a few seconds, at any limit, rather than one Increase a second.
+// the first adaptiveProbeAfter seconds after a push-back, then a step that
+// doubles each second (2×Increase, 4×Increase, ...) until the next
+// push-back starts again from Increase. Near a capacity the sink has just shown, the
+// limit creeps up to it, as an additive rise does, and a sink that pushes
+// back every few seconds is probed as gently; a sink that takes more than
+// it did is found in a few seconds rather than one Increase a second.
 type adaptive struct {
 	cfg AdaptiveConfig
 
@@ -317,17 +315,15 @@ type adaptive struct {
 	// when the limit first fell below the ceiling (zero: at the ceiling).
 	pushed   bool
 	lowSince time.Time
-	// rises counts the rises since the last push-back.
+	// rises counts the rises since the last push-back, and step is the
+	// last one's size (0: none yet).
 	rises int
+	step  float64
 }
 
 // adaptiveProbeAfter is how many rises of Increase follow a push-back
-// before the limit rises by a share of itself, adaptiveProbeShare at
-// first, doubling each second.
-const (
-	adaptiveProbeAfter = 3
-	adaptiveProbeShare = 0.15
-)
+// before the step starts doubling.
+const adaptiveProbeAfter = 3
 
 func newAdaptive(cfg AdaptiveConfig, ceiling float64) *adaptive {
 	return &adaptive{cfg: cfg, ceiling: ceiling}
@@ -339,7 +335,7 @@ func (a *adaptive) pushback(start, now time.Time, cur float64) (float64, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.pushed = true
-	a.rises = 0
+	a.rises, a.step = 0, 0
 	if start.Before(a.decreased) {
 		return 0, false
 	}
@@ -365,11 +361,12 @@ func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool
 		return 0, false, 0
 	}
 	a.rises++
-	limit = cur + a.cfg.Increase
-	if n := a.rises - adaptiveProbeAfter; n > 0 {
-		limit = max(limit, cur*(1+adaptiveProbeShare*math.Exp2(float64(min(n-1, 30)))))
+	if a.rises <= adaptiveProbeAfter || a.step == 0 {
+		a.step = a.cfg.Increase
+	} else {
+		a.step *= 2
 	}
-	limit = min(a.ceiling, limit)
+	limit = min(a.ceiling, cur+a.step)
 	if limit >= a.ceiling && !a.lowSince.IsZero() {
 		recovered = now.Sub(a.lowSince)
 		a.lowSince = time.Time{}
@@ -399,7 +396,7 @@ func (a *adaptive) setCeilingIfChanged(limit float64) {
 	defer a.mu.Unlock()
 	if a.ceiling != limit {
 		a.ceiling, a.lowSince = limit, time.Time{}
-		a.rises = 0
+		a.rises, a.step = 0, 0
 	}
 }
 
@@ -409,7 +406,7 @@ func (a *adaptive) setCeiling(limit float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ceiling, a.lowSince = limit, time.Time{}
-	a.rises = 0
+	a.rises, a.step = 0, 0
 }
 
 // pushedBack tells the gate and the adaptive rate how an attempt of t that
