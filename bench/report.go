@@ -532,8 +532,7 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8, increase", s.Limit)
 	p("2/s for three seconds after a push-back, then a step doubling each second), and a fixed %g/s without adaptive,", s.Limit)
 	p("which pauses every departure for a `Retry-After` but keeps its limit. Every %d ms the harness samples the", s.SampleMs)
-	p("limit in force (`Status().LimitNow`)")
-	p("and the 2xx of the second before.")
+	p("limit in force (`Status().LimitNow`) and the 2xx of the second before.")
 	if m := s.MeasuredBy; m.Command != "" {
 		p("Measured by `%s` (%s, commit %s).", m.Command, m.Date, orDash(m.Commit))
 	}
@@ -600,7 +599,7 @@ func twoDestinationsMarkdown(p func(string, ...any), d *TwoDestinations) {
 	p("### Two destinations, one held")
 	p("")
 	p("One pipeline (embedded JetStream → shaper.Pipeline → HTTP sink, in the harness process), `rate.limit` %g, whose", d.Limit)
-	p("%d messages name in turn two destinations (`url_from: json:url`, `allowed_hosts` 127.0.0.1 and 127.0.0.2,", d.Published)
+	p("%s messages name in turn two destinations (`url_from: json:url`, `allowed_hosts` 127.0.0.1 and 127.0.0.2,", thousands(d.Published))
 	p("`allow_private: true`, no `key:`: each destination a lane): A, a sink on 127.0.0.1 that answers 429")
 	p("`Retry-After: %d` to every request, and B, one on 127.0.0.2 that answers 204. `bucket: {capacity: %d,", d.RetryAfter, d.Capacity)
 	p("max_queue_time: %gs, on_expire: drop}` (`per_key_capacity` %d by default), `retry.max_backoff` above the", d.MaxQueueTime, d.PerKeyCapacity)
