@@ -7,7 +7,9 @@ import (
 )
 
 // The adaptive rate on explicit times, one event a second: a tick without
-// push-back ('+'), a push-back to an attempt that started that second
+// push-back ('+'), the limit in force lowered by someone else (another
+// replica under rate.shared) to 80% before a tick ('s'), a push-back to an
+// attempt that started that second
 // ('p'), one to an attempt that started before the last decrease ('o': it
 // answers the limit already lowered), a second the gate held ('h'). The
 // tick after a push-back or a hold raises nothing. want is the limit in
@@ -29,6 +31,8 @@ func TestTheAdaptiveRateProbesUpwardAndStartsAgainAtAPushBack(t *testing.T) {
 			[]float64{26, 28, 30, 34, 27.2, 27.2, 29.2, 31.2, 33.2, 33.2, 33.2, 35.2, 37.2, 39.2, 43.2}},
 		{"a held second neither rises nor starts the rise again", 24, "++++h+++",
 			[]float64{26, 28, 30, 34, 34, 34, 42, 58}},
+		{"a limit lowered by someone else starts the rise again", 24, "++++s+++++",
+			[]float64{26, 28, 30, 34, 29.2, 31.2, 33.2, 37.2, 45.2, 61.2}},
 		{"never below min", 6, "pp+", []float64{5, 5, 5}},
 		{"never above the ceiling", 97, "++++", []float64{99, 100, 100, 100}},
 	}
@@ -54,6 +58,11 @@ func TestTheAdaptiveRateProbesUpwardAndStartsAgainAtAPushBack(t *testing.T) {
 					}
 				case 'h':
 					a.hold()
+				case 's':
+					cur *= 0.8
+					if limit, changed, _ := a.tick(now, cur); changed {
+						cur = limit
+					}
 				}
 				got = append(got, math.Round(cur*100)/100)
 			}

@@ -316,9 +316,11 @@ type adaptive struct {
 	pushed   bool
 	lowSince time.Time
 	// rises counts the rises since the last push-back, and step is the
-	// last one's size (0: none yet).
+	// last one's size (0: none yet); set is the limit it last put in
+	// force (0: none).
 	rises int
 	step  float64
+	set   float64
 }
 
 // adaptiveProbeAfter is how many rises of Increase follow a push-back
@@ -340,7 +342,7 @@ func (a *adaptive) pushback(start, now time.Time, cur float64) (float64, bool) {
 		return 0, false
 	}
 	next := max(a.cfg.Min, cur*a.cfg.Decrease)
-	a.decreased = now
+	a.decreased, a.set = now, next
 	if a.lowSince.IsZero() {
 		a.lowSince = now
 	}
@@ -360,6 +362,11 @@ func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool
 	if cur >= a.ceiling {
 		return 0, false, 0
 	}
+	if cur < a.set*(1-1e-9) {
+		// Lowered by someone else: another replica's push-back, under
+		// rate.shared. The rise starts again, as at a push-back here.
+		a.rises, a.step = 0, 0
+	}
 	a.rises++
 	if a.rises <= adaptiveProbeAfter || a.step == 0 {
 		a.step = a.cfg.Increase
@@ -367,6 +374,7 @@ func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool
 		a.step *= 2
 	}
 	limit = min(a.ceiling, cur+a.step)
+	a.set = limit
 	if limit >= a.ceiling && !a.lowSince.IsZero() {
 		recovered = now.Sub(a.lowSince)
 		a.lowSince = time.Time{}
