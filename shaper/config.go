@@ -131,7 +131,7 @@ type PerKeyRate struct {
 // and never below Min; each second without push-back raises it, up to
 // rate.limit: by Increase for the first three seconds after a push-back,
 // then by a step that doubles each second (2×Increase, 4×Increase, ...)
-// until the next push-back.
+// until the next push-back (with rate.shared, any replica's).
 type AdaptiveConfig struct {
 	// Min is the lowest limit it goes to. Default 5, or rate.limit when
 	// that is lower.
