@@ -245,9 +245,10 @@ func TestMeasurePushbackCountsEachStepsSteadyState(t *testing.T) {
 	// Step 2 (2-4 s, steady from 3 s): 2xx at 2.5 3.5, 429s at 2.6 3.6.
 	ok := at(100, 400, 1100, 1400, 1700, 2500, 3500)
 	refused := at(1800, 2600, 3600)
+	// The limit in force: 3 to 2.5 s, then 1.
 	var limits []limitAt
 	for ms := 500.0; ms <= 4000; ms += 500 {
-		limits = append(limits, limitAt{at: at(ms)[0], limit: 3})
+		limits = append(limits, limitAt{at: at(ms)[0], limit: map[bool]float64{true: 3, false: 1}[ms <= 2500]})
 	}
 	run := measurePushback(sec, t0, ok, refused, limits)
 	if len(run.Samples) != 8 || run.Samples[3].T != 2 || run.Samples[3].Delivered != 3 || run.Samples[3].Capacity != 1 || run.Samples[3].Throttled != 1 {
@@ -262,9 +263,16 @@ func TestMeasurePushbackCountsEachStepsSteadyState(t *testing.T) {
 	}
 	for i, w := range want {
 		got := run.Steps[i]
-		got.FollowSeconds = 0
+		got.FollowSeconds, got.LimitSeconds = 0, nil
 		if got != w {
 			t.Errorf("step %d = %+v; want %+v", i, got, w)
+		}
+	}
+	// The limit in force is within 10% of 3 from the first sample, of 1
+	// from 3 s (a second after the step).
+	for i, want := range []float64{0.5, 1} {
+		if got := run.Steps[i].LimitSeconds; got == nil || *got != want {
+			t.Errorf("step %d: limit within 10%% after %v s; want %v", i, got, want)
 		}
 	}
 	if run.SteadyRequests != 6 || run.SteadyThrottled != 2 {

@@ -39,6 +39,14 @@ type pipelineSpec struct {
 	capacity    int
 	// maxQueueTime is bucket.max_queue_time; 0 means a minute.
 	maxQueueTime time.Duration
+	// urlFrom, instead of sinkURL, takes each message's URL from it,
+	// allowing allowedHosts (private addresses too).
+	urlFrom      string
+	allowedHosts []string
+	// onExpire is bucket.on_expire, and maxBackoff retry.max_backoff (the
+	// longest Retry-After honoured); empty, 0: the defaults.
+	onExpire   string
+	maxBackoff time.Duration
 }
 
 func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
@@ -51,11 +59,11 @@ func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
 	cfg := config.File{Pipelines: []config.Pipeline{{
 		Name:   spec.name,
 		Source: spec.source,
-		Bucket: shaper.BucketConfig{Capacity: spec.capacity, MaxQueueTime: maxQueueTime},
+		Bucket: shaper.BucketConfig{Capacity: spec.capacity, MaxQueueTime: maxQueueTime, OnExpire: spec.onExpire},
 		Rate:   config.Rate{RateConfig: spec.rate},
 		Sink: config.Sink{HTTP: &sinks.HTTPConfig{
-			URL:            spec.sinkURL,
-			DeliveryConfig: shaper.DeliveryConfig{MaxInFlight: spec.maxInFlight},
+			URL: spec.sinkURL, URLFrom: spec.urlFrom, AllowedHosts: spec.allowedHosts, AllowPrivate: spec.urlFrom != "",
+			DeliveryConfig: shaper.DeliveryConfig{MaxInFlight: spec.maxInFlight, Retry: shaper.RetryConfig{MaxBackoff: spec.maxBackoff}},
 		}},
 	}}}
 	cfg.SetDefaults()
@@ -81,7 +89,7 @@ func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
 	if pc.Source.Kafka != nil {
 		src, err = sources.NewKafka(*pc.Source.Kafka, pc.Bucket.Capacity, "shaper-bench-"+spec.name, nil)
 	} else {
-		src, err = sources.NewJetStream(*pc.Source.NATS, pc.Bucket.Capacity, "shaper-bench-"+spec.name, nil)
+		src, err = sources.NewJetStream(*pc.Source.NATS, pc.Pending(), "shaper-bench-"+spec.name, nil)
 	}
 	if err != nil {
 		_ = sink.Close(context.Background())
@@ -89,8 +97,9 @@ func startPipeline(ctx context.Context, spec pipelineSpec) (*running, error) {
 	}
 	p := shaper.New(pc.Core(), shaper.Parts{
 		Source: src, Sink: sink, Limiter: probe,
-		Metrics:      shaper.NewMetrics(prometheus.NewRegistry()),
-		DrainTimeout: time.Second,
+		DestinationLimiter: pc.Rate.DestinationLimiter(),
+		Metrics:            shaper.NewMetrics(prometheus.NewRegistry()),
+		DrainTimeout:       time.Second,
 	})
 	rctx, cancel := context.WithCancel(ctx)
 	r := &running{p: p, probe: probe, cancel: cancel, done: make(chan error, 1)}

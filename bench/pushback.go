@@ -30,6 +30,8 @@ type PushbackSection struct {
 	Messages      int           `json:"messages"`
 	Load          Load          `json:"load"`
 	Runs          []PushbackRun `json:"runs"`
+	// TwoDestinations is the run with one destination held (issue 30).
+	TwoDestinations *TwoDestinations `json:"two_destinations,omitempty"`
 	// MeasuredBy is the run that measured the section, which stays with it
 	// when it is merged into the report of another run.
 	MeasuredBy Provenance `json:"measured_by"`
@@ -77,6 +79,10 @@ type PushbackFollow struct {
 	// within 10% of the capacity and stays so for 2 s; -1: not before the
 	// next step.
 	FollowSeconds float64 `json:"follow_seconds"`
+	// LimitSeconds is the time from the step until the limit in force is
+	// first within 10% of the capacity; -1: not before the next step (nil:
+	// not measured).
+	LimitSeconds *float64 `json:"limit_seconds,omitempty"`
 	// Over the steady state: the rate delivered (2xx per second), the
 	// requests and the 429s among them.
 	SteadyRate         float64 `json:"steady_rate"`
@@ -144,8 +150,125 @@ func runPushback(ctx context.Context, o *options, env *environment) (*PushbackSe
 		progress("pushback %-8s %s; %d of %d requests throttled (%.1f%%)", r.name, strings.Join(follow, "; "), run.Throttled, run.Requests, run.ThrottledPct)
 		sec.Runs = append(sec.Runs, run)
 	}
+	var err error
+	if sec.TwoDestinations, err = twoDestinations(ctx, env.js, o.quick); err != nil {
+		return nil, fmt.Errorf("pushback, two destinations: %w", err)
+	}
 	sec.Load = probe.stop()
 	return sec, nil
+}
+
+// TwoDestinations is one pipeline at Limit whose messages name, in turn,
+// two destinations (sink.http.url_from): A answers 429 with Retry-After
+// to every request, B admits everything. Times are from the first
+// request; B's rate is over the window from 1 s on.
+type TwoDestinations struct {
+	Limit          float64   `json:"limit"`
+	Capacity       int       `json:"capacity"`
+	PerKeyCapacity int       `json:"per_key_capacity"`
+	MaxQueueTime   float64   `json:"max_queue_time_seconds"`
+	RetryAfter     int       `json:"retry_after_seconds"`
+	Seconds        float64   `json:"seconds"`
+	Published      int       `json:"published"`
+	BDelivered     int       `json:"b_delivered"`
+	BRate          float64   `json:"b_rate"`
+	ARequestsAt    []float64 `json:"a_requests_at"`
+	// How the messages ended once the pipeline had stopped: delivered
+	// (B's), dropped at max_queue_time (on_expire: drop; A's), left
+	// unacked in the broker, and neither (lost); B's 2xx beyond those
+	// delivered are duplicates.
+	Delivered  int64 `json:"delivered"`
+	Expired    int64 `json:"expired"`
+	Unacked    int   `json:"unacked"`
+	Lost       int64 `json:"lost"`
+	Duplicates int64 `json:"duplicates"`
+}
+
+// twoDestinations runs the TwoDestinations case: A on 127.0.0.1, B on
+// 127.0.0.2, each a sink of this harness, behind one pipeline.
+func twoDestinations(ctx context.Context, js *jetStream, quick bool) (*TwoDestinations, error) {
+	d := &TwoDestinations{Limit: 100, Capacity: 200, MaxQueueTime: 10, RetryAfter: 60, Seconds: 65}
+	if quick {
+		d.MaxQueueTime, d.RetryAfter, d.Seconds = 2, 3, 8
+	}
+	d.PerKeyCapacity = d.Capacity / 4 // the default with url_from on JetStream
+	a, err := serveSink(&sink{record: true, admit: func(time.Time) bool { return false }, retryAfter: fmt.Sprint(d.RetryAfter)}, "127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	defer a.close()
+	b, err := serveSink(&sink{record: true}, "127.0.0.2")
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	const name, durable = "PUSHDEST", "shaper-pushback-destinations"
+	if err := js.stream(ctx, name); err != nil {
+		return nil, err
+	}
+	defer js.deleteStream(context.WithoutCancel(ctx), name)
+	// Enough for B at the whole limit all along: its lane never runs dry.
+	d.Published = 2 * int(d.Limit*(d.Seconds+10))
+	urls := []string{a.URL, b.URL}
+	if err := js.Publish(ctx, name+".in", d.Published, func(i int) []byte {
+		return fmt.Appendf(nil, `{"url":%q,"payment":"pay_%010d"}`, urls[i%2], i)
+	}); err != nil {
+		return nil, err
+	}
+	progress("pushback: two destinations at %g/s, A answering 429 Retry-After: %d to everything, for %.0f s", d.Limit, d.RetryAfter, d.Seconds)
+	r, err := startPipeline(ctx, pipelineSpec{
+		name: name, source: js.sourceConfig(name, durable), urlFrom: "json:url", allowedHosts: []string{"127.0.0.1", "127.0.0.2"},
+		rate:     shaper.RateConfig{Mode: shaper.ModeLeaky, Limit: d.Limit},
+		capacity: d.Capacity, maxInFlight: 8, maxQueueTime: time.Duration(d.MaxQueueTime * float64(time.Second)),
+		onExpire: shaper.OnExpireDrop, maxBackoff: 2 * time.Duration(d.RetryAfter) * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	first := func() time.Time {
+		var t time.Time
+		for _, ts := range [][]time.Time{a.refusals(), b.arrivals()} {
+			if len(ts) > 0 && (t.IsZero() || ts[0].Before(t)) {
+				t = ts[0]
+			}
+		}
+		return t
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for first().IsZero() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	origin := first()
+	if origin.IsZero() {
+		_ = r.stop()
+		return nil, fmt.Errorf("no request within 30s")
+	}
+	end := origin.Add(time.Duration(d.Seconds * float64(time.Second)))
+	select {
+	case <-time.After(time.Until(end)):
+	case <-ctx.Done():
+		_ = r.stop()
+		return nil, ctx.Err()
+	}
+	ok, refused := b.arrivals(), a.refusals()
+	if err := r.stop(); err != nil {
+		progress("pushback, two destinations: pipeline stop: %v", err)
+	}
+	st := r.p.Status()
+	d.BDelivered = len(between(ok, origin.Add(time.Second), end))
+	d.BRate = round2(float64(d.BDelivered) / (d.Seconds - 1))
+	for _, t := range refused {
+		d.ARequestsAt = append(d.ARequestsAt, round2(t.Sub(origin).Seconds()))
+	}
+	if d.Unacked, err = js.Unacked(ctx, name, durable); err != nil {
+		return nil, err
+	}
+	d.Delivered, d.Expired = st.Outcomes[shaper.OutcomeDelivered], st.Outcomes[shaper.OutcomeDropped]
+	d.Lost = int64(d.Published) - d.Delivered - d.Expired - st.Outcomes[shaper.OutcomeExpired] - st.Outcomes[shaper.OutcomeDeadLettered] - int64(d.Unacked)
+	d.Duplicates = int64(len(b.arrivals())) - d.Delivered
+	progress("pushback, two destinations: B %.1f/s (%.1f%% of the limit); A %d requests, at %v s; %d delivered, %d expired, %d unacked, %d lost, %d duplicates",
+		d.BRate, 100*d.BRate/d.Limit, len(d.ARequestsAt), d.ARequestsAt, d.Delivered, d.Expired, d.Unacked, d.Lost, d.Duplicates)
+	return d, nil
 }
 
 // pushbackRun runs one pipeline through the sink's schedule and measures
@@ -250,6 +373,14 @@ func measurePushback(sec *PushbackSection, origin time.Time, ok, refused []time.
 		}
 		from, to := at(st.At+sec.SettleSeconds), at(next)
 		f := PushbackFollow{At: st.At, Capacity: st.Capacity, FollowSeconds: followTime(run.Samples, st.At, next, st.Capacity)}
+		limit := -1.0
+		for _, sm := range run.Samples {
+			if sm.T >= st.At && sm.T < next && math.Abs(sm.Limit-float64(st.Capacity)) <= pushbackWithin*float64(st.Capacity) {
+				limit = round2(sm.T - st.At)
+				break
+			}
+		}
+		f.LimitSeconds = &limit
 		delivered := len(between(ok, from, to))
 		f.SteadyThrottled = len(between(refused, from, to))
 		f.SteadyRequests = delivered + f.SteadyThrottled

@@ -150,6 +150,15 @@ func evaluateGoals(r *Report) []Goal {
 			}
 		}
 		add("push-back, adaptive: < 5% of requests throttled (429) in steady state", worstPct < 5, "worst step %.1f%% (at %d/s); all steady states %.1f%%", worstPct, at, a.SteadyThrottledPct)
+		if up := a.Steps[len(a.Steps)-1]; len(a.Steps) > 1 && up.Capacity > a.Steps[len(a.Steps)-2].Capacity && up.LimitSeconds != nil {
+			in := *up.LimitSeconds
+			add(fmt.Sprintf("push-back, adaptive: the limit in force within 10%% of the raised capacity ≤ 5 s after the step up to %d/s", up.Capacity),
+				in >= 0 && in <= 5, "%s", followText(in))
+		}
+	}
+	if d := r.Pushback.twoDestinations(); d != nil {
+		add("two destinations, one answering 429 Retry-After: 60 to everything: the other delivers ≥ 90% of rate.limit (all of it is its own while the first is held), nothing lost",
+			d.BRate >= 0.9*d.Limit && d.Lost == 0, "%.1f/s of %g/s (%.1f%%); %d lost", d.BRate, d.Limit, 100*d.BRate/d.Limit, d.Lost)
 	}
 	if s := r.Scale; s != nil {
 		for _, b := range s.Backlog {
@@ -555,23 +564,23 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 	p("its capacity steps %s (at %s s from its first request, %.0f s in all). Two pipelines", scheduleText(s.Steps), stepTimes(s.Steps), s.Seconds)
 	p("run through the same schedule one after the other (embedded JetStream → shaper.Pipeline → HTTP sink, in the")
 	p("harness process; %d messages published first, bucket capacity 500, max_in_flight 8, max_queue_time 5m, so the", s.Messages)
-	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8,", s.Limit)
-	p("increase 2/s), and a fixed %g/s without adaptive: today's daemon, which pauses every departure for a", s.Limit)
-	p("`Retry-After` but keeps its limit. Every %d ms the harness samples the limit in force (`Status().LimitNow`)", s.SampleMs)
-	p("and the 2xx of the second before.")
+	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8, increase", s.Limit)
+	p("2/s for three seconds after a push-back, then a step doubling each second), and a fixed %g/s without adaptive,", s.Limit)
+	p("which pauses every departure for a `Retry-After` but keeps its limit. Every %d ms the harness samples the", s.SampleMs)
+	p("limit in force (`Status().LimitNow`) and the 2xx of the second before.")
 	if m := s.MeasuredBy; m.Command != "" {
 		p("Measured by `%s` (%s, commit %s).", reproducible(m.Command), m.Date, orDash(m.Commit))
 	}
 	p("")
 	p("- *follows in*: from the step until the delivered rate is within 10%% of the new capacity and stays so for 2 s")
-	p("  (—: not before the next step).")
+	p("  (—: not before the next step); *limit in force within 10%% in*: until the sampled limit first is.")
 	p("- *steady state*: from %.0f s after the step to the next one: the delivered rate, and the share of requests", s.SettleSeconds)
 	p("  answered 429.")
 	p("")
 	p("%s", loadLine(s.Load))
 	p("")
-	p("| run | capacity | follows in (goal ≤ 5 s) | delivered, steady state | 429s, steady state (goal < 5%%) |")
-	p("|---|---:|---:|---:|---:|")
+	p("| run | capacity | follows in (goal ≤ 5 s) | limit in force within 10%% in | delivered, steady state | 429s, steady state (goal < 5%%) |")
+	p("|---|---:|---:|---:|---:|---:|")
 	for _, run := range s.Runs {
 		for i, f := range run.Steps {
 			follow := followText(f.FollowSeconds)
@@ -583,7 +592,11 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 			} else {
 				follow = mark(follow, f.FollowSeconds < 0 || f.FollowSeconds > 5)
 			}
-			p("| %s | %d/s from %g s | %s | %.1f/s (%.0f%% of capacity) | %s |", run.Name, f.Capacity, f.At, follow,
+			limit := "—"
+			if f.LimitSeconds != nil && *f.LimitSeconds >= 0 {
+				limit = fmt.Sprintf("%.1f s", *f.LimitSeconds)
+			}
+			p("| %s | %d/s from %g s | %s | %s | %.1f/s (%.0f%% of capacity) | %s |", run.Name, f.Capacity, f.At, follow, limit,
 				f.SteadyRate, 100*f.SteadyRate/float64(f.Capacity),
 				mark(fmt.Sprintf("%.1f%% (%d of %d)", f.SteadyThrottledPct, f.SteadyThrottled, f.SteadyRequests), f.SteadyThrottledPct >= 5))
 		}
@@ -603,6 +616,41 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 			float64(f.Throttled)/float64(a.Throttled), f.Throttled, a.Throttled, f.ThrottledPct/math.Max(a.ThrottledPct, 1e-9))
 		p("")
 	}
+	if d := s.TwoDestinations; d != nil {
+		twoDestinationsMarkdown(p, d)
+	}
+}
+
+// twoDestinations returns the section's two-destination run, or nil.
+func (s *PushbackSection) twoDestinations() *TwoDestinations {
+	if s == nil {
+		return nil
+	}
+	return s.TwoDestinations
+}
+
+// twoDestinationsMarkdown writes the two-destination run.
+func twoDestinationsMarkdown(p func(string, ...any), d *TwoDestinations) {
+	p("### Two destinations, one held")
+	p("")
+	p("One pipeline (embedded JetStream → shaper.Pipeline → HTTP sink, in the harness process), `rate.limit` %g, whose", d.Limit)
+	p("%s messages name in turn two destinations (`url_from: json:url`, `allowed_hosts` 127.0.0.1 and 127.0.0.2,", thousands(d.Published))
+	p("`allow_private: true`, no `key:`: each destination a lane): A, a sink on 127.0.0.1 that answers 429")
+	p("`Retry-After: %d` to every request, and B, one on 127.0.0.2 that answers 204. `bucket: {capacity: %d,", d.RetryAfter, d.Capacity)
+	p("max_queue_time: %gs, on_expire: drop}` (`per_key_capacity` %d by default), `retry.max_backoff` above the", d.MaxQueueTime, d.PerKeyCapacity)
+	p("Retry-After, max_in_flight 8; %.0f s from the first request. Alone, B would get the whole limit (the stream", d.Seconds)
+	p("never runs dry); the goal is at least 90%% of it beside A.")
+	p("")
+	at := make([]string, len(d.ARequestsAt))
+	for i, t := range d.ARequestsAt {
+		at[i] = fmt.Sprintf("%.1f", t)
+	}
+	p("| B delivered (from 1 s on) | A's requests | delivered | dropped at max_queue_time (A's) | unacked in the broker after the stop | lost | duplicates |")
+	p("|---:|---:|---:|---:|---:|---:|---:|")
+	p("| %s (%.1f/s, %.1f%% of the limit) | %d (at %s s) | %s | %s | %s | %s | %d |", thousands(d.BDelivered), d.BRate, 100*d.BRate/d.Limit,
+		len(d.ARequestsAt), strings.Join(at, ", "), thousands(int(d.Delivered)), thousands(int(d.Expired)), thousands(d.Unacked),
+		mark(fmt.Sprint(d.Lost), d.Lost != 0), d.Duplicates)
+	p("")
 }
 
 // adaptiveAndFixed returns the push-back section's two runs.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -22,8 +23,10 @@ type sink struct {
 	count  atomic.Int64 // requests answered 204
 	record bool
 	// admit, when set, decides each request at its arrival: false is
-	// answered 429 with Retry-After: 1, and not counted.
-	admit func(at time.Time) bool
+	// answered 429 with Retry-After: retryAfter (1 when empty), and not
+	// counted.
+	admit      func(at time.Time) bool
+	retryAfter string
 
 	mu      sync.Mutex
 	times   []time.Time // arrivals answered 204
@@ -32,17 +35,19 @@ type sink struct {
 
 // startSink starts a sink; with record it keeps every arrival time.
 func startSink(record bool) (*sink, error) {
-	return serveSink(&sink{record: record})
+	return serveSink(&sink{record: record}, "127.0.0.1")
 }
 
 // startThrottlingSink starts a recording sink that answers 429 with
 // Retry-After: 1 to every request admit refuses.
 func startThrottlingSink(admit func(at time.Time) bool) (*sink, error) {
-	return serveSink(&sink{record: true, admit: admit})
+	return serveSink(&sink{record: true, admit: admit}, "127.0.0.1")
 }
 
-func serveSink(s *sink) (*sink, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// serveSink serves s on ip (a loopback address: Linux routes all of
+// 127.0.0.0/8 to lo) and a free port.
+func serveSink(s *sink, ip string) (*sink, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +70,7 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.refused = append(s.refused, at)
 		s.mu.Unlock()
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", cmp.Or(s.retryAfter, "1"))
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
 	}

@@ -142,11 +142,13 @@ type PerKeyRate struct {
 	Burst *int `yaml:"burst"`
 }
 
-// AdaptiveConfig is an additive-increase, multiplicative-decrease rate
-// (rate.adaptive): every push-back (a 429 or 503, or an attempt slower than
-// LatencyTarget when that is > 0) multiplies the limit in force by
-// Decrease, at most once per round trip and never below Min; each second
-// without push-back adds Increase requests per second, up to rate.limit.
+// AdaptiveConfig is the adaptive rate (rate.adaptive): every push-back (a
+// 429 or 503, or an attempt slower than LatencyTarget when that is > 0)
+// multiplies the limit in force by Decrease, at most once per round trip
+// and never below Min; each second without push-back raises it, up to
+// rate.limit: by Increase for the first three seconds after a push-back,
+// then by a step that doubles each second (2×Increase, 4×Increase, ...)
+// until the next push-back (with rate.shared, any replica's).
 type AdaptiveConfig struct {
 	// Min is the lowest limit it goes to. Default 5, or rate.limit when
 	// that is lower.
@@ -154,8 +156,8 @@ type AdaptiveConfig struct {
 	// Decrease multiplies the limit at a push-back: above 0, below 1.
 	// Default 0.8.
 	Decrease float64 `yaml:"decrease"`
-	// Increase is added to the limit each second without push-back, in
-	// requests per second: > 0. Default 2.
+	// Increase is the first rise of the limit after a push-back, each
+	// second, in requests per second: > 0. Default 2.
 	Increase float64 `yaml:"increase"`
 	// LatencyTarget, when > 0, counts an attempt slower than it as a
 	// push-back. Default 0 (latency is not watched).

@@ -295,8 +295,14 @@ func (g *gate) counts() (throttled int64, open, paused bool) {
 }
 
 // adaptive decides the limit in force of rate.adaptive: it falls by Decrease at
-// a push-back, at most once per round trip, and rises by Increase each
-// second without one, between Min and the ceiling.
+// a push-back, at most once per round trip, and rises each second without
+// one, between Min and the ceiling. The rise probes: Increase for each of
+// the first adaptiveProbeAfter seconds after a push-back, then a step that
+// doubles each second (2×Increase, 4×Increase, ...) until the next
+// push-back starts again from Increase. Near a capacity the sink has just shown, the
+// limit creeps up to it, as an additive rise does, and a sink that pushes
+// back every few seconds is probed as gently; a sink that takes more than
+// it did is found in a few seconds rather than one Increase a second.
 type adaptive struct {
 	cfg AdaptiveConfig
 
@@ -309,7 +315,17 @@ type adaptive struct {
 	// when the limit first fell below the ceiling (zero: at the ceiling).
 	pushed   bool
 	lowSince time.Time
+	// rises counts the rises since the last push-back, and step is the
+	// last one's size (0: none yet); set is the limit it last put in
+	// force (0: none).
+	rises int
+	step  float64
+	set   float64
 }
+
+// adaptiveProbeAfter is how many rises of Increase follow a push-back
+// before the step starts doubling.
+const adaptiveProbeAfter = 3
 
 func newAdaptive(cfg AdaptiveConfig, ceiling float64) *adaptive {
 	return &adaptive{cfg: cfg, ceiling: ceiling}
@@ -321,11 +337,12 @@ func (a *adaptive) pushback(start, now time.Time, cur float64) (float64, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.pushed = true
+	a.rises, a.step = 0, 0
 	if start.Before(a.decreased) {
 		return 0, false
 	}
 	next := max(a.cfg.Min, cur*a.cfg.Decrease)
-	a.decreased = now
+	a.decreased, a.set = now, next
 	if a.lowSince.IsZero() {
 		a.lowSince = now
 	}
@@ -345,7 +362,19 @@ func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool
 	if cur >= a.ceiling {
 		return 0, false, 0
 	}
-	limit = min(a.ceiling, cur+a.cfg.Increase)
+	if cur < a.set*(1-1e-9) {
+		// Lowered by someone else: another replica's push-back, under
+		// rate.shared. The rise starts again, as at a push-back here.
+		a.rises, a.step = 0, 0
+	}
+	a.rises++
+	if a.rises <= adaptiveProbeAfter || a.step == 0 {
+		a.step = a.cfg.Increase
+	} else {
+		a.step *= 2
+	}
+	limit = min(a.ceiling, cur+a.step)
+	a.set = limit
 	if limit >= a.ceiling && !a.lowSince.IsZero() {
 		recovered = now.Sub(a.lowSince)
 		a.lowSince = time.Time{}
@@ -368,21 +397,24 @@ func (a *adaptive) atCeiling(cur float64) bool {
 }
 
 // setCeilingIfChanged changes the ceiling (a new rate.limit) when it is
-// not limit already; the caller puts it in force.
+// not limit already, and the rise starts again from Increase; the caller
+// puts it in force.
 func (a *adaptive) setCeilingIfChanged(limit float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ceiling != limit {
 		a.ceiling, a.lowSince = limit, time.Time{}
+		a.rises, a.step = 0, 0
 	}
 }
 
-// setCeiling changes the ceiling (a new rate.limit); the caller puts it in
-// force.
+// setCeiling changes the ceiling (a new rate.limit), and the rise starts
+// again from Increase; the caller puts it in force.
 func (a *adaptive) setCeiling(limit float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ceiling, a.lowSince = limit, time.Time{}
+	a.rises, a.step = 0, 0
 }
 
 // pushedBack tells the gate and the adaptive rate how an attempt of t that

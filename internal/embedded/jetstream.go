@@ -136,3 +136,18 @@ func (j *JetStream) Close() {
 		_ = os.RemoveAll(j.dir) // a temporary directory; the OS cleans up what is left
 	}
 }
+
+// Unacked returns how many messages of stream the durable consumer has not
+// acked: those not yet delivered, and those delivered and not acked (a
+// nak among them, waiting for its redelivery).
+func (j *JetStream) Unacked(ctx context.Context, stream, durable string) (int, error) {
+	c, err := j.js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: consumer %s of %s: %w", durable, stream, err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: consumer %s of %s: %w", durable, stream, err)
+	}
+	return int(info.NumPending) + info.NumAckPending, nil
+}

@@ -1,0 +1,104 @@
+package shaper
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// The adaptive rate on explicit times, one event a second: a tick without
+// push-back ('+'), the limit in force lowered by someone else (another
+// replica under rate.shared) to 80% before a tick ('s'), a push-back to an
+// attempt that started that second
+// ('p'), one to an attempt that started before the last decrease ('o': it
+// answers the limit already lowered), a second the gate held ('h'). The
+// tick after a push-back or a hold raises nothing. want is the limit in
+// force after each event.
+func TestTheAdaptiveRateProbesUpwardAndStartsAgainAtAPushBack(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := AdaptiveConfig{Min: 5, Decrease: 0.8, Increase: 2}
+	tests := []struct {
+		name   string
+		from   float64
+		events string
+		want   []float64
+	}{
+		{"three rises of increase, then the step doubles each second", 24, "++++++++",
+			[]float64{26, 28, 30, 34, 42, 58, 90, 100}},
+		{"a push-back starts the rise again from increase", 24, "+++++p+++++",
+			[]float64{26, 28, 30, 34, 42, 33.6, 33.6, 35.6, 37.6, 39.6, 43.6}},
+		{"a push-back in the same round trip lowers nothing but starts the rise again", 24, "++++p++++o+++++",
+			[]float64{26, 28, 30, 34, 27.2, 27.2, 29.2, 31.2, 33.2, 33.2, 33.2, 35.2, 37.2, 39.2, 43.2}},
+		{"a held second neither rises nor starts the rise again", 24, "++++h+++",
+			[]float64{26, 28, 30, 34, 34, 34, 42, 58}},
+		{"a limit lowered by someone else starts the rise again", 24, "++++s+++++",
+			[]float64{26, 28, 30, 34, 29.2, 31.2, 33.2, 37.2, 45.2, 61.2}},
+		{"never below min", 6, "pp+", []float64{5, 5, 5}},
+		{"never above the ceiling", 97, "++++", []float64{99, 100, 100, 100}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAdaptive(cfg, 100)
+			cur := tt.from
+			var got []float64
+			for i, e := range tt.events {
+				now := t0.Add(time.Duration(i+1) * time.Second)
+				switch e {
+				case '+':
+					if limit, changed, _ := a.tick(now, cur); changed {
+						cur = limit
+					}
+				case 'p', 'o':
+					start := now.Add(-time.Millisecond)
+					if e == 'o' {
+						start = now.Add(-10 * time.Second)
+					}
+					if limit, ok := a.pushback(start, now, cur); ok {
+						cur = limit
+					}
+				case 'h':
+					a.hold()
+				case 's':
+					cur *= 0.8
+					if limit, changed, _ := a.tick(now, cur); changed {
+						cur = limit
+					}
+				}
+				got = append(got, math.Round(cur*100)/100)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("%d limits for %d events", len(got), len(tt.want))
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Fatalf("after %q: limits %v; want %v", tt.events[:i+1], got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// Once the limit is back at the ceiling, tick says how long it was below.
+func TestTheAdaptiveRateTellsHowLongItWasBelowTheCeiling(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := newAdaptive(AdaptiveConfig{Min: 5, Decrease: 0.5, Increase: 10}, 100)
+	cur, _ := a.pushback(t0, t0, 100) // 50
+	if cur != 50 {
+		t.Fatalf("after a push-back at 100: %v; want 50", cur)
+	}
+	a.tick(t0.Add(time.Second), cur) // the second of the push-back: no rise
+	var recovered time.Duration
+	for i := 2; cur < 100; i++ {
+		var changed bool
+		var limit float64
+		limit, changed, recovered = a.tick(t0.Add(time.Duration(i)*time.Second), cur)
+		if !changed {
+			t.Fatalf("tick %d at %v: unchanged below the ceiling", i, cur)
+		}
+		cur = limit
+	}
+	// 50 → 60 → 70 → 80 → 100 (ticks 2 to 5).
+	if recovered != 5*time.Second {
+		t.Errorf("below the ceiling for %v; want 5s", recovered)
+	}
+}
