@@ -228,27 +228,3 @@ func (b *bucket) compactArrivalsLocked() {
 	clear(b.arrivals[len(kept):])
 	b.arrivals, b.arrHead = kept, 0
 }
-
-// dueHeap is the bucket's index of every task waiting for a retry, by due
-// time, across lanes; each task carries its place in it (dueIndex).
-type dueHeap []*task
-
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h dueHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].dueIndex, h[j].dueIndex = i, j
-}
-func (h *dueHeap) Push(x any) {
-	t := x.(*task)
-	t.dueIndex = len(*h)
-	*h = append(*h, t)
-}
-func (h *dueHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	t.dueIndex = -1
-	return t
-}

@@ -285,27 +285,47 @@ func (h *timed) down(i int) {
 // comparisons of entries that sit side by side.
 const arity = 4
 
-// retryHeap orders a lane's tasks waiting for a retry by due time; each
-// task carries its place in it (laneIndex), so that one expired can be
-// taken out.
-type retryHeap []*task
+// dueOrder is a min-heap of tasks by due time, for container/heap; each
+// task keeps its place in it in the field place names, so that one task
+// can be taken out from anywhere. A task is in two such heaps while it
+// waits for a retry: its lane's (retryHeap) and the bucket's (dueHeap).
+type dueOrder[P place] []*task
 
-func (h retryHeap) Len() int           { return len(h) }
-func (h retryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h retryHeap) Swap(i, j int) {
+// place names a field of task that holds its index in one dueOrder.
+type place interface{ of(t *task) *int }
+
+type inLane struct{}
+type inBucket struct{}
+
+func (inLane) of(t *task) *int   { return &t.laneIndex }
+func (inBucket) of(t *task) *int { return &t.dueIndex }
+
+type (
+	// retryHeap is a lane's tasks waiting for a retry.
+	retryHeap = dueOrder[inLane]
+	// dueHeap is the bucket's index of every task waiting for a retry.
+	dueHeap = dueOrder[inBucket]
+)
+
+func (h dueOrder[P]) Len() int           { return len(h) }
+func (h dueOrder[P]) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueOrder[P]) Swap(i, j int) {
+	var p P
 	h[i], h[j] = h[j], h[i]
-	h[i].laneIndex, h[j].laneIndex = i, j
+	*p.of(h[i]), *p.of(h[j]) = i, j
 }
-func (h *retryHeap) Push(x any) {
+func (h *dueOrder[P]) Push(x any) {
+	var p P
 	t := x.(*task)
-	t.laneIndex = len(*h)
+	*p.of(t) = len(*h)
 	*h = append(*h, t)
 }
-func (h *retryHeap) Pop() any {
+func (h *dueOrder[P]) Pop() any {
+	var p P
 	old := *h
 	t := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	t.laneIndex = -1
+	*p.of(t) = -1
 	return t
 }
