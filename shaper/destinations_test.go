@@ -2,6 +2,7 @@ package shaper_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -254,4 +255,80 @@ func TestPushbackScopeKeyHoldsOnlyTheKeysLaneOnAFakeClock(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A sink that admits 40 requests in any sliding second and answers 429
+// with Retry-After: 1 above it, behind a limit of 100 with the adaptive
+// rate: the limit in force settles near what the sink admits, few
+// requests are throttled, and nothing is dead-lettered.
+func TestTheAdaptiveRateFollowsAThrottlingSinkOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const admits = 40
+		f := newFakes(0)
+		f.addFor("m", goodHost, "", 3000)
+		f.sink = destSink{fakeSink{f}}
+		var mu sync.Mutex
+		var admitted []time.Time // the last second's 2xx
+		f.respond = func(*shaper.Message, int) (time.Duration, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := time.Now()
+			for len(admitted) > 0 && !admitted[0].After(now.Add(-time.Second)) {
+				admitted = admitted[1:]
+			}
+			if len(admitted) >= admits {
+				return 0, &shaper.StatusError{Code: 429, RetryAfter: now.Add(time.Second)}
+			}
+			admitted = append(admitted, now)
+			return 0, nil
+		}
+		start := time.Now()
+		var limitNow float64
+		runFake(t, f, func(p *config.Pipeline) {
+			p.Rate.Limit = 100
+			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
+			p.Bucket.MaxQueueTime = 5 * time.Minute
+		}, func(p *shaper.Pipeline) {
+			time.Sleep(40 * time.Second)
+			limitNow = p.Status().LimitNow
+		})
+		// Seconds 15 to 40: the steady state. A send of a message sent
+		// before was a retry of a throttled one.
+		var delivered, requests, throttled int
+		for _, e := range f.of("ack") {
+			if d := e.at.Sub(start); d >= 15*time.Second && d < 40*time.Second {
+				delivered++
+			}
+		}
+		seen := map[string]bool{}
+		for _, e := range f.of("send") {
+			again := seen[e.id]
+			seen[e.id] = true
+			if d := e.at.Sub(start); d >= 15*time.Second && d < 40*time.Second {
+				requests++
+				if again {
+					throttled++
+				}
+			}
+		}
+		rate, share := float64(delivered)/25, float64(throttled)/float64(requests)
+		t.Logf("seconds 15-40: %.1f/s delivered, %d of %d requests retries of throttled ones (%.1f%%); limit in force at 40s %.1f",
+			rate, throttled, requests, 100*share, limitNow)
+		if rate < 28 || rate > 42 {
+			t.Errorf("delivered %.1f/s over seconds 15-40; want 28 to 42 (the sink admits 40)", rate)
+		}
+		if share > 0.10 {
+			t.Errorf("%.1f%% of requests over seconds 15-40 throttled; want at most 10%%", 100*share)
+		}
+		if limitNow >= 100 || limitNow < 5 {
+			t.Errorf("limit in force %.1f; want it lowered toward what the sink admits", limitNow)
+		}
+		// A throttled attempt spends none: nothing ends before the drain
+		// at 40s nacks what is left.
+		for _, e := range f.of("nack") {
+			if e.at.Sub(start) < 40*time.Second {
+				t.Fatalf("%s nacked %v after the start; want nothing given up before the drain", e.id, e.at.Sub(start))
+			}
+		}
+	})
 }

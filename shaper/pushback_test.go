@@ -142,46 +142,6 @@ func TestARetryAfterPausesEveryDeparture(t *testing.T) {
 	e.noDeadLetters() // a throttled attempt spends none
 }
 
-// A sink that admits 40 requests in any second and answers 429 with
-// Retry-After: 1 above it, behind a limit of 100 with the adaptive rate:
-// the limit in force settles near what the sink admits, few requests are
-// throttled, and nothing is dead-lettered.
-func TestTheAdaptiveRateFollowsAThrottlingSink(t *testing.T) {
-	t.Parallel()
-	const n, admits = 2500, 40
-	e := newEnv(t)
-	rec := sinktest.StartLean(t)
-	rec.SetRule(sinktest.Admitting(sinktest.Quota(admits)))
-	e.publish(n)
-	start := time.Now()
-	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
-		c.Rate.Limit = 100
-		c.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
-	}))
-	time.Sleep(40*time.Second - time.Since(start))
-
-	var ok, throttled int
-	for _, r := range rec.Between(start.Add(15*time.Second), start.Add(40*time.Second)) {
-		switch r.Status {
-		case http.StatusOK:
-			ok++
-		case http.StatusTooManyRequests:
-			throttled++
-		}
-	}
-	delivered := float64(ok) / 25
-	share := float64(throttled) / float64(ok+throttled)
-	t.Logf("seconds 15-40: %.1f/s delivered, %d of %d requests throttled (%.1f%%); limit in force now %.1f",
-		delivered, throttled, ok+throttled, 100*share, p.Status().LimitNow)
-	if delivered < 28 || delivered > 42 {
-		t.Errorf("delivered %.1f/s over seconds 15-40; want 28 to 42 (the sink admits 40)", delivered)
-	}
-	if share > 0.10 {
-		t.Errorf("%.1f%% of requests throttled over seconds 15-40; want at most 10%%", 100*share)
-	}
-	e.noDeadLetters()
-}
-
 // Pause and resume through the admin API under load: nothing is sent while
 // paused, the state and shaper_paused say so, and every message is
 // delivered once afterwards, none expired (max_queue_time is longer than
