@@ -26,8 +26,6 @@ type task struct {
 	due time.Time
 	// err is the error of the last attempt.
 	err error
-	// probe marks the attempt in flight as the circuit breaker's probe.
-	probe bool
 	// inFIFO is whether the task is queued in its lane's FIFO;
 	// laneIndex and dueIndex are its places in its lane's retry heap and
 	// in the bucket's index of retries (-1: not there).

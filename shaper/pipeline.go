@@ -628,7 +628,6 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		}
 		if p.lim.Allow(now) {
 			t.keySlot, t.destSlot = false, false
-			t.probe = t.dest.gate.departing(now)
 			return t, true
 		}
 	}
@@ -693,15 +692,20 @@ type attempt struct {
 	t     *task
 	start time.Time
 	set   *settings
+	// probe is whether the attempt is its destination's breaker probe.
+	probe bool
 }
 
-// begin starts an attempt of t now, under the settings in force.
+// begin starts an attempt of t now, under the settings in force; its
+// destination's gate learns that a request goes (a probe, when the
+// breaker waited for one). Nothing that begins is left unanswered: the
+// gate of a probe that never went would wait for its answer for good.
 func (p *Pipeline) begin(t *task) attempt {
 	p.m.inFlight.Inc()
 	p.attempting.Add(1)
 	start := p.clock.Now()
 	p.recent.addSent(start)
-	return attempt{t: t, start: start, set: p.settings.Load()}
+	return attempt{t: t, start: start, set: p.settings.Load(), probe: t.dest.gate.departing(start)}
 }
 
 // send makes the request of a on the calling goroutine, under the
@@ -749,7 +753,7 @@ func (p *Pipeline) finish(ctx context.Context, a attempt, err error) {
 		t.first = a.start
 	}
 	t.attempts++
-	if p.pushedBack(t, a.start, end, err, set) {
+	if p.pushedBack(t, a.probe, a.start, end, err, set) {
 		t.attempts-- // a throttled attempt, or one in flight when the breaker opened, spends none
 	}
 	if err == nil {

@@ -417,13 +417,11 @@ func (a *adaptive) setCeiling(limit float64) {
 	a.rises, a.step = 0, 0
 }
 
-// pushedBack tells the gate and the adaptive rate how an attempt of t that
-// ran from start to end under set ended with err, and reports whether the
-// attempt must not count toward max_attempts: it was throttled, or in
-// flight when the breaker opened.
-func (p *Pipeline) pushedBack(t *task, start, end time.Time, err error, set *settings) bool {
-	probe := t.probe
-	t.probe = false
+// pushedBack tells the gate and the adaptive rate how an attempt of t (the
+// breaker's probe, or not) that ran from start to end under set ended with
+// err, and reports whether the attempt must not count toward max_attempts:
+// it was throttled, or in flight when the breaker opened.
+func (p *Pipeline) pushedBack(t *task, probe bool, start, end time.Time, err error, set *settings) bool {
 	g := t.dest.gate
 	inFlightAtOpen := g.result(end, err, probe, set.delivery.Breaker)
 	var status *StatusError
