@@ -357,3 +357,48 @@ func TestTheTokenIsDescribedAsWhatItIs(t *testing.T) {
 		}
 	}
 }
+
+// pushback.scope is destination (the default) or key, which needs key:;
+// per_key_capacity defaults to a quarter of the capacity where there are
+// lanes (key: or url_from) and the source can take messages back, else
+// to the capacity.
+func TestValidatePushbackScopeAndThePerKeyCapacityDefault(t *testing.T) {
+	const urlFrom = `{url_from: "header:Notify-Url", allowed_hosts: [psp.example.com]}`
+	tests := []struct {
+		name, extra, sink, source string
+		want                      string // "" when valid
+		wantPerKey                int
+	}{
+		{"no lanes", "", "", "", "", 1000},
+		{"key on JetStream", "    key: {from: header:Merchant}\n", "", "", "", 250},
+		{"url_from on JetStream", "", urlFrom, "", "", 250},
+		{"url_from on core NATS", "", urlFrom, "nats: {url: nats://127.0.0.1:4222, subject: callbacks.psp}", "", 1000},
+		{"ordered key on JetStream", "    key: {from: header:Merchant, ordered: true}\n", "", "", "", 1000},
+		{"scope key", "    key: {from: header:Merchant}\n    pushback: {scope: key}\n", "", "", "", 250},
+		{"scope destination", "    pushback: {scope: destination}\n", "", "", "", 1000},
+		{"scope key without key", "    pushback: {scope: key}\n", "", "", "pipelines[0].pushback.scope: key needs key:", 0},
+		{"unknown scope", "    pushback: {scope: host}\n", "", "", `pipelines[0].pushback.scope: want destination or key, got "host"`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := minimal + tt.extra
+			if tt.sink != "" {
+				doc = strings.Replace(doc, `{url: "https://psp.example.com/notify"}`, tt.sink, 1)
+			}
+			if tt.source != "" {
+				doc = strings.Replace(doc, `nats: {url: nats://127.0.0.1:4222, subject: callbacks.psp, stream: CALLBACKS}`, tt.source, 1)
+			}
+			cfg, err := Parse([]byte(doc), env(nil))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Parse = %v; want nil", err)
+			case tt.want == "":
+				if got := cfg.Pipelines[0].Bucket.PerKeyCapacity; got != tt.wantPerKey {
+					t.Errorf("per_key_capacity = %d; want %d", got, tt.wantPerKey)
+				}
+			case err == nil || !strings.Contains(err.Error(), tt.want):
+				t.Errorf("Parse = %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
