@@ -298,11 +298,13 @@ func (g *gate) counts() (throttled int64, open, paused bool) {
 // a push-back, at most once per round trip, and rises each second without
 // one, between Min and the ceiling. The rise probes: Increase for each of
 // the first adaptiveProbeAfter seconds after a push-back, then a step that
-// doubles each second (2×Increase, 4×Increase, ...) until the next
-// push-back starts again from Increase. Near a capacity the sink has just shown, the
-// limit creeps up to it, as an additive rise does, and a sink that pushes
-// back every few seconds is probed as gently; a sink that takes more than
-// it did is found in a few seconds rather than one Increase a second.
+// triples each second (3×Increase, 9×Increase, ...) until the next
+// push-back starts again from Increase. Near a capacity the sink has just
+// shown, the limit creeps up to it, as an additive rise does, and a sink
+// that pushes back every few seconds is probed as gently; a sink that
+// takes more than it did is found within five seconds (a step from 30 to
+// 80/s: TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock)
+// rather than one Increase a second.
 type adaptive struct {
 	cfg AdaptiveConfig
 
@@ -324,8 +326,11 @@ type adaptive struct {
 }
 
 // adaptiveProbeAfter is how many rises of Increase follow a push-back
-// before the step starts doubling.
-const adaptiveProbeAfter = 3
+// before the step starts growing, by adaptiveStepGrowth each second.
+const (
+	adaptiveProbeAfter = 2
+	adaptiveStepGrowth = 3
+)
 
 func newAdaptive(cfg AdaptiveConfig, ceiling float64) *adaptive {
 	return &adaptive{cfg: cfg, ceiling: ceiling}
@@ -371,7 +376,7 @@ func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool
 	if a.rises <= adaptiveProbeAfter || a.step == 0 {
 		a.step = a.cfg.Increase
 	} else {
-		a.step *= 2
+		a.step *= adaptiveStepGrowth
 	}
 	limit = min(a.ceiling, cur+a.step)
 	a.set = limit
