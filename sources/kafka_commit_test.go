@@ -433,7 +433,7 @@ func TestCommitTrackerMetadataRecordsTheOffsetsFinishedAboveTheMark(t *testing.T
 // the mark passes them.
 func TestCommitTrackerRestoredPartitionTakesTheCommittedFinishedOffsetsAsFinished(t *testing.T) {
 	tr := newCommitTracker()
-	ahead := parseFinished(10, "s1:10:1+39,1+49") // 11..49 and 51..99
+	ahead := mustParseFinished(t, 10, "s1:10:1+39,1+49") // 11..49 and 51..99
 	tr.restore(0, 10, ahead)
 	if got := tr.finishedAhead(0); !slices.Equal(got, ahead) {
 		t.Fatalf("finishedAhead(0) = %v; want %v", got, ahead)
@@ -526,7 +526,7 @@ func TestCommitTrackerMetadataStaysWithinTheLimitAndShrinks(t *testing.T) {
 			t.Fatalf("limit %d: final() = %v; want one mark", limit, got)
 		}
 		md := got[0].Metadata
-		runs := parseFinished(0, md)
+		runs := mustParseFinished(t, 0, md)
 		if len(md) > limit || (limit >= kafkaMetadataMin && len(runs) == 0) {
 			t.Fatalf("limit %d: metadata of %d bytes with %d runs", limit, len(md), len(runs))
 		}

@@ -671,12 +671,13 @@ func (s *kafkaSession) restore(ctx context.Context, g *kafkaGeneration, partitio
 			"partition", partition, "assigned", start, "committed", committed)
 		return nil
 	}
-	ahead := parseFinished(committed, md)
+	ahead, err := parseFinished(committed, md)
+	if err != nil {
+		s.log.Info("kafka: commit metadata ignored; the messages finished above the committed offset are delivered again",
+			"partition", partition, "err", err, "metadata", truncateText(md, 64))
+		return nil
+	}
 	if len(ahead) == 0 {
-		if md != "" {
-			s.log.Info("kafka: commit metadata ignored: not this source's format, or not for the committed offset",
-				"partition", partition, "metadata", truncateText(md, 64))
-		}
 		return nil
 	}
 	s.mu.Lock()
