@@ -351,8 +351,8 @@ func TestCommitTrackerFinalSkipsWhatWasCommittedAndDropForgetsAPartition(t *test
 	if got := tr.final(nil); len(got) != 0 {
 		t.Fatalf("final() after setCommitted = %v; want none (nothing moved since)", got)
 	}
-	if got, ok := tr.next(0); !ok || got != 14 {
-		t.Fatalf("next(0) = %d, %v; want 14, true (after the last offset added)", got, ok)
+	if got, ok := tr.resume(0, 12); !ok || got.offset != 14 || got.restore {
+		t.Fatalf("resume(0, 12) = %+v, %v; want offset 14, true (after the last offset added)", got, ok)
 	}
 
 	tr.drop(0) // revoked: a rebalance gave the partition to another member
@@ -362,8 +362,8 @@ func TestCommitTrackerFinalSkipsWhatWasCommittedAndDropForgetsAPartition(t *test
 	if got := tr.advanced(nil); len(got) != 0 {
 		t.Errorf("advanced() after drop = %v; want none", got)
 	}
-	if _, ok := tr.next(0); ok {
-		t.Errorf("next(0) after drop reported an offset; want none")
+	if got, _ := tr.resume(0, 12); got.offset != 12 || !got.restore {
+		t.Errorf("resume(0, 12) after drop = %+v; want offset 12 with restore (nothing tracked)", got)
 	}
 	// Assigned here again: it starts afresh at the group's committed offset.
 	if !tr.add(&pendingOffset{partition: 0, offset: 12}) {
@@ -433,16 +433,15 @@ func TestCommitTrackerMetadataRecordsTheOffsetsFinishedAboveTheMark(t *testing.T
 // the mark passes them.
 func TestCommitTrackerRestoredPartitionTakesTheCommittedFinishedOffsetsAsFinished(t *testing.T) {
 	tr := newCommitTracker()
-	ahead := mustParseFinished(t, 10, "s1:10:1+39,1+49") // 11..49 and 51..99
-	tr.restore(0, 10, ahead)
-	if got := tr.finishedAhead(0); !slices.Equal(got, ahead) {
-		t.Fatalf("finishedAhead(0) = %v; want %v", got, ahead)
+	ahead, err := tr.restore(0, 10, "s1:10:1+39,1+49")
+	if want := []offsetRange{{11, 49}, {51, 99}}; err != nil || !slices.Equal(ahead, want) {
+		t.Fatalf("restore(0, 10, s1:10:1+39,1+49) = %v, %v; want %v, nil", ahead, err, want)
 	}
 	if got := tr.final(nil); len(got) != 0 {
 		t.Fatalf("final() right after restore = %v; want none (nothing changed)", got)
 	}
-	if got, ok := tr.next(0); !ok || got != 10 {
-		t.Fatalf("next(0) = %d, %v; want 10, true (the committed offset)", got, ok)
+	if got, ok := tr.resume(0, 10); !ok || got.offset != 10 || !slices.Equal(got.ahead, ahead) {
+		t.Fatalf("resume(0, 10) = %+v, %v; want offset 10 skipping %v, true (the committed offset)", got, ok, ahead)
 	}
 
 	steps := []struct {
@@ -468,8 +467,8 @@ func TestCommitTrackerRestoredPartitionTakesTheCommittedFinishedOffsetsAsFinishe
 		}
 		tr.setCommitted(got)
 	}
-	if got := tr.finishedAhead(0); len(got) != 0 {
-		t.Errorf("finishedAhead(0) after the reader passed every run = %v; want none", got)
+	if got, _ := tr.resume(0, 101); len(got.ahead) != 0 {
+		t.Errorf("resume(0, 101) after the reader passed every run skips %v; want none", got.ahead)
 	}
 }
 
@@ -477,7 +476,9 @@ func TestCommitTrackerRestoredPartitionTakesTheCommittedFinishedOffsetsAsFinishe
 // again) is tracked as unfinished; the rest of the run stays finished.
 func TestCommitTrackerRestoredRunFetchedAfterAllIsUnfinished(t *testing.T) {
 	tr := newCommitTracker()
-	tr.restore(0, 10, []offsetRange{{11, 20}})
+	if _, err := tr.restore(0, 10, "s1:10:1+10"); err != nil { // 11..20
+		t.Fatal(err)
+	}
 	for _, o := range []int64{10, 11} {
 		n := &pendingOffset{partition: 0, offset: o}
 		tr.add(n)

@@ -33,7 +33,6 @@ type kafkaSession struct {
 	settleWait  time.Duration // how long the end of a generation waits for its messages
 	log         *slog.Logger
 	health      *kafkaHealth
-	marks       *commitTracker
 	transport   *kafka.Transport  // reads the commit metadata
 	addr        net.Addr          // the brokers, for transport
 	coordinator *groupCoordinator // commits
@@ -47,6 +46,7 @@ type kafkaSession struct {
 	wg         sync.WaitGroup                      // consume, and every function of every generation
 
 	mu       sync.Mutex
+	marks    *commitTracker      // what each claimed partition may commit
 	gen      *kafkaGeneration    // the running generation; nil between generations
 	genID    int32               // the ID of the last generation begun
 	memberID string              // this member's ID in it
@@ -316,18 +316,6 @@ type kafkaGeneration struct {
 	starts map[int]partitionStart // by partition: where its reader starts
 }
 
-// partitionStart is where a partition reader starts.
-type partitionStart struct {
-	offset int64
-	// ahead are offsets past offset finished before, which the reader
-	// skips: those of the committed metadata not read yet, when the member
-	// keeps the partition.
-	ahead []offsetRange
-	// restore is set when the member takes the partition from the group:
-	// the reader reads ahead from the committed metadata first.
-	restore bool
-}
-
 // consume runs the member's generations one after the other until the group
 // is closed. kafka-go returns the next generation only after every function
 // started in the previous one has returned.
@@ -353,12 +341,12 @@ func (s *kafkaSession) consume(group *kafka.ConsumerGroup) {
 // A claim is kept when gen comes right after the generation it was owned in
 // (same member, same or next generation ID: no other member can have owned
 // the partition in between) and the group's committed offset has not passed
-// its mark; its reader resumes after the last offset handed out. Any other
-// claim is revoked, and a partition without a kept claim starts at the
-// offset kafka-go puts in the assignment: the committed offset, or
-// StartOffset (FirstOffset or LastOffset) when the group has none; its
-// reader first reads the committed metadata, and skips the offsets it
-// records as finished (see restore).
+// its mark; its reader resumes after the last offset handed out (see
+// commitTracker.resume). Any other claim is revoked, and a partition without
+// a kept claim starts at the offset kafka-go puts in the assignment: the
+// committed offset, or StartOffset (FirstOffset or LastOffset) when the
+// group has none; its reader first reads the committed metadata, and skips
+// the offsets it records as finished (see restore).
 func (s *kafkaSession) begin(gen *kafka.Generation) {
 	assigned := make(map[int]int64)
 	for _, a := range gen.Assignments[s.cfg.Topic] {
@@ -381,16 +369,13 @@ func (s *kafkaSession) begin(gen *kafka.Generation) {
 	s.memberID, s.genID = gen.MemberID, gen.ID
 	for p, c := range s.claims {
 		offset, ok := assigned[p]
-		mark, fetched := s.marks.markOf(p)
-		if ok && following && (!fetched || offset < 0 || offset <= mark) {
-			c.state.Store(claimOwned)
-			start := partitionStart{offset: offset, restore: !fetched}
-			if next, ok := s.marks.next(p); ok {
-				start.offset, start.ahead = next, s.marks.finishedAhead(p)
+		if ok && following {
+			if start, keep := s.marks.resume(p, offset); keep {
+				c.state.Store(claimOwned)
+				g.claims[p], g.starts[p] = c, start
+				kept = append(kept, p)
+				continue
 			}
-			g.claims[p], g.starts[p] = c, start
-			kept = append(kept, p)
-			continue
 		}
 		c.state.Store(claimRevoked)
 		delete(s.claims, p)
@@ -458,7 +443,7 @@ func (s *kafkaSession) commitGeneration(ctx context.Context, g *kafkaGeneration)
 			break
 		}
 		last = time.Now()
-		if err := s.commit(g, s.ownMarks(g, s.marks.advanced(nil), claimOwned)); err != nil {
+		if err := s.commit(g, s.ownMarks(g, claimOwned, (*commitTracker).advanced)); err != nil {
 			s.log.Debug("kafka: commit offsets; retried after the commit interval", "err", err)
 			notify(s.commitWake) // the marks that failed are returned again
 		}
@@ -478,7 +463,7 @@ func (s *kafkaSession) endGeneration(g *kafkaGeneration) {
 	s.suspendLocked(g)
 	s.mu.Unlock()
 	s.awaitSettled(g)
-	if err := s.commit(g, s.ownMarks(g, s.marks.final(nil), claimSuspended)); err != nil {
+	if err := s.commit(g, s.ownMarks(g, claimSuspended, (*commitTracker).final)); err != nil {
 		s.log.Warn("kafka: could not commit the finished offsets at the end of a generation; messages finished since the last commit may be delivered again",
 			"generation", g.gen.ID, "err", err)
 	}
@@ -525,10 +510,13 @@ func (s *kafkaSession) awaitSettled(g *kafkaGeneration) {
 	}
 }
 
-// ownMarks returns the marks of the partitions whose claim in g is in state:
-// a commit with g never covers a partition g did not assign to this member.
-func (s *kafkaSession) ownMarks(g *kafkaGeneration, marks []partitionMark, state int32) []partitionMark {
-	return slices.DeleteFunc(marks, func(m partitionMark) bool {
+// ownMarks returns the marks that collect (commitTracker.advanced or final)
+// stages for a commit, of the partitions whose claim in g is in state: a
+// commit with g never covers a partition g did not assign to this member.
+func (s *kafkaSession) ownMarks(g *kafkaGeneration, state int32, collect func(*commitTracker, []partitionMark) []partitionMark) []partitionMark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.DeleteFunc(collect(s.marks, nil), func(m partitionMark) bool {
 		c := g.claims[m.Partition]
 		return c == nil || c.state.Load() != state
 	})
@@ -557,7 +545,9 @@ func (s *kafkaSession) commit(g *kafkaGeneration, marks []partitionMark) error {
 		if len(tooLarge) == 0 {
 			break
 		}
+		s.mu.Lock()
 		limit = s.marks.shrinkMetadata()
+		s.mu.Unlock()
 		for i := range tooLarge {
 			tooLarge[i].Metadata = truncateMetadata(tooLarge[i].Metadata, limit)
 		}
@@ -594,7 +584,9 @@ func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, ma
 	}
 	res, err := s.coordinator.roundTrip(ctx, req)
 	if err != nil {
+		s.mu.Lock()
 		s.marks.retry(marks)
+		s.mu.Unlock()
 		return nil, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", offsets, g.gen.ID, err)
 	}
 	answers := make(map[int]error, len(marks))
@@ -631,8 +623,10 @@ func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, ma
 		failed = append(failed, m)
 		errs = append(errs, fmt.Errorf("partition %d: %w", m.Partition, err))
 	}
+	s.mu.Lock()
 	s.marks.setCommitted(done)
 	s.marks.retry(failed)
+	s.mu.Unlock()
 	if len(errs) > 0 {
 		return tooLarge, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", offsets, g.gen.ID, errors.Join(errs...))
 	}
@@ -671,23 +665,22 @@ func (s *kafkaSession) restore(ctx context.Context, g *kafkaGeneration, partitio
 			"partition", partition, "assigned", start, "committed", committed)
 		return nil
 	}
-	ahead, err := parseFinished(committed, md)
-	if err != nil {
-		s.log.Info("kafka: commit metadata ignored; the messages finished above the committed offset are delivered again",
-			"partition", partition, "err", err, "metadata", truncateText(md, 64))
-		return nil
-	}
-	if len(ahead) == 0 {
-		return nil
-	}
+	var ahead []offsetRange
 	s.mu.Lock()
 	current := s.gen == g
 	if current {
-		s.marks.restore(partition, committed, ahead)
+		ahead, err = s.marks.restore(partition, committed, md)
 	}
 	s.mu.Unlock()
-	if !current {
+	switch {
+	case !current:
 		return nil // g ended meanwhile: the next generation reads it again
+	case err != nil:
+		s.log.Info("kafka: commit metadata ignored; the messages finished above the committed offset are delivered again",
+			"partition", partition, "err", err, "metadata", truncateText(md, 64))
+		return nil
+	case len(ahead) == 0:
+		return nil
 	}
 	var n int64
 	for _, r := range ahead {

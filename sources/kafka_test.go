@@ -345,6 +345,8 @@ func waitGroupStable(t *testing.T, cl *kgo.Client, group string, n int) {
 // marks returns the source's committable offset per partition it fetched
 // from.
 func marks(src *Kafka) map[int]int64 {
+	src.session.mu.Lock()
+	defer src.session.mu.Unlock()
 	out := make(map[int]int64)
 	for p := range kafkaTestPartitions {
 		if m, ok := src.session.marks.markOf(p); ok {
