@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -25,6 +23,9 @@ import (
 // generation, metadata included. It also holds the nacked messages waiting
 // for redelivery, since which of them may come back depends on the claims.
 //
+// What each claimed partition may commit is a commitTracker, a value of
+// offsets alone that the session guards with its mu and tells what was
+// fetched, settled and committed; the groupCoordinator sends the commits.
 // The partitionFetcher reads the claimed partitions; Kafka hands out what
 // it reads, and its receipts settle here.
 type kafkaSession struct {
@@ -33,9 +34,7 @@ type kafkaSession struct {
 	settleWait  time.Duration // how long the end of a generation waits for its messages
 	log         *slog.Logger
 	health      *kafkaHealth
-	transport   *kafka.Transport  // reads the commit metadata
-	addr        net.Addr          // the brokers, for transport
-	coordinator *groupCoordinator // commits
+	coordinator *groupCoordinator // commits, and reads the committed offsets
 	fetcher     *partitionFetcher
 
 	group      atomic.Pointer[kafka.ConsumerGroup] // nil until the topic is first seen
@@ -57,7 +56,6 @@ type kafkaSession struct {
 
 func newKafkaSession(cfg KafkaConfig, groupCfg kafka.ConsumerGroupConfig, transport *kafka.Transport,
 	fetcher *partitionFetcher, health *kafkaHealth, log *slog.Logger) *kafkaSession {
-	addr := kafka.TCP(cfg.Brokers...)
 	return &kafkaSession{
 		cfg:         cfg,
 		groupCfg:    groupCfg,
@@ -65,9 +63,7 @@ func newKafkaSession(cfg KafkaConfig, groupCfg kafka.ConsumerGroupConfig, transp
 		log:         log,
 		health:      health,
 		marks:       newCommitTracker(),
-		transport:   transport,
-		addr:        addr,
-		coordinator: newGroupCoordinator(transport, addr, cfg.Group),
+		coordinator: newGroupCoordinator(transport, kafka.TCP(cfg.Brokers...), cfg.Group, cfg.Topic),
 		fetcher:     fetcher,
 		wake:        make(chan struct{}, 1),
 		commitWake:  make(chan struct{}, 1),
@@ -102,7 +98,7 @@ func (s *kafkaSession) leave() {
 	}
 	_ = g.Close() // never fails
 	s.wg.Wait()
-	s.transport.CloseIdleConnections() // after the last commit
+	s.coordinator.closeIdle() // after the last commit
 }
 
 // close ends the session for Fetch and the receipts, drops the nacked
@@ -522,12 +518,10 @@ func (s *kafkaSession) ownMarks(g *kafkaGeneration, state int32, collect func(*c
 	})
 }
 
-// commit commits marks with g: each partition's offset and, as its
-// metadata, the offsets finished above it. Like kafka-go's
-// Generation.CommitOffsets, which cannot carry metadata, it commits with
-// g's generation ID and member ID, so the group refuses it once g is over
-// and another member may own the partitions. The marks of partitions that
-// failed are returned again by the tracker's next advanced or final.
+// commit commits marks with g (see groupCoordinator.commit): each
+// partition's offset and, as its metadata, the offsets finished above it.
+// The marks of partitions that failed are returned again by the tracker's
+// next advanced or final.
 //
 // When the broker refuses the metadata as too large (its
 // offset.metadata.max.bytes is below kafkaMetadataMax), commit halves the
@@ -564,47 +558,12 @@ func (s *kafkaSession) commit(g *kafkaGeneration, marks []partitionMark) error {
 // partitions it committed. It returns the marks whose metadata the broker
 // refused as too large; the tracker returns the other failed ones again.
 func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, marks []partitionMark) ([]partitionMark, error) {
-	offsets := make(map[int]int64, len(marks))
-	parts := make([]offsetcommit.RequestPartition, len(marks))
-	for i, m := range marks {
-		offsets[m.Partition] = m.Offset
-		parts[i] = offsetcommit.RequestPartition{
-			PartitionIndex:       int32(m.Partition),
-			CommittedOffset:      m.Offset,
-			CommittedLeaderEpoch: -1, // unknown: kafka-go tracks no leader epochs
-			CommittedMetadata:    m.Metadata,
-		}
-	}
-	req := &offsetcommit.Request{
-		GroupID:         s.cfg.Group,
-		GenerationID:    g.gen.ID,
-		MemberID:        g.gen.MemberID,
-		RetentionTimeMs: -1, // the broker's offsets.retention.minutes
-		Topics:          []offsetcommit.RequestTopic{{Name: s.cfg.Topic, Partitions: parts}},
-	}
-	res, err := s.coordinator.roundTrip(ctx, req)
+	answers, err := s.coordinator.commit(ctx, g.gen, marks)
 	if err != nil {
 		s.mu.Lock()
 		s.marks.retry(marks)
 		s.mu.Unlock()
-		return nil, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", offsets, g.gen.ID, err)
-	}
-	answers := make(map[int]error, len(marks))
-	if r, ok := res.(*offsetcommit.Response); ok {
-		for _, t := range r.Topics {
-			for _, p := range t.Partitions {
-				if t.Name == s.cfg.Topic {
-					var err error
-					if p.ErrorCode != 0 {
-						err = kafka.Error(p.ErrorCode)
-					}
-					if isCoordinatorError(err) {
-						s.coordinator.forget() // it moved: look it up for the next commit
-					}
-					answers[int(p.PartitionIndex)] = err
-				}
-			}
-		}
+		return nil, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", markOffsets(marks), g.gen.ID, err)
 	}
 	var done, failed, tooLarge []partitionMark
 	var errs []error
@@ -628,9 +587,18 @@ func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, ma
 	s.marks.retry(failed)
 	s.mu.Unlock()
 	if len(errs) > 0 {
-		return tooLarge, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", offsets, g.gen.ID, errors.Join(errs...))
+		return tooLarge, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", markOffsets(marks), g.gen.ID, errors.Join(errs...))
 	}
 	return tooLarge, nil
+}
+
+// markOffsets returns the offsets of marks by partition, for an error.
+func markOffsets(marks []partitionMark) map[int]int64 {
+	offsets := make(map[int]int64, len(marks))
+	for _, m := range marks {
+		offsets[m.Partition] = m.Offset
+	}
+	return offsets
 }
 
 // restore reads the group's committed offset of partition and its metadata,
@@ -648,7 +616,7 @@ func (s *kafkaSession) restore(ctx context.Context, g *kafkaGeneration, partitio
 	var md string
 	var err error
 	for attempt := 1; ; attempt++ {
-		committed, md, err = s.fetchCommitted(ctx, partition)
+		committed, md, err = s.coordinator.fetchCommitted(ctx, partition)
 		if err == nil || attempt == kafkaRestoreAttempts || sleepCtx(ctx, kafkaErrorPause) != nil {
 			break
 		}
@@ -689,30 +657,6 @@ func (s *kafkaSession) restore(ctx context.Context, g *kafkaGeneration, partitio
 	s.log.Info("kafka: skipping the messages finished above the committed offset",
 		"partition", partition, "committed", committed, "finished", n, "from", ahead[0].from, "to", ahead[len(ahead)-1].to)
 	return ahead
-}
-
-// fetchCommitted returns the group's committed offset of partition (-1 when
-// there is none) and its metadata.
-func (s *kafkaSession) fetchCommitted(ctx context.Context, partition int) (int64, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, kafkaRequestTimeout)
-	defer cancel()
-	c := kafka.Client{Addr: s.addr, Transport: s.transport}
-	res, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{
-		GroupID: s.cfg.Group,
-		Topics:  map[string][]int{s.cfg.Topic: {partition}},
-	})
-	if err != nil {
-		return 0, "", err
-	}
-	if res.Error != nil {
-		return 0, "", res.Error
-	}
-	for _, p := range res.Topics[s.cfg.Topic] {
-		if p.Partition == partition {
-			return p.CommittedOffset, p.Metadata, p.Error
-		}
-	}
-	return 0, "", fmt.Errorf("no offset of partition %d in the answer", partition)
 }
 
 // truncateText returns s cut to at most n bytes, marked with "..." when cut.
