@@ -110,7 +110,7 @@ func (k *kafkaCluster) sourceYAML(topic, group string, fast bool) string {
 // sourceConfig is the in-process pipeline source config for topic and
 // group, with the fast group timings of sourceYAML.
 func (k *kafkaCluster) sourceConfig(topic, group string) config.Source {
-	return config.Source{Kafka: k.Source(topic, group)}
+	return config.Source{Kafka: sources.InProcessKafka(k.Addrs(), topic, group)}
 }
 
 func (k *kafkaCluster) close() { k.Close() }
