@@ -68,7 +68,7 @@ func sendAsFastAsAllowed(lims []shaper.Limiter, d time.Duration) []time.Time {
 func TestSharedKeysHoldAKeyToOneLimitAcrossReplicas(t *testing.T) {
 	addr := redistest.Start(t).Addr
 	log := &logtest.Buffer{}
-	reps := keyReplicas(t, addr, 3, limiter.SharedKeysConfig{Prefix: "shaper:test:key:", Mode: limiter.Leaky, Limit: 20, Burst: 1, FallbackLimit: 5}, log)
+	reps := keyReplicas(t, addr, 3, limiter.SharedKeysConfig{Prefix: "shaper:test:key:", Mode: limiter.Leaky, Limit: 20, Burst: 1, FallbackLimit: 5, Timeout: loadedTimeout}, log)
 	now := time.Now()
 	var a, b []shaper.Limiter
 	for _, r := range reps {
