@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -224,16 +225,24 @@ func TestHTTPOwnClientDropsConnectionsItCannotKeep(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	h := newHTTP(t, httpConfig(srv.URL))
+	pool := h.cur.Load().pool
+	// dropped reports whether the sink holds no connection: the server
+	// closed the idle one, and its reader saw that and ended.
+	dropped := func() bool {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		return len(pool.conns) == 0
+	}
 	m := &shaper.Message{ID: "1", Payload: []byte("x")}
 	for i := range 3 {
 		if _, err := startOrSend(t, h, m, 2*time.Second); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-		time.Sleep(300 * time.Millisecond) // the server closes the idle connection
+		testwait.For(t, 10*time.Second, "the server to close the idle connection and the sink to drop it", dropped)
 	}
 	mu.Lock()
 	if opened != 3 {
-		t.Errorf("3 requests 300ms apart to a server closing idle connections after 50ms opened %d connections; want 3", opened)
+		t.Errorf("3 requests, each after the server closed the idle connection of the one before, opened %d connections; want 3", opened)
 	}
 	long, opened = true, 0
 	mu.Unlock()
@@ -322,7 +331,7 @@ func TestHTTPStartedRequestsEndAtTheirTimeoutCtxOrClose(t *testing.T) {
 	warm()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	answer := start(ctx, time.Minute)
-	time.Sleep(50 * time.Millisecond)
+	testwait.For(t, 10*time.Second, "the request to reach the sink", func() bool { return sink.Hanging() == 1 })
 	cancel()
 	wait(answer, "ctx cancelled", context.Canceled)
 	warm()
@@ -359,23 +368,33 @@ func TestHTTPAnAnswerReadLateBehindASlowDoneIsNoTimeout(t *testing.T) {
 	if err := h.Send(testCtx(t), &shaper.Message{ID: "warm", Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
+	const timeout = 100 * time.Millisecond
 	first, second := make(chan error, 1), make(chan error, 1)
+	// The first done, a slow settle on the reader, returns once the second
+	// request's deadline has passed (or the test ends).
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before newHTTP's Close, which waits for the reader
 	if !h.Start(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")}, time.Second, func(err error) {
 		first <- err
-		time.Sleep(300 * time.Millisecond) // a slow settle, on the reader
+		<-release
 	}) {
 		t.Fatal("Start declined with an idle connection")
 	}
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if !h.Start(testCtx(t), &shaper.Message{ID: "2", Payload: []byte("x")}, 100*time.Millisecond, func(err error) { second <- err }) {
+	if !h.Start(testCtx(t), &shaper.Message{ID: "2", Payload: []byte("x")}, timeout, func(err error) { second <- err }) {
 		t.Fatal("Start declined with the connection idle again")
 	}
+	// Start set the request's deadline, timeout from then: this fires
+	// after it.
+	time.AfterFunc(timeout, free)
 	select {
 	case err := <-second:
 		if err != nil {
-			t.Errorf("the second request, answered at once and read 200ms past its deadline: %v; want nil", err)
+			t.Errorf("the second request, answered at once and read past its deadline: %v; want nil", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer within 10s")

@@ -45,17 +45,40 @@ func gogc() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// collected is what collect's collection finds unreachable; it holds a
+// pointer so that it is never one of the runtime's tiny allocations, whose
+// cleanups may never run.
+type collected struct{ _ *byte }
+
+// collect runs a collection and waits until the runtime has run cleanups
+// after it: one of its own, attached to an object the collection frees.
+// Cleanups run concurrently, so one attached to another object may still
+// be running.
+func collect(t *testing.T) {
+	t.Helper()
+	ran := make(chan struct{})
+	runtime.AddCleanup(new(collected), func(ran chan struct{}) { close(ran) }, ran)
+	runtime.GC()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no cleanup ran within 10s of a collection")
+	}
+}
+
 func TestGCPaceSetsGOGCAfterACollectionAndLeavesTheEnvironmentsAlone(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
 
+	// Three collections, each until cleanups ran after it: a pace that
+	// wrongly ran would have set GOGC after the first.
 	t.Setenv("GOGC", "100")
 	stop := startGCPace()
-	runtime.GC()
-	runtime.GC()
-	time.Sleep(50 * time.Millisecond) // cleanups run after the collection, on the runtime's goroutine
+	for range 3 {
+		collect(t)
+	}
 	if got := gogc(); got != 100 {
-		t.Errorf("with GOGC=100 in the environment: GOGC = %d after two collections; want 100", got)
+		t.Errorf("with GOGC=100 in the environment: GOGC = %d after three collections; want 100", got)
 	}
 	stop()
 
@@ -65,8 +88,7 @@ func TestGCPaceSetsGOGCAfterACollectionAndLeavesTheEnvironmentsAlone(t *testing.
 	want := gcPercent(0) // the most it sets; this test's live heap is under half the floor
 	deadline := time.Now().Add(10 * time.Second)
 	for gogc() <= 100 && time.Now().Before(deadline) {
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
+		collect(t)
 	}
 	if got := gogc(); got <= 100 || got > uint64(want) {
 		t.Errorf("GOGC = %d after collections with a live heap under %d bytes; want in (100, %d]", got, heapFloor/2, want)
