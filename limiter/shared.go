@@ -263,6 +263,9 @@ type Shared struct {
 	pending bool
 	pendSeq uint64
 	lease   lease
+	// unused counts leased slots given up: skipped because they had
+	// passed, or still in a lease when it was dropped.
+	unused int64
 	// op is the Redis call for the shared limit asked for or running,
 	// nil when none is. A probe is never op, nor is a call left running
 	// when the limiter fell back.
@@ -531,8 +534,26 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 			l.next--
 			return t, false, true
 		}
+		s.unused++
 	}
 	return time.Time{}, false, false
+}
+
+// dropLeaseLocked gives up the rest of the lease, counting it as unused.
+// It requires that s.mu is held.
+func (s *Shared) dropLeaseLocked() {
+	s.unused += int64(max(s.lease.n-s.lease.next, 0))
+	s.lease = lease{}
+}
+
+// Unused returns how many leased slots this replica has given up since it
+// started: slots that had passed when it came to them (it woke too late,
+// or stopped asking) and slots of a lease it dropped (SetRate, a fallback,
+// Close). It is exported as shaper_limiter_unused_total.
+func (s *Shared) Unused() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unused
 }
 
 // leaseSizeLocked returns how many slots to lease at the current limit. It
@@ -582,7 +603,7 @@ func (s *Shared) SetRate(limit float64, burst int) {
 	s.limit, s.burst = limit, burst
 	s.pending = true
 	s.pendSeq++
-	s.lease = lease{}
+	s.dropLeaseLocked()
 	s.syncLocalLocked()
 	s.signal()
 }
@@ -615,6 +636,7 @@ func (s *Shared) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
+		s.dropLeaseLocked()
 		s.mu.Unlock()
 		s.cancel()
 		close(s.quit)
@@ -784,11 +806,12 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
 			return // not reached: the call that failed or timed out is the one that fell back
 		}
 		s.fallback = false
-		s.lease = lease{}
+		s.dropLeaseLocked()
 		s.log.Info("shared limiter: redis answers again; back to the shared limit",
 			"key", s.key, "limit", s.limit, "fallback_for", recv.Sub(s.since).Round(time.Millisecond))
 	}
 	if op.want > 0 && !newer && !s.closed {
+		s.dropLeaseLocked() // used up, or it would not have been asked for
 		s.lease = lease{
 			at:       recv,
 			off:      r.base - r.now,
@@ -804,7 +827,7 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
 func (s *Shared) fallBackLocked(err error, at time.Time) {
 	s.fallback = true
 	s.since = at
-	s.lease = lease{}
+	s.dropLeaseLocked()
 	if op := s.op; op != nil {
 		if !op.started {
 			close(op.done) // its waiters use the local limiter now
