@@ -139,13 +139,20 @@ func (c SharedConfig) validate() error {
 // hands the lease out locally, slot i at its own time on the global
 // schedule; one Reserve in k waits for the call.
 //
-// Slot times come from the server's clock. The reply carries the server's
-// now, and the replica takes that instant as the local time the reply
-// arrived. The server read its clock somewhere within the round trip, so a
-// slot is never handed out before its server time and is late by at most
-// one round trip. Within a lease slots keep their exact spacing; only the
-// seams between leases (this replica's own included) carry the difference
-// of two round trips, microseconds on loopback.
+// Slot times come from the server's clock. Each reply carries the
+// server's now, read somewhere within the round trip, so the local time
+// the reply arrived, less that now, is a latest possible offset between
+// the two clocks: mapped with it, no slot is handed out before its server
+// time. A slow round trip (a goroutine that a busy machine ran tens of
+// milliseconds late) would shift a whole lease that late, onto the slots
+// of the next lease, another replica's: two slots where the schedule has
+// one. So the replica maps every lease with the least such offset it has
+// seen, aged by a drift allowance of 100ppm; the offset of a reply that
+// cannot be right together with the kept one (the server's clock was set
+// back) replaces it. A lease is then late by the fastest recent round
+// trip, microseconds on loopback, however slowly its own reply came; its
+// first slots may have passed by then and are let go, which only
+// under-sends. Within a lease slots keep their exact spacing.
 //
 // A leased slot goes at its time, or at most min(1/limit, 2ms) late to a
 // caller who came late, which absorbs a scheduler's wake-up jitter (in
@@ -263,6 +270,9 @@ type Shared struct {
 	pending bool
 	pendSeq uint64
 	lease   lease
+	// epoch is the local time of the server's time zero by the least
+	// offset seen (see Leases), as of epochAt; zero before any reply.
+	epoch, epochAt time.Time
 	// unused counts leased slots given up: skipped because they had
 	// passed, or still in a lease when it was dropped.
 	unused int64
@@ -752,14 +762,14 @@ func (s *Shared) do(ctx context.Context, op *call) {
 		err = fmt.Errorf("limiter: shared key %q: %w", s.key, err)
 	}
 	s.mu.Lock()
-	s.applyLocked(op, r, recv, err)
+	s.applyLocked(op, r, recv, recv.Sub(start), err)
 	s.mu.Unlock()
 	s.signal() // a call slot is free
 }
 
-// applyLocked takes in the result of op, received at recv. It requires
-// that s.mu is held.
-func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
+// applyLocked takes in the result of op, received at recv after a round
+// trip of rtt. It requires that s.mu is held.
+func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duration, err error) {
 	s.calls--
 	defer func() {
 		if s.op == op {
@@ -810,15 +820,38 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
 		s.log.Info("shared limiter: redis answers again; back to the shared limit",
 			"key", s.key, "limit", s.limit, "fallback_for", recv.Sub(s.since).Round(time.Millisecond))
 	}
+	at := s.mapLocked(r.now, recv, rtt)
 	if op.want > 0 && !newer && !s.closed {
 		s.dropLeaseLocked() // used up, or it would not have been asked for
 		s.lease = lease{
-			at:       recv,
+			at:       at,
 			off:      r.base - r.now,
 			interval: 1e6 / r.limit,
 			n:        op.want,
 		}
 	}
+}
+
+// maxDrift is how fast the server's clock is taken to drift from this
+// replica's at most (100ppm), to age the offset kept between them.
+const maxDrift = 1e-4
+
+// mapLocked returns the local time of the server's now, from a reply that
+// carried it and was received at recv after a round trip of rtt, and keeps
+// the least offset between the clocks (see Leases). It requires that s.mu
+// is held.
+func (s *Shared) mapLocked(now float64, recv time.Time, rtt time.Duration) time.Time {
+	epoch := recv.Add(-time.Duration(math.Min(now*1e3, maxNanos)))
+	if !s.epoch.IsZero() {
+		kept := s.epoch.Add(time.Duration(maxDrift * float64(recv.Sub(s.epochAt))))
+		// This reply says the offset lies in [epoch-rtt, epoch]; a kept
+		// one below that cannot be right (the server's clock went back).
+		if kept.Before(epoch) && !kept.Before(epoch.Add(-rtt)) {
+			epoch = kept
+		}
+	}
+	s.epoch, s.epochAt = epoch, recv
+	return epoch.Add(time.Duration(math.Min(now*1e3, maxNanos)))
 }
 
 // fallBackLocked switches to the local limiter because of err, at at. The
