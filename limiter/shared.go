@@ -32,11 +32,15 @@ const (
 	// DefaultSharedTimeout is SharedConfig.Timeout when it is left zero.
 	DefaultSharedTimeout = 50 * time.Millisecond
 
-	// leaseSpan is how much of the schedule one Redis call reserves: a
-	// lease of limit·leaseSpan slots, so Redis sees about one call per
-	// 20ms of slots from each busy replica whatever the rate.
-	leaseSpan = 20 * time.Millisecond
-	// maxLease caps a lease (above 50 000/s the span shrinks instead).
+	// A lease is leaseSlots slots, the most a stall can strand at little
+	// cost to Redis (one call per leaseSlots slots, 0.1 per request), but
+	// never more than leaseSpanMax of the schedule, and at least
+	// leaseSpanMin of it, which caps the calls above 5000/s at 500 a
+	// second. See Leases.
+	leaseSlots   = 10
+	leaseSpanMax = 10 * time.Millisecond
+	leaseSpanMin = 2 * time.Millisecond
+	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
 	// maxLate is the longest a leased slot may be handed out after its
 	// time (or one interval, if shorter); a later caller skips it. It
@@ -134,10 +138,27 @@ func (c SharedConfig) validate() error {
 //
 // A Redis call costs a round trip (30–40µs on loopback, more across a
 // network), too much for every slot. So one call reserves a lease: k
-// consecutive slots of the global schedule, k = limit × 20ms rounded up
-// (1 to 1000), about one call per 20ms of slots from each busy replica. The replica
-// hands the lease out locally, slot i at its own time on the global
-// schedule; one Reserve in k waits for the call.
+// consecutive slots of the global schedule, k = 10, or limit × 10ms
+// rounded up where that is less (1 at 100/s, 6 at 600/s), or limit × 2ms
+// where that is more (20 at 10 000/s; at most 1000). The replica hands the
+// lease out locally, slot i at its own time on the global schedule; one
+// Reserve in k waits for the call. Redis sees at most 100 calls a second
+// from the whole fleet up to 1000/s, 0.1 per slot up to 5000/s, and 500 a
+// second above.
+//
+// Why leases this short: a slot that passes in a lease that a replica
+// holds is lost to the fleet, and a replica stopped for longer than the
+// span it holds ahead (a container throttled by its CPU quota stops for
+// 100ms) loses all of it. Giving the slots back afterwards cannot help
+// without doubling: they have passed, and the schedule after them is
+// leased already, so handing them out again puts two slots where the
+// schedule has one. Catching up late has the same cost, since every slot
+// handed out up to d late lets a window hold limit·d slots more. So the
+// loss is kept small where it arises, by holding few slots ahead: a
+// stall strands at most one lease, 10ms of slots below 1000/s, 10 slots
+// up to 5000/s, and the stranded slots are counted (Unused). Ten slots is
+// where Redis stays off the hot path (0.1 calls per request); shorter
+// leases would strand less and cost a call for every few requests.
 //
 // Slot times come from the server's clock. Each reply carries the
 // server's now, read somewhere within the round trip, so the local time
@@ -163,18 +184,18 @@ func (c SharedConfig) validate() error {
 // seams.
 //
 // The price of leases is elsewhere. A replica that stops asking wastes the
-// rest of its lease (up to 20ms of the global rate); a busy replica holds
+// rest of its lease (up to 10ms of the global rate); a busy replica holds
 // slots that others cannot take for that long; and after SetRate lowers
 // the rate, leases already taken keep their old spacing, so right after a
 // change the global rate can exceed the new limit by one lease per replica
-// (20ms of slots at the old rate). Bigger leases would mean fewer calls and
-// more of all three.
+// (up to 10ms of slots at the old rate). Bigger leases would mean fewer
+// calls and more of all three.
 //
 // # The limit
 //
 // The limit and burst live in Redis beside the state, and every call uses
 // the ones stored there. SetRate on one replica writes them at once, so
-// every replica's next lease is at the new rate (within about 20ms). At
+// every replica's next lease is at the new rate (within about 10ms). At
 // start a replica writes its configured limit only if the key holds none:
 // the first writer wins until someone calls SetRate. Otherwise every
 // restart of a replica, a rolling deploy for instance, would undo a rate
@@ -569,7 +590,8 @@ func (s *Shared) Unused() int64 {
 // leaseSizeLocked returns how many slots to lease at the current limit. It
 // requires that s.mu is held.
 func (s *Shared) leaseSizeLocked() int {
-	k := math.Ceil(s.limit * leaseSpan.Seconds())
+	k := math.Min(math.Ceil(s.limit*leaseSpanMax.Seconds()), leaseSlots)
+	k = math.Max(k, math.Ceil(s.limit*leaseSpanMin.Seconds()))
 	return int(math.Max(1, math.Min(k, maxLease)))
 }
 

@@ -573,12 +573,14 @@ func TestSharedRedisCallsPerSlotFollowTheLeaseSize(t *testing.T) {
 	client := newClient(t, &redis.Options{Addr: addr})
 	tests := []struct {
 		limit float64
-		lease int // limit × 20ms, 1 to 1000
+		lease int // 10, at most limit × 10ms, at least limit × 2ms
 	}{
 		{limit: 10, lease: 1},
-		{limit: 100, lease: 2},
-		{limit: 1000, lease: 20},
-		{limit: 10000, lease: 200},
+		{limit: 100, lease: 1},
+		{limit: 600, lease: 6},
+		{limit: 1000, lease: 10},
+		{limit: 5000, lease: 10},
+		{limit: 10000, lease: 20},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.limit), func(t *testing.T) {
@@ -741,7 +743,7 @@ func atMostOver(got, want, over, under float64) bool {
 // when it drops the lease, are counted as unused, one by one.
 func TestSharedCountsTheLeasedSlotsItLetPassAsUnused(t *testing.T) {
 	addr := redistest.Start(t).Addr
-	const limit, lease = 1000.0, 20 // a lease is limit × 20ms
+	const limit, lease = 1000.0, 10 // a lease is 10 slots at 1000/s
 	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), limiter.SharedConfig{
 		Key: "shaper:unused", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: 10, Timeout: loadedTimeout,
 	}, nil)
