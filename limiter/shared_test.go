@@ -23,10 +23,12 @@ import (
 	"github.com/shaper-dev/shaper/shaper"
 )
 
-// Shared is a drop-in Limiter for the pipeline, and reports fallbacks.
+// Shared is a drop-in Limiter for the pipeline, and reports fallbacks and
+// unused slots.
 var (
 	_ shaper.Limiter          = (*limiter.Shared)(nil)
 	_ shaper.FallbackReporter = (*limiter.Shared)(nil)
+	_ shaper.UnusedReporter   = (*limiter.Shared)(nil)
 )
 
 // newShared returns a Shared limiter for cfg through client, logging into
@@ -609,12 +611,14 @@ func TestSharedRedisCallsPerSlotFollowTheLeaseSize(t *testing.T) {
 	client := newClient(t, &redis.Options{Addr: addr})
 	tests := []struct {
 		limit float64
-		lease int // limit × 20ms, 1 to 1000
+		lease int // 10, at most limit × 10ms, at least limit × 2ms
 	}{
 		{limit: 10, lease: 1},
-		{limit: 100, lease: 2},
-		{limit: 1000, lease: 20},
-		{limit: 10000, lease: 200},
+		{limit: 100, lease: 1},
+		{limit: 600, lease: 6},
+		{limit: 1000, lease: 10},
+		{limit: 5000, lease: 10},
+		{limit: 10000, lease: 20},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.limit), func(t *testing.T) {
@@ -771,4 +775,33 @@ func TestNewSharedRejectsBadConfig(t *testing.T) {
 // is (a caller that wakes late wastes its slot), so under is looser.
 func atMostOver(got, want, over, under float64) bool {
 	return got <= want*(1+over) && got >= want*(1-under)
+}
+
+// Slots of a lease that pass before the replica comes back, and those left
+// when it drops the lease, are counted as unused, one by one.
+func TestSharedCountsTheLeasedSlotsItLetPassAsUnused(t *testing.T) {
+	addr := redistest.Start(t).Addr
+	const limit, lease = 1000.0, 10 // a lease is 10 slots at 1000/s
+	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), limiter.SharedConfig{
+		Key: "shaper:unused", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: 10, Timeout: loadedTimeout,
+	}, nil)
+	s.Reserve(time.Now())
+	if got := s.Unused(); got != 0 {
+		t.Fatalf("Unused() after the first slot = %d; want 0", got)
+	}
+	// The lease's other slots pass: the next Reserve skips them all and
+	// takes the first slot of a new lease.
+	time.Sleep(100 * time.Millisecond)
+	s.Reserve(time.Now())
+	if got := s.Unused(); got != lease-1 {
+		t.Errorf("Unused() after the lease passed = %d; want %d", got, lease-1)
+	}
+	// Close drops the rest of the new lease.
+	s.Close()
+	if got := s.Unused(); got != 2*(lease-1) {
+		t.Errorf("Unused() after Close = %d; want %d", got, 2*(lease-1))
+	}
+	if s.Fallback() != true {
+		t.Errorf("Fallback() after Close = false; want true")
+	}
 }
