@@ -381,142 +381,198 @@ func isNumber(l string) bool {
 // the same for every spelling of one destination, which suits a key per
 // host.
 func (g *Guard) Check(raw string) (*url.URL, error) {
+	if err := checkBytes(raw); err != nil {
+		return nil, err
+	}
+	d, err := readDestination(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.allow(d); err != nil {
+		return nil, err
+	}
+	return d.url(raw)
+}
+
+// destination is what Check reads from a URL before url.Parse does: where
+// a request to it would go, and how to name that place in an error.
+type destination struct {
+	scheme    string     // "https" or "http", in lower case
+	authority string     // as written, between "//" and the path
+	name      string     // the host name, lower case, no trailing dot; "" for an IP
+	ip        netip.Addr // the address of an IP literal
+	port      int        // the port written, or the scheme's default
+	shown     string     // the host in errors
+	hostOf    string     // the host of the URL returned, brackets included
+}
+
+// checkBytes refuses raw for its length or for a byte that no URL a
+// message may name has: a control character, a space or a backslash.
+func checkBytes(raw string) error {
 	if len(raw) > MaxURLBytes {
-		return nil, refuse("longer than %d bytes (%d)", MaxURLBytes, len(raw))
+		return refuse("longer than %d bytes (%d)", MaxURLBytes, len(raw))
 	}
 	if raw == "" {
-		return nil, refuse("no URL")
+		return refuse("no URL")
 	}
 	for i := 0; i < len(raw); i++ {
 		switch c := raw[i]; {
 		case c < ' ' || c == 0x7f:
-			return nil, refuse("a control character (%#02x) at byte %d", c, i)
+			return refuse("a control character (%#02x) at byte %d", c, i)
 		case c == ' ':
-			return nil, refuse("a space at byte %d (write %%20)", i)
+			return refuse("a space at byte %d (write %%20)", i)
 		case c == '\\':
-			return nil, refuse("a backslash at byte %d (browsers read it as '/', Go does not)", i)
+			return refuse("a backslash at byte %d (browsers read it as '/', Go does not)", i)
 		}
 	}
+	return nil
+}
 
-	// Scheme and authority are read here, before url.Parse, so that each
-	// refusal is precise; url.Parse then reads the rest, and must agree.
+// readDestination reads the scheme and the authority of raw. They are read
+// here, before url.Parse, so that each refusal is precise; url.Parse then
+// reads the rest, and must agree (see destination.url).
+func readDestination(raw string) (destination, error) {
+	var d destination
 	scheme, rest, ok := splitScheme(raw)
 	if !ok {
-		return nil, refuse("no scheme: want an absolute https:// URL")
+		return d, refuse("no scheme: want an absolute https:// URL")
 	}
-	scheme = strings.ToLower(scheme)
-	if scheme != "https" && scheme != "http" {
-		return nil, refuse("scheme %s: want https", check.ShownScheme(scheme))
+	d.scheme = strings.ToLower(scheme)
+	if d.scheme != "https" && d.scheme != "http" {
+		return d, refuse("scheme %s: want https", check.ShownScheme(d.scheme))
 	}
 	authority, ok := strings.CutPrefix(rest, "//")
 	if !ok {
-		return nil, refuse("no host: want %s://host/...", scheme)
+		return d, refuse("no host: want %s://host/...", d.scheme)
 	}
 	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
 		authority = authority[:i]
 	}
 	switch {
 	case strings.Contains(authority, "@"):
-		return nil, refuse("user information in the URL (not shown); a message's URL may not carry credentials")
+		return d, refuse("user information in the URL (not shown); a message's URL may not carry credentials")
 	case authority == "":
-		return nil, refuse("no host")
+		return d, refuse("no host")
 	case strings.HasPrefix(authority, "[") && strings.Contains(authority, "%"):
-		return nil, refuse("an IPv6 zone in the host")
+		return d, refuse("an IPv6 zone in the host")
 	case strings.Contains(authority, "%"):
-		return nil, refuse("percent-encoding in the host")
+		return d, refuse("percent-encoding in the host")
 	}
+	d.authority = authority
+	host, bracketed, err := d.readPort()
+	if err != nil {
+		return d, err
+	}
+	return d, d.readHost(host, bracketed)
+}
 
-	hostPart, portPart, bracketed := authority, "", false
-	if strings.HasPrefix(hostPart, "[") {
-		end := strings.Index(hostPart, "]")
+// readPort splits d.authority into the host and the port, sets d.port
+// (the scheme's default when none is written) and returns the host,
+// without brackets; bracketed tells that it had them.
+func (d *destination) readPort() (host string, bracketed bool, err error) {
+	host, portPart := d.authority, ""
+	if strings.HasPrefix(host, "[") {
+		end := strings.Index(host, "]")
 		if end < 0 {
-			return nil, refuse("'[' without ']' in the host")
+			return "", false, refuse("'[' without ']' in the host")
 		}
-		hostPart, portPart, bracketed = hostPart[1:end], hostPart[end+1:], true
+		host, portPart, bracketed = host[1:end], host[end+1:], true
 		if portPart != "" && portPart[0] != ':' {
-			return nil, refuse("something other than :port after ']'")
+			return "", false, refuse("something other than :port after ']'")
 		}
 		portPart = strings.TrimPrefix(portPart, ":")
-	} else if i := strings.LastIndex(hostPart, ":"); i >= 0 {
-		hostPart, portPart = hostPart[:i], hostPart[i+1:]
+	} else if i := strings.LastIndex(host, ":"); i >= 0 {
+		host, portPart = host[:i], host[i+1:]
 	}
-	port := defaultPort(scheme)
+	d.port = defaultPort(d.scheme)
 	if portPart != "" {
 		p, ok := parsePort(portPart)
 		if !ok {
-			return nil, refuse("port %q is not a number from 1 to 65535", shorten(portPart))
+			return "", false, refuse("port %q is not a number from 1 to 65535", shorten(portPart))
 		}
-		port = p
+		d.port = p
 	}
+	return host, bracketed, nil
+}
 
-	var (
-		name   string
-		ip     netip.Addr
-		shown  string // the host in errors
-		hostOf string // the host of the URL returned, brackets included
-	)
+// readHost reads host, an IPv6 address when it was bracketed and a name or
+// an IPv4 address otherwise, into d.name or d.ip, d.shown and d.hostOf.
+func (d *destination) readHost(host string, bracketed bool) error {
 	if bracketed {
-		a, err := netip.ParseAddr(hostPart)
+		a, err := netip.ParseAddr(host)
 		if err != nil || !a.Is6() {
-			return nil, refuse("%q in brackets is not an IPv6 address", shorten(hostPart))
+			return refuse("%q in brackets is not an IPv6 address", shorten(host))
 		}
-		ip, shown, hostOf = a, a.String(), "["+a.String()+"]"
-	} else {
-		var why string
-		if name, ip, why = canonicalHost(hostPart); why != "" {
-			return nil, refuse("%s", why)
-		}
-		shown, hostOf = name, name
-		if ip.IsValid() {
-			shown, hostOf = ip.String(), ip.String()
-		}
+		d.ip, d.shown, d.hostOf = a, a.String(), "["+a.String()+"]"
+		return nil
 	}
-
-	httpOK := g.allowPrivate
+	name, ip, why := canonicalHost(host)
+	if why != "" {
+		return refuse("%s", why)
+	}
+	d.name, d.ip, d.shown, d.hostOf = name, ip, name, name
 	if ip.IsValid() {
-		if why := nonPublic(ip); why != "" && !g.allowPrivate {
-			return nil, refuse("%s is %s; refused without allow_private", ip, why)
+		d.shown, d.hostOf = ip.String(), ip.String()
+	}
+	return nil
+}
+
+// allow refuses d unless it may be requested: an IP address must be
+// public (or allow_private) and not IPv4-mapped, the host must match an
+// entry on the port, and plain http must be allowed by a matching entry
+// or by allow_private.
+func (g *Guard) allow(d destination) error {
+	if d.ip.IsValid() {
+		if why := nonPublic(d.ip); why != "" && !g.allowPrivate {
+			return refuse("%s is %s; refused without allow_private", d.ip, why)
 		}
-		if ip.Is4In6() {
-			return nil, refuse("%s is an IPv4-mapped IPv6 address; only %s could be listed", ip, ip.Unmap())
+		if d.ip.Is4In6() {
+			return refuse("%s is an IPv4-mapped IPv6 address; only %s could be listed", d.ip, d.ip.Unmap())
 		}
 	}
+	httpOK := g.allowPrivate
 	hostMatched, portMatched := false, false
-	for _, e := range g.candidates(name, ip) {
-		if !e.matches(name, ip) {
+	for _, e := range g.candidates(d.name, d.ip) {
+		if !e.matches(d.name, d.ip) {
 			continue
 		}
 		hostMatched = true
-		if e.port != 0 && e.port != port {
+		if e.port != 0 && e.port != d.port {
 			continue
 		}
 		portMatched = true
 		httpOK = httpOK || e.http
 	}
 	switch {
-	case !hostMatched && ip.IsValid():
-		return nil, refuse("IP address %s is not listed in allowed_hosts", shown)
+	case !hostMatched && d.ip.IsValid():
+		return refuse("IP address %s is not listed in allowed_hosts", d.shown)
 	case !hostMatched:
-		return nil, refuse("host %q is not in allowed_hosts", shown)
+		return refuse("host %q is not in allowed_hosts", d.shown)
 	case !portMatched:
-		return nil, refuse("port %d of host %q is not allowed: its allowed_hosts entries name other ports", port, shown)
-	case scheme == "http" && !httpOK:
-		return nil, refuse("plain http to %q: want https (an allowed_hosts entry http://%s, or allow_private, allows http)", shown, hostOf)
+		return refuse("port %d of host %q is not allowed: its allowed_hosts entries name other ports", d.port, d.shown)
+	case d.scheme == "http" && !httpOK:
+		return refuse("plain http to %q: want https (an allowed_hosts entry http://%s, or allow_private, allows http)", d.shown, d.hostOf)
 	}
+	return nil
+}
 
-	// url.Parse reads the rest: path, query and fragment.
+// url has url.Parse read the rest of raw (path, query and fragment),
+// refuses raw if url.Parse reads its scheme or authority otherwise than
+// readDestination did, and returns the URL to request: d's host, the port
+// only when it is not the scheme's default, and no fragment.
+func (d destination) url(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, refuse("not a URL: %s", check.URLProblem(err))
 	}
-	if u.Scheme != scheme || u.User != nil || u.Opaque != "" || u.Host != authority {
-		// Unreachable as long as url.Parse reads a URL as above.
+	if u.Scheme != d.scheme || u.User != nil || u.Opaque != "" || u.Host != d.authority {
+		// Unreachable as long as url.Parse reads a URL as readDestination does.
 		return nil, refuse("the URL reads differently to the guard and to url.Parse")
 	}
-	if port != defaultPort(scheme) {
-		hostOf += ":" + strconv.Itoa(port)
+	u.Host = d.hostOf
+	if d.port != defaultPort(d.scheme) {
+		u.Host += ":" + strconv.Itoa(d.port)
 	}
-	u.Host = hostOf
 	u.Fragment, u.RawFragment = "", ""
 	if n := len(u.String()); n > MaxURLBytes {
 		// Bytes that are not ASCII are sent escaped, three times as long.
