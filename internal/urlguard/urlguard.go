@@ -150,124 +150,182 @@ func New(allowedHosts []string, allowPrivate bool) (*Guard, error) {
 // false when the entry must not be echoed.
 func parseEntry(s string, allowPrivate bool) (e entry, shown bool, why string) {
 	shown = !strings.Contains(s, "@")
+	if s, e.http, why = entryScheme(s); why != "" {
+		return e, shown, why
+	}
+	host, port, bracketed, why := entryHostPort(s)
+	if why != "" {
+		return e, shown, why
+	}
+	e.port = port
+	switch {
+	case bracketed || strings.Contains(host, ":"):
+		ip, why := ipv6Entry(host, allowPrivate)
+		if why != "" {
+			return e, shown, why
+		}
+		e.ip = ip
+	case strings.HasPrefix(host, "*"):
+		suffix, why := wildcardEntry(host, allowPrivate)
+		if why != "" {
+			return e, shown, why
+		}
+		e.name, e.wild = suffix, true
+	case strings.Contains(host, "*"):
+		return e, shown, "'*' is allowed only as the whole first label, *.suffix"
+	default:
+		name, ip, why := hostEntry(host, allowPrivate)
+		if why != "" {
+			return e, shown, why
+		}
+		e.name, e.ip = name, ip
+	}
+	return e, shown, ""
+}
+
+// entryScheme strips the http:// or https:// an entry may start with
+// (http tells it was http://) and refuses an entry that is empty, holds
+// white space or a control character, has another scheme, or is more
+// than a host, host:port or *.suffix.
+func entryScheme(s string) (rest string, http bool, why string) {
 	if s == "" {
-		return e, shown, "empty"
+		return s, false, "empty"
 	}
 	if i := strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
-		return e, shown, "contains white space or a control character"
+		return s, false, "contains white space or a control character"
 	}
 	if i := strings.Index(s, "://"); i >= 0 {
 		switch scheme := strings.ToLower(s[:i]); scheme {
 		case "http":
-			e.http = true
+			http = true
 		case "https":
 		default:
-			return e, shown, fmt.Sprintf("scheme %s: only http:// (to allow plain http too) or https:// may prefix an entry", check.ShownScheme(s[:i]))
+			return s, false, fmt.Sprintf("scheme %s: only http:// (to allow plain http too) or https:// may prefix an entry", check.ShownScheme(s[:i]))
 		}
 		s = s[i+3:]
 	}
 	switch {
 	case strings.Contains(s, "@"):
-		return e, shown, "has user information (the entry is not shown: it may hold a password); an entry is a host, host:port or *.suffix"
+		return s, http, "has user information (the entry is not shown: it may hold a password); an entry is a host, host:port or *.suffix"
 	case strings.ContainsAny(s, "/?#\\"):
-		return e, shown, "has a path, query or fragment; an entry is a host, host:port or *.suffix"
+		return s, http, "has a path, query or fragment; an entry is a host, host:port or *.suffix"
 	case strings.Contains(s, "%"):
-		return e, shown, "has percent-encoding or an IPv6 zone; an entry is a host, host:port or *.suffix"
+		return s, http, "has percent-encoding or an IPv6 zone; an entry is a host, host:port or *.suffix"
 	case s == "":
-		return e, shown, "no host"
+		return s, http, "no host"
 	}
+	return s, http, ""
+}
 
-	host, port := s, ""
-	bracketed := strings.HasPrefix(s, "[")
+// entryHostPort splits an entry, its scheme stripped, into the host,
+// without brackets (bracketed tells it had them), and the port, 0 when
+// none is written. An entry with more than one ':' and no brackets is all
+// host: an IPv6 address, which ipv6Entry reads.
+func entryHostPort(s string) (host string, port int, bracketed bool, why string) {
+	host, portPart := s, ""
+	bracketed = strings.HasPrefix(s, "[")
 	switch {
 	case bracketed:
 		end := strings.Index(s, "]")
 		if end < 0 {
-			return e, shown, "'[' without ']'"
+			return "", 0, bracketed, "'[' without ']'"
 		}
-		host, port = s[1:end], s[end+1:]
-		if port != "" {
-			if port[0] != ':' {
-				return e, shown, "something other than :port after ']'"
+		host, portPart = s[1:end], s[end+1:]
+		if portPart != "" {
+			if portPart[0] != ':' {
+				return "", 0, bracketed, "something other than :port after ']'"
 			}
-			port = port[1:]
-			if port == "" {
-				return e, shown, "no port after ':'"
+			portPart = portPart[1:]
+			if portPart == "" {
+				return "", 0, bracketed, "no port after ':'"
 			}
 		}
 	case strings.Count(s, ":") == 1:
-		host, port, _ = strings.Cut(s, ":")
-		if port == "" {
-			return e, shown, "no port after ':'"
+		host, portPart, _ = strings.Cut(s, ":")
+		if portPart == "" {
+			return "", 0, bracketed, "no port after ':'"
 		}
 	}
-	if port != "" {
-		p, ok := parsePort(port)
+	if portPart != "" {
+		p, ok := parsePort(portPart)
 		if !ok {
-			return e, shown, fmt.Sprintf("port %q is not a number from 1 to 65535", port)
+			return "", 0, bracketed, fmt.Sprintf("port %q is not a number from 1 to 65535", portPart)
 		}
-		e.port = p
+		port = p
 	}
+	return host, port, bracketed, ""
+}
 
-	if bracketed || strings.Contains(host, ":") {
-		ip, err := netip.ParseAddr(host)
-		switch {
-		case err != nil || !ip.Is6():
-			return e, shown, "not an IPv6 address (a name or IPv4 address is written without brackets)"
-		case ip.Is4In6():
-			return e, shown, fmt.Sprintf("an IPv4-mapped IPv6 address: write %s", ip.Unmap())
-		}
-		if why := nonPublic(ip); why != "" && !allowPrivate {
-			return e, shown, fmt.Sprintf("%s is %s: allowed only with allow_private", ip, why)
-		}
-		e.ip = ip
-		return e, shown, ""
+// ipv6Entry reads the host of an entry that was bracketed or has a ':': an
+// IPv6 address in its standard form, not IPv4-mapped, and public unless
+// allowPrivate.
+func ipv6Entry(host string, allowPrivate bool) (netip.Addr, string) {
+	ip, err := netip.ParseAddr(host)
+	switch {
+	case err != nil || !ip.Is6():
+		return netip.Addr{}, "not an IPv6 address (a name or IPv4 address is written without brackets)"
+	case ip.Is4In6():
+		return netip.Addr{}, fmt.Sprintf("an IPv4-mapped IPv6 address: write %s", ip.Unmap())
 	}
+	if why := privateRefused(ip, allowPrivate); why != "" {
+		return netip.Addr{}, why
+	}
+	return ip, ""
+}
 
-	if strings.HasPrefix(host, "*") {
-		if host == "*" || host == "*." {
-			return e, shown, "matches every host; name the hosts, or *.suffix for the subdomains of one"
-		}
-		if !strings.HasPrefix(host, "*.") || strings.Contains(host[2:], "*") {
-			return e, shown, "'*' is allowed only as the whole first label, *.suffix"
-		}
-		suffix, ip, why := canonicalHost(host[2:])
-		switch {
-		case why != "":
-			return e, shown, why
-		case ip.IsValid():
-			return e, shown, "a wildcard of an IP address; list the address"
-		}
-		switch ps, _ := publicsuffix.PublicSuffix(suffix); {
-		case isLocalhost(suffix):
-			if !allowPrivate {
-				return e, shown, "names under localhost are loopback: allowed only with allow_private"
-			}
-		case ps == suffix:
-			return e, shown, fmt.Sprintf("matches a whole public suffix (%s): anyone can register a name under it", suffix)
-		}
-		e.name, e.wild = suffix, true
-		return e, shown, ""
+// wildcardEntry reads an entry's host that starts with '*': "*.suffix",
+// where suffix is a name, neither a whole public suffix nor, unless
+// allowPrivate, under localhost. It returns the suffix.
+func wildcardEntry(host string, allowPrivate bool) (string, string) {
+	if host == "*" || host == "*." {
+		return "", "matches every host; name the hosts, or *.suffix for the subdomains of one"
 	}
-	if strings.Contains(host, "*") {
-		return e, shown, "'*' is allowed only as the whole first label, *.suffix"
+	if !strings.HasPrefix(host, "*.") || strings.Contains(host[2:], "*") {
+		return "", "'*' is allowed only as the whole first label, *.suffix"
 	}
-
-	name, ip, why := canonicalHost(host)
+	suffix, ip, why := canonicalHost(host[2:])
 	switch {
 	case why != "":
-		return e, shown, why
+		return "", why
 	case ip.IsValid():
-		if why := nonPublic(ip); why != "" && !allowPrivate {
-			return e, shown, fmt.Sprintf("%s is %s: allowed only with allow_private", ip, why)
-		}
-		e.ip = ip
-	case isLocalhost(name) && !allowPrivate:
-		return e, shown, "localhost is loopback: allowed only with allow_private"
-	default:
-		e.name = name
+		return "", "a wildcard of an IP address; list the address"
 	}
-	return e, shown, ""
+	switch ps, _ := publicsuffix.PublicSuffix(suffix); {
+	case isLocalhost(suffix):
+		if !allowPrivate {
+			return "", "names under localhost are loopback: allowed only with allow_private"
+		}
+	case ps == suffix:
+		return "", fmt.Sprintf("matches a whole public suffix (%s): anyone can register a name under it", suffix)
+	}
+	return suffix, ""
+}
+
+// hostEntry reads an entry's host that is a name or an IPv4 address:
+// either is allowed only if public, unless allowPrivate.
+func hostEntry(host string, allowPrivate bool) (name string, ip netip.Addr, why string) {
+	name, ip, why = canonicalHost(host)
+	switch {
+	case why != "":
+		return "", netip.Addr{}, why
+	case ip.IsValid():
+		if why := privateRefused(ip, allowPrivate); why != "" {
+			return "", netip.Addr{}, why
+		}
+		return "", ip, ""
+	case isLocalhost(name) && !allowPrivate:
+		return "", netip.Addr{}, "localhost is loopback: allowed only with allow_private"
+	}
+	return name, netip.Addr{}, ""
+}
+
+// privateRefused says why an entry may not list ip, an address that is not
+// public, without allowPrivate; "" when it may.
+func privateRefused(ip netip.Addr, allowPrivate bool) string {
+	if why := nonPublic(ip); why != "" && !allowPrivate {
+		return fmt.Sprintf("%s is %s: allowed only with allow_private", ip, why)
+	}
+	return ""
 }
 
 // isLocalhost reports whether name is localhost or a name under it, which
