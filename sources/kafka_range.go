@@ -139,7 +139,19 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 		done:     make(chan struct{}),
 		errs:     map[int]error{},
 	}
-	var reading []*rangePartition
+	reading := s.addPartitions(ranges)
+	configs, err := s.readerConfigs(cfg, topic, dialer, capacity, reading)
+	if err != nil {
+		return nil, err
+	}
+	s.start(reading, configs)
+	log.Info("kafka: replaying", "partitions", len(ranges), "reading", len(reading), "from", formatRanges(ranges, true), "to", formatRanges(ranges, false))
+	return s, nil
+}
+
+// addPartitions adds a partition to s for each range, and returns those
+// with something to read.
+func (s *KafkaRange) addPartitions(ranges []kafkaPartitionRange) (reading []*rangePartition) {
 	for _, r := range ranges {
 		rp := &rangePartition{partition: r.partition, from: r.from, end: max(r.end, r.from), pauses: newPauses()}
 		rp.books = s.books.place(strconv.Itoa(r.partition), r.from, r.end)
@@ -148,6 +160,13 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 			reading = append(reading, rp)
 		}
 	}
+	return reading
+}
+
+// readerConfigs returns the kafka-go Reader config of each partition of
+// reading, in that order. The partitions share the bucket's capacity as
+// the readers' queue: it bounds how much they fetch ahead.
+func (s *KafkaRange) readerConfigs(cfg kafkaconn.Config, topic string, dialer *kafka.Dialer, capacity int, reading []*rangePartition) ([]kafka.ReaderConfig, error) {
 	queue := max(min(capacity, kafkaQueueMax)/max(len(reading), 1), 1)
 	configs := make([]kafka.ReaderConfig, len(reading))
 	for i, rp := range reading {
@@ -170,6 +189,13 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 			return nil, fmt.Errorf("kafka: replay: reader config of partition %d: %w", rp.partition, err)
 		}
 	}
+	return configs, nil
+}
+
+// start starts a reader of each partition of reading, with its config
+// (configs[i] is reading[i]'s), until Close; with none to read, the range
+// is drained at once.
+func (s *KafkaRange) start(reading []*rangePartition, configs []kafka.ReaderConfig) {
 	s.left.Store(int32(len(reading)))
 	if len(reading) == 0 {
 		close(s.drained)
@@ -179,8 +205,6 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 	for i, rp := range reading {
 		s.readers.Go(func() { s.read(readCtx, rp, configs[i]) })
 	}
-	log.Info("kafka: replaying", "partitions", len(ranges), "reading", len(reading), "from", formatRanges(ranges, true), "to", formatRanges(ranges, false))
-	return s, nil
 }
 
 // kafkaPartitionRange is a partition's range as looked up: [from, end).
