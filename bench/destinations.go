@@ -418,7 +418,7 @@ func (s *DestinationsSection) markdown(p func(string, ...any)) {
 	p("above, over a window after two seconds of steady delivery. Connections are counted from the child's start to the")
 	p("window's end. The children run one after the other, so that each has the machine's cores to itself.")
 	if m := s.MeasuredBy; m.Command != "" {
-		p("Measured by `%s` (%s, commit %s).", reproducible(m.Command), m.Date, orDash(m.Commit))
+		p("Measured by `%s` (%s).", reproducible(m.Command), m.Date)
 	}
 	p("")
 	p("%s", loadLine(s.Load))

@@ -516,7 +516,7 @@ func (s *LanesSection) markdown(p func(string, ...any)) {
 	p("With `key.from` the bucket holds a lane per key: a ring of the lanes that may have a message ready, which take")
 	p("turns, and a heap of the lanes ready at a known time (a per-key slot under `rate.per_key`, a retry's due time).")
 	if m := s.MeasuredBy; m.Command != "" {
-		p("Measured by `%s` (%s, commit %s).", reproducible(m.Command), m.Date, orDash(m.Commit))
+		p("Measured by `%s` (%s).", reproducible(m.Command), m.Date)
 	}
 	p("")
 	p("%s", loadLine(s.Load))

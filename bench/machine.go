@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,7 +21,6 @@ type Machine struct {
 	MemoryMiB  int    `json:"memory_mib"`
 	Kernel     string `json:"kernel"`
 	Go         string `json:"go"`
-	Commit     string `json:"commit"`
 	// LoadStart and LoadEnd are the 1-minute load averages when the run
 	// started and ended: a load near or above Cores means other work shared
 	// the machine.
@@ -30,7 +28,7 @@ type Machine struct {
 	LoadEnd   float64 `json:"load_end"`
 }
 
-func describeMachine(root string) Machine {
+func describeMachine() Machine {
 	m := Machine{
 		CPU:        cpuModel(),
 		Cores:      runtime.NumCPU(),
@@ -43,13 +41,6 @@ func describeMachine(root string) Machine {
 	}
 	if kb := meminfo("MemTotal"); kb > 0 {
 		m.MemoryMiB = int(kb / 1024)
-	}
-	// Read-only: the commit the figures belong to, "-dirty" when the tree
-	// has changes.
-	cmd := exec.Command("git", "describe", "--always", "--dirty")
-	cmd.Dir = root
-	if out, err := cmd.Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
 	}
 	return m
 }

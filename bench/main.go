@@ -118,7 +118,7 @@ func realMain(ctx context.Context, args []string) error {
 	rep := &Report{
 		Command: commandLine(args),
 		Date:    start.UTC().Format("2006-01-02 15:04 MST"),
-		Machine: describeMachine(o.root),
+		Machine: describeMachine(),
 		Quick:   o.quick,
 	}
 	progress("%s on %s (%d cores), %s", rep.Command, rep.Machine.CPU, rep.Machine.Cores, rep.Machine.Go)
@@ -158,16 +158,16 @@ func realMain(ctx context.Context, args []string) error {
 		return ctx.Err() // interrupted: nothing worth writing
 	}
 	if rep.Pushback != nil {
-		rep.Pushback.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
+		rep.Pushback.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date}
 	}
 	if rep.Lanes != nil {
-		rep.Lanes.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
+		rep.Lanes.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date}
 	}
 	if rep.Destinations != nil {
-		rep.Destinations.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
+		rep.Destinations.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date}
 	}
 	if rep.Peers != nil {
-		rep.Peers.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
+		rep.Peers.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date}
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Machine.LoadEnd = loadAverage()

@@ -643,7 +643,7 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 	p("is when the sink's handler ran: that adds however late the system scheduled the sink's process, which no party")
 	p("controls (– where the sink had no wire times).")
 	if m := s.MeasuredBy; m.Command != "" {
-		p("Measured by `%s` (%s, commit %s).", reproducible(m.Command), m.Date, orDash(m.Commit))
+		p("Measured by `%s` (%s).", reproducible(m.Command), m.Date)
 	}
 	p("")
 	p("- *× loop*: the ratio to the hand-written loop of the same source, measured in the same run (the case's first row).")

@@ -37,11 +37,10 @@ type PushbackSection struct {
 	MeasuredBy Provenance `json:"measured_by"`
 }
 
-// Provenance is the command, date and commit of a harness run.
+// Provenance is the command and date of a harness run.
 type Provenance struct {
 	Command string `json:"command"`
 	Date    string `json:"date"`
-	Commit  string `json:"commit"`
 }
 
 // PushbackStep is one capacity of the sink's schedule.

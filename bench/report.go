@@ -238,7 +238,7 @@ func (r *Report) markdown() string {
 	p("%s", reproducible(r.Command))
 	p("```")
 	p("")
-	p("Measured %s at commit %s on %s, %d cores%s.", r.Date, orDash(m.Commit), m.CPU, m.Cores, map[bool]string{true: " (**-quick: short runs, not for publishing**)"}[r.Quick])
+	p("Measured %s on %s, %d cores, %s%s.", r.Date, m.CPU, m.Cores, m.Go, map[bool]string{true: " (**-quick: short runs, not for publishing**)"}[r.Quick])
 	p("")
 	p("`make bench` runs every section. Flags: `-only %s`", strings.Join(sections, ","))
 	p("runs some sections; `-quick` checks the harness in a minute or two; `-cpuprofile FILE` profiles the harness")
@@ -257,7 +257,6 @@ func (r *Report) markdown() string {
 	p("| memory | %d MiB |", m.MemoryMiB)
 	p("| OS | %s |", m.Kernel)
 	p("| Go | %s |", m.Go)
-	p("| commit | %s |", orDash(m.Commit))
 	p("| load average (1 min) | %.2f at the start, %.2f at the end |", m.LoadStart, m.LoadEnd)
 	p("")
 	p("Everything runs on this one machine: the brokers (an embedded nats-server, kfake), the HTTP sink on")
@@ -540,13 +539,6 @@ func reproducible(command string) string {
 	return strings.Join(out, " ")
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 func runsOf(l []LimiterBench) int {
 	if len(l) == 0 {
 		return 0
@@ -569,7 +561,7 @@ func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
 	p("which pauses every departure for a `Retry-After` but keeps its limit. Every %d ms the harness samples the", s.SampleMs)
 	p("limit in force (`Status().LimitNow`) and the 2xx of the second before.")
 	if m := s.MeasuredBy; m.Command != "" {
-		p("Measured by `%s` (%s, commit %s).", reproducible(m.Command), m.Date, orDash(m.Commit))
+		p("Measured by `%s` (%s).", reproducible(m.Command), m.Date)
 	}
 	p("")
 	p("- *follows in*: from the step until the delivered rate is within 10%% of the new capacity and stays so for 2 s")
