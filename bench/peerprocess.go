@@ -23,7 +23,7 @@ import (
 // peerPrograms are what the peers section runs besides shaper: the
 // programs of bench/peers, and Benthos, built from its own module in
 // bench/peers/benthos.
-var peerPrograms = []string{"sink", "natsserver", "kafkaserver", "jsloop", "kafkaloop", "natsloop", "benthos"}
+var peerPrograms = []string{"sink", "broker", "loop", "benthos"}
 
 // benthosVersion is the Benthos core that bench/peers/benthos/go.mod asks
 // for.

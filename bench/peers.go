@@ -290,12 +290,12 @@ func startPeerBench(ctx context.Context, o *options, shaperBin, bins string, bac
 		return nil, err
 	}
 	n := strconv.Itoa(backlogN)
-	if b.natsServer, b.natsURL, err = startReady(ctx, o.tmp, "peers-natsserver", filepath.Join(bins, "natsserver"),
-		"-stream", peerStream, "-subject", peerStreamIn, "-backlog", n); err != nil {
+	if b.natsServer, b.natsURL, err = startReady(ctx, o.tmp, "peers-natsserver", filepath.Join(bins, "broker"),
+		"-kind", "nats", "-stream", peerStream, "-subject", peerStreamIn, "-backlog", n); err != nil {
 		return nil, err
 	}
-	if b.kafkaServer, b.kafka, err = startReady(ctx, o.tmp, "peers-kafkaserver", filepath.Join(bins, "kafkaserver"),
-		"-topic", peerTopic, "-partitions", strconv.Itoa(kafkaPartitions), "-backlog", n); err != nil {
+	if b.kafkaServer, b.kafka, err = startReady(ctx, o.tmp, "peers-kafkaserver", filepath.Join(bins, "broker"),
+		"-kind", "kafka", "-topic", peerTopic, "-partitions", strconv.Itoa(kafkaPartitions), "-backlog", n); err != nil {
 		return nil, err
 	}
 	if b.nc, err = nats.Connect(b.natsURL); err != nil {
@@ -336,11 +336,11 @@ func (b *peerBench) parties(c *PeerCase) []peerParty {
 	switch peerSource(c.Name) {
 	case peerJetStream:
 		loop := func(id string, doubleAck bool, env []string) (party, error) {
-			args := []string{"-nats", b.natsURL, "-stream", peerStream, "-consumer", id, "-sink", sink, "-rate", limit, "-workers", workers}
+			args := []string{"-source", "jetstream", "-nats", b.natsURL, "-stream", peerStream, "-consumer", id, "-sink", sink, "-rate", limit, "-workers", workers}
 			if doubleAck {
 				args = append(args, "-double-ack")
 			}
-			return startProcessEnv(b.o.tmp, id, filepath.Join(b.bins, "jsloop"), env, args...)
+			return startProcessEnv(b.o.tmp, id, filepath.Join(b.bins, "loop"), env, args...)
 		}
 		return []peerParty{
 			{name: partyLoop, label: "hand-written: nats.go jetstream Consume + x/time/rate Wait + net/http, 8 workers, Ack after a 2xx", readsBroker: true,
@@ -363,7 +363,7 @@ func (b *peerBench) parties(c *PeerCase) []peerParty {
 		return []peerParty{
 			{name: partyLoop, label: "hand-written: kafka-go group Reader (FetchMessage, CommitMessages every 1s) + x/time/rate Wait + net/http, 8 workers", readsBroker: true,
 				start: func(id string) (party, error) {
-					return startProcess(b.o.tmp, id, filepath.Join(b.bins, "kafkaloop"),
+					return startProcess(b.o.tmp, id, filepath.Join(b.bins, "loop"), "-source", "kafka",
 						"-brokers", b.kafka, "-topic", peerTopic, "-group", id, "-sink", sink, "-rate", limit, "-workers", workers)
 				}},
 			shaper,
@@ -372,7 +372,7 @@ func (b *peerBench) parties(c *PeerCase) []peerParty {
 		return []peerParty{
 			{name: partyLoop, label: "hand-written: nats.go ChanSubscribe (1000 held) + x/time/rate Wait + net/http, 8 workers", readsBroker: true,
 				start: func(id string) (party, error) {
-					return startProcess(b.o.tmp, id, filepath.Join(b.bins, "natsloop"),
+					return startProcess(b.o.tmp, id, filepath.Join(b.bins, "loop"), "-source", "nats",
 						"-nats", b.natsURL, "-subject", peerCoreSubject, "-sink", sink, "-rate", limit, "-workers", workers, "-buffer", "1000")
 				}},
 			shaper,
@@ -389,7 +389,7 @@ func (b *peerBench) shaperYAML(c *PeerCase, id string) string {
 	case peerJetStream:
 		source = fmt.Sprintf("\n      nats: {url: %q, subject: %s, stream: %s, durable: %s}", b.natsURL, peerStreamIn, peerStream, id)
 	case peerKafka:
-		// The group timings of the kafkaloop peer and the other sections'
+		// The group timings of the loop's Kafka reader and the other sections'
 		// children: a group on kfake forms in a second or two.
 		source = fmt.Sprintf(`
       kafka:
@@ -627,10 +627,10 @@ func (s *PeersSection) markdown(p func(string, ...any)) {
 	p("## Peers")
 	p("")
 	p("What shaper costs beside what a user would run instead (issue 17). For each source, the loop a user would write by")
-	p("hand (`bench/peers/jsloop`, `kafkaloop`, `natsloop`), its variants, Benthos and a `shaper run` child deliver the")
+	p("hand (`bench/peers/loop`, one `-source` per broker), its variants, Benthos and a `shaper run` child deliver the")
 	p("same %d-byte bodies to the same HTTP sink at the same limit, %d requests in flight at most: one party at a time,", s.BodyBytes, peerWorkers)
 	p("every party of every case in turn, %d %s; the figures are the medians of a party's runs. Every party, the broker", s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
-	p("(`bench/peers/natsserver`: nats-server with JetStream; `bench/peers/kafkaserver`: kfake) and the sink")
+	p("(`bench/peers/broker`: nats-server with JetStream, or kfake) and the sink")
 	cpuFrom := "utime + stime from `/proc/<pid>/stat`"
 	if s.CPUClock == cpuClockProcess {
 		cpuFrom = "CPU clock (clock_gettime of its CPUCLOCK, every thread, in ns)"

@@ -200,7 +200,9 @@ func TestProcessCPUCountsWhatGetrusageAndProcStatCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	rusage := time.Duration(after.Utime.Nano()+after.Stime.Nano()) - time.Duration(before.Utime.Nano()+before.Stime.Nano())
-	if d := c1 - c0; d < 100*time.Millisecond || d > rusage+20*time.Millisecond {
+	// On a loaded machine the loop gets less than its 200 ms of CPU; what
+	// it got, the clock and getrusage must agree on.
+	if d := c1 - c0; d <= 0 || d < rusage-20*time.Millisecond || d > rusage+20*time.Millisecond {
 		t.Errorf("CPU clock moved %v over a 200 ms busy loop; getrusage counted %v", d, rusage)
 	}
 
@@ -227,15 +229,15 @@ func TestProcessCPUCountsWhatGetrusageAndProcStatCount(t *testing.T) {
 func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tmp, bins := buildTestPeers(ctx, t, "sink", "natsserver", "jsloop")
+	tmp, bins := buildTestPeers(ctx, t, "sink", "broker", "loop")
 	var err error
 	b := &peerBench{o: &options{tmp: tmp}, bins: bins, warmup: 500 * time.Millisecond, window: time.Second}
 	defer b.close()
 	if b.sink, err = startPeerSink(ctx, tmp, filepath.Join(bins, "sink")); err != nil {
 		t.Fatal(err)
 	}
-	if b.natsServer, b.natsURL, err = startReady(ctx, tmp, "natsserver", filepath.Join(bins, "natsserver"),
-		"-stream", peerStream, "-subject", peerStreamIn, "-backlog", "2000"); err != nil {
+	if b.natsServer, b.natsURL, err = startReady(ctx, tmp, "natsserver", filepath.Join(bins, "broker"),
+		"-kind", "nats", "-stream", peerStream, "-subject", peerStreamIn, "-backlog", "2000"); err != nil {
 		t.Fatal(err)
 	}
 	if b.nc, err = nats.Connect(b.natsURL); err != nil {
