@@ -108,7 +108,8 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 					{Name: partyShaper, ReadsBroker: true, Runs: []PeerRun{tt.shaper}, Median: tt.shaper, CPURatio: tt.cpuRatio, BrokerRatio: tt.brokerRatio},
 				},
 			}}}
-			goals := s.goals()
+			var goals goals
+			s.addGoals(&goals)
 			if len(goals) != len(tt.want) {
 				t.Fatalf("goals() = %+v; want %d goals", goals, len(tt.want))
 			}
@@ -149,7 +150,7 @@ func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewCloc
 		},
 	}}}
 	var b strings.Builder
-	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
+	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }, &Report{})
 	md := b.String()
 	for _, want := range []string{
 		// Wire times: the goal's columns hold them, the last the handler's.
@@ -167,7 +168,7 @@ func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewCloc
 	// exact: nothing is flagged, and the text says where they came from.
 	s.CPUClock = cpuClockProcess
 	b.Reset()
-	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
+	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }, &Report{})
 	md = b.String()
 	if !strings.Contains(md, "|  | shaper | 250 µs (25%) | 1.25× | 12 µs | 0.13× |") || strings.Contains(md, "†") {
 		t.Errorf("with CPUClock %q the markdown flags a figure, or lacks the shaper row unflagged:\n%s", s.CPUClock, md)
@@ -231,7 +232,7 @@ func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testi
 	defer cancel()
 	tmp, bins := buildTestPeers(ctx, t, "sink", "broker", "loop")
 	var err error
-	b := &peerBench{o: &options{tmp: tmp}, bins: bins, warmup: 500 * time.Millisecond, window: time.Second}
+	b := &peerBench{b: &bench{o: &options{tmp: tmp}}, bins: bins, warmup: 500 * time.Millisecond, window: time.Second}
 	defer b.close()
 	if b.sink, err = startPeerSink(ctx, tmp, filepath.Join(bins, "sink")); err != nil {
 		t.Fatal(err)
@@ -297,7 +298,7 @@ func TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler(t *testing.T) {
 	}
 	defer sink.close()
 	for _, keepAlive := range []bool{true, false} {
-		if err := sink.reset(); err != nil {
+		if _, err := sink.call(http.MethodPost, "/reset"); err != nil {
 			t.Fatal(err)
 		}
 		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: !keepAlive}}
@@ -340,7 +341,7 @@ func buildTestPeers(ctx context.Context, t *testing.T, programs ...string) (tmp,
 	}
 	tmp = t.TempDir()
 	bins = filepath.Join(tmp, "bin")
-	if err := buildPeers(ctx, root, bins, programs...); err != nil {
+	if err := buildPeers(ctx, &bench{o: &options{root: root, tmp: tmp}}, bins, programs...); err != nil {
 		t.Fatal(err)
 	}
 	return tmp, bins
