@@ -32,27 +32,6 @@ func at(ms ...float64) []time.Time {
 	return out
 }
 
-func TestMaxInWindowCountsTheBusiestHalfOpenWindow(t *testing.T) {
-	tests := []struct {
-		name string
-		give []time.Time
-		w    time.Duration
-		want int
-	}{
-		{"empty", nil, 100 * time.Millisecond, 0},
-		{"evenly spaced", at(0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110), 100 * time.Millisecond, 10},
-		{"the end is open", at(0, 100), 100 * time.Millisecond, 1},
-		{"a cluster later on", at(0, 500, 501, 502, 503, 900), 100 * time.Millisecond, 4},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := window.Most(tt.give, tt.w); got != tt.want {
-				t.Errorf("window.Most(%s) = %d; want %d", tt.name, got, tt.want)
-			}
-		})
-	}
-}
-
 // reserveBacklog takes n slots the way the pipeline's scheduler does with a
 // backlog: it asks Next at the time the previous slot went, and takes the
 // slot with Allow at its time.

@@ -334,12 +334,6 @@ func sampled(ctx context.Context, more func() bool, sample func()) {
 	sample()
 }
 
-// peakRSS is a process's peak resident set (VmHWM), in MiB.
-func peakRSS(p *proc) (float64, error) {
-	_, peak, err := procMemory(p.pid())
-	return float64(peak) / (1 << 20), err
-}
-
 func (b *bench) backlogRun(ctx context.Context, topic string, n int, limit time.Duration) (BacklogRun, error) {
 	r := BacklogRun{Backlog: n}
 	s, err := startSink(false)
@@ -363,10 +357,7 @@ func (b *bench) backlogRun(ctx context.Context, topic string, n int, limit time.
 	r.Delivered = s.count.Load()
 	r.Capped = r.Delivered < int64(n)
 	r.Rate = float64(r.Delivered) / r.Seconds
-	if r.RSSMiB, err = peakRSS(p); err != nil {
-		return r, err
-	}
-	if r.Delivered == 0 {
+	if r.RSSMiB = peakRSS(p); r.Delivered == 0 {
 		return r, fmt.Errorf("nothing delivered; log:\n%s", p.tail())
 	}
 	return r, nil

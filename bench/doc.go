@@ -145,7 +145,7 @@ func (r *Report) markdown() string {
 		p("")
 		table(p, "source", ">limit", ">window", ">delivered", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
 		for _, c := range s.CPUPerMessage {
-			p("| %s → HTTP | %v/s | %.1f s | %d (%.0f/s) | %.1f µs | %.1f%% of a core | %.0f (%.1f KiB) | %.1f µs |", c.Source, c.Limit, c.Seconds, c.Delivered, c.Rate, c.ShaperUs, c.ShaperPct, c.Allocs, c.AllocBytes/1024, c.HarnessUs)
+			p("| %s → HTTP | %v/s | %.1f s | %d (%.0f/s) | %s |", c.Source, c.Limit, c.Seconds, c.Delivered, c.Rate, c.cells("%.1f"))
 		}
 		p("")
 		p("### Idle daemon")
@@ -175,7 +175,7 @@ func (r *Report) markdown() string {
 			if c.Exhausted {
 				rate = "≥ " + rate + " (backlog ran out)"
 			}
-			p("| %s | %d | %s | %.1f µs | %.0f%% of a core | %.0f (%.1f KiB) | %.1f µs |", c.Source, c.MaxInFlight, rate, c.ShaperUs, c.ShaperPct, c.Allocs, c.AllocBytes/1024, c.HarnessUs)
+			p("| %s | %d | %s | %s |", c.Source, c.MaxInFlight, rate, c.cells("%.0f"))
 		}
 		p("")
 	}
@@ -269,6 +269,12 @@ func measuredBy(p func(string, ...any), c Common, r *Report) {
 	if m := c.MeasuredBy; m != nil && (m.Command != r.Command || m.Date != r.Date) {
 		p("Measured by `%s` (%s).", reproducible(m.Command), m.Date)
 	}
+}
+
+// cells are a child's costs in the columns of every CPU table, its share of
+// a core written with pct.
+func (c ChildCost) cells(pct string) string {
+	return fmt.Sprintf("%.1f µs | "+pct+"%% of a core | %.0f (%.1f KiB) | %.1f µs", c.ShaperUs, c.ShaperPct, c.Allocs, c.AllocBytes/1024, c.HarnessUs)
 }
 
 func loadLine(l Load) string {
@@ -543,8 +549,7 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 		p("")
 		table(p, ">keys", ">lanes active", ">window", ">delivered", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
 		for _, c := range s.CPU {
-			p("| %s | %s | %.1f s | %d (%.0f/s) | %.1f µs | %.1f%% of a core | %.0f (%.1f KiB) | %.1f µs |", thousands(c.Keys), thousands(c.LanesActive),
-				c.Seconds, c.Delivered, c.Rate, c.ShaperUs, c.ShaperPct, c.Allocs, c.AllocBytes/1024, c.HarnessUs)
+			p("| %s | %s | %.1f s | %d (%.0f/s) | %s |", thousands(c.Keys), thousands(c.LanesActive), c.Seconds, c.Delivered, c.Rate, c.cells("%.1f"))
 		}
 		p("")
 		p("With 10 000 lanes a message cost %s the CPU it cost with one (goal: within 20%%).",
@@ -708,8 +713,7 @@ func (s *DestinationsSection) markdown(p func(string, ...any), r *Report) {
 	p("")
 	table(p, "run", ">window", ">delivered", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + servers CPU per message")
 	for _, r := range s.Runs {
-		p("| %s | %.1f s | %s (%.0f/s) | %.1f µs | %.1f%% of a core | %.0f (%.1f KiB) | %.1f µs |", r.Label, r.Seconds, thousands(int(r.Delivered)),
-			r.Rate, r.ShaperUs, r.ShaperPct, r.Allocs, r.AllocBytes/1024, r.HarnessUs)
+		p("| %s | %.1f s | %s (%.0f/s) | %s |", r.Label, r.Seconds, thousands(int(r.Delivered)), r.Rate, r.cells("%.1f"))
 	}
 	p("")
 	table(p, "run", ">requests", ">hosts reached", ">connections opened", ">of them in the window",

@@ -343,12 +343,11 @@ func (pb *peerBench) close() {
 // parties are the programs that deliver case c, the baseline first.
 func (pb *peerBench) parties(c *PeerCase) []peerParty {
 	limit := strconv.FormatFloat(c.Limit, 'f', -1, 64)
-	loop := func(env []string, args ...string) func(id string) (*proc, error) {
+	// loop starts bench/peers/loop with env and the arguments of its
+	// source, which name its consumer or group after the run.
+	loop := func(env []string, source func(id string) []string) func(id string) (*proc, error) {
 		return func(id string) (*proc, error) {
-			args := append([]string{"-sink", pb.sink.callbackURL(), "-rate", limit, "-workers", strconv.Itoa(peerWorkers)}, args...)
-			for i, a := range args {
-				args[i] = strings.ReplaceAll(a, "{id}", id)
-			}
+			args := append([]string{"-sink", pb.sink.callbackURL(), "-rate", limit, "-workers", strconv.Itoa(peerWorkers)}, source(id)...)
 			return startProc(pb.b.o.tmp, id, filepath.Join(pb.bins, "loop"), env, args...)
 		}
 	}
@@ -356,14 +355,18 @@ func (pb *peerBench) parties(c *PeerCase) []peerParty {
 		start: func(id string) (*proc, error) { return pb.b.startShaper(id, pb.shaperYAML(c, id)) }}
 	switch peerSource(c.Name) {
 	case peerJetStream:
-		js := []string{"-source", "jetstream", "-nats", pb.natsURL, "-stream", peerStream, "-consumer", "{id}"}
+		js := func(extra ...string) func(string) []string {
+			return func(id string) []string {
+				return append([]string{"-source", "jetstream", "-nats", pb.natsURL, "-stream", peerStream, "-consumer", id}, extra...)
+			}
+		}
 		return []peerParty{
 			{name: partyLoop, label: "hand-written: nats.go jetstream Consume + x/time/rate Wait + net/http, 8 workers, Ack after a 2xx", readsBroker: true,
-				start: loop(nil, js...)},
+				start: loop(nil, js())},
 			{name: partyLoopDoubleAck, label: "the same with DoubleAck (shaper's ack before issue 17)", readsBroker: true,
-				start: loop(nil, append(js, "-double-ack")...)},
+				start: loop(nil, js("-double-ack"))},
 			{name: partyLoopOneP, label: "the same (Ack) at GOMAXPROCS=1, the threads shaper takes up to 500/s", readsBroker: true,
-				start: loop([]string{"GOMAXPROCS=1"}, js...)},
+				start: loop([]string{"GOMAXPROCS=1"}, js())},
 			{name: partyBenthos, label: fmt.Sprintf("Benthos core %s: generate → local rate_limit (1 per %v) → http_client, max_in_flight 8 (no broker)", benthosVersion, peerInterval(c.Limit)),
 				start: func(id string) (*proc, error) {
 					path, err := writeBenthosConfig(pb.b.o.tmp, id, c.Limit, pb.sink.callbackURL())
@@ -376,10 +379,14 @@ func (pb *peerBench) parties(c *PeerCase) []peerParty {
 		}
 	case peerKafka:
 		return []peerParty{{name: partyLoop, label: "hand-written: kafka-go group Reader (FetchMessage, CommitMessages every 1s) + x/time/rate Wait + net/http, 8 workers", readsBroker: true,
-			start: loop(nil, "-source", "kafka", "-brokers", pb.kafka, "-topic", peerTopic, "-group", "{id}")}, shaper}
+			start: loop(nil, func(id string) []string {
+				return []string{"-source", "kafka", "-brokers", pb.kafka, "-topic", peerTopic, "-group", id}
+			})}, shaper}
 	}
 	return []peerParty{{name: partyLoop, label: "hand-written: nats.go ChanSubscribe (1000 held) + x/time/rate Wait + net/http, 8 workers", readsBroker: true,
-		start: loop(nil, "-source", "nats", "-nats", pb.natsURL, "-subject", peerCoreSubject, "-buffer", "1000")}, shaper}
+		start: loop(nil, func(string) []string {
+			return []string{"-source", "nats", "-nats", pb.natsURL, "-subject", peerCoreSubject, "-buffer", "1000"}
+		})}, shaper}
 }
 
 // shaperYAML is the pipelines block of the `shaper run` child of run id in
@@ -431,7 +438,7 @@ func (pb *peerBench) measure(ctx context.Context, c *PeerCase, p peerParty, rep 
 			}
 		}()
 	}
-	if err := pr.wait(ctx, time.Minute, func() bool { n, err := pb.sink.count(); return err == nil && n >= 1 }); err != nil {
+	if err := pr.wait(ctx, time.Minute, func() bool { h, _, err := pb.sink.arrivals(); return err == nil && len(h) > 0 }); err != nil {
 		return PeerRun{}, fmt.Errorf("%s: no request at the sink: %w", p.label, err)
 	}
 	time.Sleep(pb.warmup)
@@ -583,19 +590,6 @@ func (s *peerSink) call(method, path string) ([]byte, error) {
 		return nil, fmt.Errorf("sink %s %s: %s", method, path, resp.Status)
 	}
 	return body, nil
-}
-
-// count returns how many arrivals the sink holds.
-func (s *peerSink) count() (int, error) {
-	body, err := s.call(http.MethodGet, "/count")
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(body)))
-	if err != nil {
-		return 0, fmt.Errorf("sink /count: %w", err)
-	}
-	return n, nil
 }
 
 // arrivals returns the arrivals the sink holds, in order: their handler

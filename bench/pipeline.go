@@ -268,14 +268,6 @@ func (f *fixedWindow) place(now time.Time, take bool) time.Time {
 	return now
 }
 
-// setOrigin moves the window edges; it is for a limiter nobody has
-// reserved from yet.
-func (f *fixedWindow) setOrigin(origin time.Time) {
-	f.mu.Lock()
-	f.origin, f.window, f.count = origin, 0, 0
-	f.mu.Unlock()
-}
-
 func (f *fixedWindow) SetRate(limit float64, _ int) {
 	f.mu.Lock()
 	f.n = max(int(limit), 1)
