@@ -750,16 +750,16 @@ func (s *DestinationsSection) markdown(p func(string, ...any), r *Report) {
 // and where it was taken: the wire times when the sink had them, which
 // are when each request reached the sink's host; else the handler times,
 // which add however late the system scheduled the sink's process.
-func (r PeerRun) precision() (PeerTiming, string) {
+func (r PeerRun) precision() (Timing, string) {
 	if r.Wire != nil {
 		return *r.Wire, "on the wire at the sink's host"
 	}
-	return r.PeerTiming, "at the sink's handler"
+	return r.Timing, "at the sink's handler"
 }
 
 // text writes t's rate error, most per 100 ms and jitter p99, as the
 // goal and the table give them.
-func (t PeerTiming) text() string {
+func (t Timing) text() string {
 	return fmt.Sprintf("%s, %d, %s", signedPct(t.RateErrPct), t.Max100ms, micros(t.JitterP99))
 }
 
@@ -824,7 +824,7 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 			t, _ := m.precision()
 			handler := "–"
 			if m.Wire != nil {
-				handler = m.PeerTiming.text()
+				handler = m.Timing.text()
 			}
 			p("| %s | %s | %s (%.0f%%) | %s | %s | %s | %s | %s | %s | %s |", name, pt.Label, ticks(m.CPUUs, m), m.CPUPct, ratioText(pt.CPURatio),
 				broker, brokerRatio, signedPct(t.RateErrPct),
@@ -874,7 +874,7 @@ func signedPct(v float64) string {
 
 // wireText writes the figures of wire times for a progress line, or
 // nothing when there are none.
-func wireText(w *PeerTiming) string {
+func wireText(w *Timing) string {
 	if w == nil {
 		return ""
 	}

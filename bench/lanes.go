@@ -361,7 +361,7 @@ func (b *bench) twoKeysRun(ctx context.Context, r *LaneTwoKeys, name string, min
 	if err := b.publishMerchants(ctx, name+".in", r.A, r.B); err != nil {
 		return LaneTwoKeysRun{}, err
 	}
-	s, err := startSink(true)
+	s, err := serveSink(&sink{record: true, keyed: true}, "127.0.0.1")
 	if err != nil {
 		return LaneTwoKeysRun{}, err
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shaper-dev/shaper/bench/peers/backlog"
-	"github.com/shaper-dev/shaper/internal/window"
 )
 
 // PeersSection is what shaper costs beside what a user would run instead
@@ -107,24 +106,8 @@ type PeerRun struct {
 	SinkUs   float64 `json:"sink_cpu_us_per_msg"`
 	// The timing of the window's arrivals at the sink's handler, and
 	// Wire the same of their wire times (nil: the sink had none).
-	PeerTiming
-	Wire *PeerTiming `json:"wire,omitempty"`
-}
-
-// PeerTiming is how a run's arrivals were spread, by one of the sink's
-// clocks (see bench/peers/sink): when its handler ran, or when the bytes
-// reached its host.
-type PeerTiming struct {
-	// Rate is (n-1)/(t_n - t_1) over the window's arrivals, and RateErrPct
-	// its error against the limit.
-	Rate       float64 `json:"rate"`
-	RateErrPct float64 `json:"rate_err_pct"`
-	// Max100ms is the most arrivals in any 100 ms of the window.
-	Max100ms int `json:"max_per_100ms"`
-	// JitterP50 and JitterP99 are quantiles of |gap - 1/limit| between
-	// consecutive arrivals of the window, in microseconds.
-	JitterP50 float64 `json:"jitter_p50_us"`
-	JitterP99 float64 `json:"jitter_p99_us"`
+	Timing
+	Wire *Timing `json:"wire,omitempty"`
 }
 
 // The peers section's sources, and the names of the streams, subjects and
@@ -459,26 +442,17 @@ func (pb *peerBench) measure(ctx context.Context, c *PeerCase, p peerParty, rep 
 // (wire: their wire times, or nil), the window's length span and the CPU
 // the party, the broker and the sink used in it.
 func peerRun(limit float64, st, wire []time.Time, span, cpu, broker, sink time.Duration) PeerRun {
-	r := PeerRun{Seconds: span.Seconds(), Delivered: len(st), PeerTiming: peerTiming(limit, st)}
+	r := PeerRun{Seconds: span.Seconds(), Delivered: len(st), Timing: timing(limit, st)}
 	r.CPUPct = 100 * cpu.Seconds() / r.Seconds
 	if r.Delivered > 0 {
 		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(r.Delivered) }
 		r.CPUUs, r.BrokerUs, r.SinkUs = per(cpu), per(broker), per(sink)
 	}
 	if wire != nil {
-		w := peerTiming(limit, wire)
+		w := timing(limit, wire)
 		r.Wire = &w
 	}
 	return r
-}
-
-// peerTiming is the timing of the sorted arrivals st against limit.
-func peerTiming(limit float64, st []time.Time) PeerTiming {
-	t := PeerTiming{Rate: pacedRate(st)}
-	t.RateErrPct = 100 * (t.Rate - limit) / limit
-	t.Max100ms = window.Most(st, 100*time.Millisecond)
-	t.JitterP50, t.JitterP99 = jitter(st, time.Duration(float64(time.Second)/limit))
-	return t
 }
 
 // summarize takes each party's medians and their ratios to the baseline's.
@@ -514,22 +488,22 @@ func (c *PeerCase) party(name string) (PeerParty, bool) {
 // medianRun holds the median of each figure of runs, each on its own.
 func medianRun(runs []PeerRun) PeerRun {
 	of := func(f func(PeerRun) float64) float64 { return medianOf(runs, f) }
-	handler := make([]PeerTiming, len(runs))
-	var wire []PeerTiming
+	handler := make([]Timing, len(runs))
+	var wire []Timing
 	for i, r := range runs {
-		handler[i] = r.PeerTiming
+		handler[i] = r.Timing
 		if r.Wire != nil {
 			wire = append(wire, *r.Wire)
 		}
 	}
 	m := PeerRun{
-		Seconds:    of(func(r PeerRun) float64 { return r.Seconds }),
-		Delivered:  int(of(func(r PeerRun) float64 { return float64(r.Delivered) })),
-		CPUUs:      of(func(r PeerRun) float64 { return r.CPUUs }),
-		CPUPct:     of(func(r PeerRun) float64 { return r.CPUPct }),
-		BrokerUs:   of(func(r PeerRun) float64 { return r.BrokerUs }),
-		SinkUs:     of(func(r PeerRun) float64 { return r.SinkUs }),
-		PeerTiming: medianTiming(handler),
+		Seconds:   of(func(r PeerRun) float64 { return r.Seconds }),
+		Delivered: int(of(func(r PeerRun) float64 { return float64(r.Delivered) })),
+		CPUUs:     of(func(r PeerRun) float64 { return r.CPUUs }),
+		CPUPct:    of(func(r PeerRun) float64 { return r.CPUPct }),
+		BrokerUs:  of(func(r PeerRun) float64 { return r.BrokerUs }),
+		SinkUs:    of(func(r PeerRun) float64 { return r.SinkUs }),
+		Timing:    medianTiming(handler),
 	}
 	if len(wire) > 0 && len(wire) == len(runs) { // a median of wire times needs them in every run
 		w := medianTiming(wire)
@@ -539,14 +513,14 @@ func medianRun(runs []PeerRun) PeerRun {
 }
 
 // medianTiming holds the median of each figure of ts, each on its own.
-func medianTiming(ts []PeerTiming) PeerTiming {
-	of := func(f func(PeerTiming) float64) float64 { return medianOf(ts, f) }
-	return PeerTiming{
-		Rate:       of(func(t PeerTiming) float64 { return t.Rate }),
-		RateErrPct: of(func(t PeerTiming) float64 { return t.RateErrPct }),
-		Max100ms:   int(of(func(t PeerTiming) float64 { return float64(t.Max100ms) })),
-		JitterP50:  of(func(t PeerTiming) float64 { return t.JitterP50 }),
-		JitterP99:  of(func(t PeerTiming) float64 { return t.JitterP99 }),
+func medianTiming(ts []Timing) Timing {
+	of := func(f func(Timing) float64) float64 { return medianOf(ts, f) }
+	return Timing{
+		Rate:       of(func(t Timing) float64 { return t.Rate }),
+		RateErrPct: of(func(t Timing) float64 { return t.RateErrPct }),
+		Max100ms:   int(of(func(t Timing) float64 { return float64(t.Max100ms) })),
+		JitterP50:  of(func(t Timing) float64 { return t.JitterP50 }),
+		JitterP99:  of(func(t Timing) float64 { return t.JitterP99 }),
 	}
 }
 

@@ -27,7 +27,7 @@ func TestPeerRunTakesRateSpacingAndCPUPerMessageFromTheWindowsArrivals(t *testin
 	r := peerRun(100, ts, nil, 100*time.Millisecond, 22*time.Millisecond, 11*time.Millisecond, 5500*time.Microsecond)
 	want := PeerRun{
 		Seconds: 0.1, Delivered: 11, CPUUs: 2000, CPUPct: 22, BrokerUs: 1000, SinkUs: 500,
-		PeerTiming: PeerTiming{Rate: 100, RateErrPct: 0, Max100ms: 10, JitterP50: 0, JitterP99: 2000},
+		Timing: Timing{Rate: 100, RateErrPct: 0, Max100ms: 10, JitterP50: 0, JitterP99: 2000},
 	}
 	if math.Abs(r.Rate-want.Rate) > 1e-9 || math.Abs(r.RateErrPct) > 1e-9 || math.Abs(r.CPUPct-want.CPUPct) > 1e-9 {
 		t.Errorf("peerRun rate %v (error %v%%), CPU %v%% of a core; want %v (0%%), %v%%", r.Rate, r.RateErrPct, r.CPUPct, want.Rate, want.CPUPct)
@@ -45,7 +45,7 @@ func TestPeerCaseSummaryTakesMediansAndRatiosToTheHandWrittenLoop(t *testing.T) 
 	runs := func(cpu, broker []float64) []PeerRun {
 		out := make([]PeerRun, len(cpu))
 		for i := range cpu {
-			out[i] = PeerRun{CPUUs: cpu[i], BrokerUs: broker[i], PeerTiming: PeerTiming{Max100ms: 100 + i}}
+			out[i] = PeerRun{CPUUs: cpu[i], BrokerUs: broker[i], Timing: Timing{Max100ms: 100 + i}}
 		}
 		return out
 	}
@@ -86,18 +86,18 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 		shaper                PeerRun
 		want                  []bool // CPU, broker, precision; precision only above 1000/s
 	}{
-		{"all met", 1000, 0.6, 1.2, PeerRun{PeerTiming: PeerTiming{RateErrPct: -0.1, Max100ms: 102, JitterP99: 1000}}, []bool{true, true, true}},
-		{"CPU over", 1000, 0.61, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{false, true, true}},
-		{"broker over", 1000, 0.5, 1.21, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{true, false, true}},
-		{"rate error over", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{RateErrPct: 0.11, Max100ms: 101, JitterP99: 400}}, []bool{true, true, false}},
-		{"a crowded 100 ms", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
-		{"jitter over", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 1001}}, []bool{true, true, false}},
-		{"no CPU goal at 5000/s", 5000, 1.5, 0.3, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{true}},
+		{"all met", 1000, 0.6, 1.2, PeerRun{Timing: Timing{RateErrPct: -0.1, Max100ms: 102, JitterP99: 1000}}, []bool{true, true, true}},
+		{"CPU over", 1000, 0.61, 1, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 400}}, []bool{false, true, true}},
+		{"broker over", 1000, 0.5, 1.21, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 400}}, []bool{true, false, true}},
+		{"rate error over", 1000, 0.5, 1, PeerRun{Timing: Timing{RateErrPct: 0.11, Max100ms: 101, JitterP99: 400}}, []bool{true, true, false}},
+		{"a crowded 100 ms", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
+		{"jitter over", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 1001}}, []bool{true, true, false}},
+		{"no CPU goal at 5000/s", 5000, 1.5, 0.3, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 400}}, []bool{true}},
 		// With wire times the goal is held to them, whatever the
 		// handler's.
-		{"crowded at the handler only", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 106, JitterP99: 1200}, Wire: &PeerTiming{Max100ms: 102, JitterP99: 400}}, []bool{true, true, true}},
-		{"crowded on the wire", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}, Wire: &PeerTiming{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
-		{"rate error on the wire", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101}, Wire: &PeerTiming{RateErrPct: -0.11, Max100ms: 101}}, []bool{true, true, false}},
+		{"crowded at the handler only", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 106, JitterP99: 1200}, Wire: &Timing{Max100ms: 102, JitterP99: 400}}, []bool{true, true, true}},
+		{"crowded on the wire", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 400}, Wire: &Timing{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
+		{"rate error on the wire", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 101}, Wire: &Timing{RateErrPct: -0.11, Max100ms: 101}}, []bool{true, true, false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,14 +127,14 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 }
 
 func TestPeerMediansOfWireTimesNeedThemInEveryRun(t *testing.T) {
-	run := func(handler int, wire *PeerTiming) PeerRun {
-		return PeerRun{PeerTiming: PeerTiming{Max100ms: handler}, Wire: wire}
+	run := func(handler int, wire *Timing) PeerRun {
+		return PeerRun{Timing: Timing{Max100ms: handler}, Wire: wire}
 	}
-	m := medianRun([]PeerRun{run(104, &PeerTiming{Max100ms: 103}), run(106, &PeerTiming{Max100ms: 101}), run(105, &PeerTiming{Max100ms: 102})})
+	m := medianRun([]PeerRun{run(104, &Timing{Max100ms: 103}), run(106, &Timing{Max100ms: 101}), run(105, &Timing{Max100ms: 102})})
 	if m.Max100ms != 105 || m.Wire == nil || m.Wire.Max100ms != 102 {
 		t.Errorf("medianRun: most per 100 ms %d, on the wire %+v; want 105 and 102", m.Max100ms, m.Wire)
 	}
-	if m := medianRun([]PeerRun{run(104, &PeerTiming{Max100ms: 103}), run(106, nil), run(105, &PeerTiming{Max100ms: 102})}); m.Wire != nil || m.Max100ms != 105 {
+	if m := medianRun([]PeerRun{run(104, &Timing{Max100ms: 103}), run(106, nil), run(105, &Timing{Max100ms: 102})}); m.Wire != nil || m.Max100ms != 105 {
 		t.Errorf("medianRun with a run without wire times: on the wire %+v, most per 100 ms %d; want none and 105", m.Wire, m.Max100ms)
 	}
 }
@@ -143,10 +143,10 @@ func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewCloc
 	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: 200, Cases: []PeerCase{{
 		Source: "NATS JetStream", Limit: 1000, Allowed100ms: 102, Baseline: partyLoop,
 		Parties: []PeerParty{
-			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 200, CPUPct: 20, BrokerUs: 90, PeerTiming: PeerTiming{RateErrPct: -0.001, Max100ms: 104, JitterP99: 990}, Wire: &PeerTiming{RateErrPct: -0.001, Max100ms: 101, JitterP99: 900}}, CPURatio: 1, BrokerRatio: 1},
-			{Name: partyBenthos, Label: "benthos", Median: PeerRun{Delivered: 8000, CPUUs: 300, CPUPct: 30, PeerTiming: PeerTiming{RateErrPct: -25, Max100ms: 103}}, CPURatio: 1.5},
+			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 200, CPUPct: 20, BrokerUs: 90, Timing: Timing{RateErrPct: -0.001, Max100ms: 104, JitterP99: 990}, Wire: &Timing{RateErrPct: -0.001, Max100ms: 101, JitterP99: 900}}, CPURatio: 1, BrokerRatio: 1},
+			{Name: partyBenthos, Label: "benthos", Median: PeerRun{Delivered: 8000, CPUUs: 300, CPUPct: 30, Timing: Timing{RateErrPct: -25, Max100ms: 103}}, CPURatio: 1.5},
 			// 8000 × 12 µs is 96 ms of CPU: 9 ticks of 10 ms.
-			{Name: partyShaper, Label: "shaper", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 250, CPUPct: 25, BrokerUs: 12, PeerTiming: PeerTiming{Max100ms: 102}}, CPURatio: 1.25, BrokerRatio: 0.13},
+			{Name: partyShaper, Label: "shaper", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 250, CPUPct: 25, BrokerUs: 12, Timing: Timing{Max100ms: 102}}, CPURatio: 1.25, BrokerRatio: 0.13},
 		},
 	}}}
 	var b strings.Builder

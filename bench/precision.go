@@ -29,16 +29,13 @@ type PrecisionCase struct {
 	Messages      int     `json:"messages"`
 	WarmupSeconds float64 `json:"warmup_seconds"`
 	SteadyCount   int     `json:"steady_count"`
-	// Rate is the steady-state rate the sink saw: (n-1)/(t_n - t_1) for the
-	// pacing limiters, and per whole window for the fixed window, whose
-	// bursts make that formula meaningless.
-	Rate       float64 `json:"rate"`
-	RateErrPct float64 `json:"rate_err_pct"`
-	// Max100ms is the most arrivals in any 100ms window of the steady
-	// state; the goal is limit/10 + 1. Departed100ms is the same of the
-	// departures (slots the limiter gave, as the probe saw them taken):
-	// what the limiter let go, before the way to the sink adds its jitter.
-	Max100ms      int `json:"max_per_100ms"`
+	// Timing is of the steady state's arrivals, but for the fixed window
+	// its rate is per whole window: its bursts make (n-1)/(t_n - t_1)
+	// meaningless. The goal of most per 100 ms is limit/10 + 1.
+	Timing
+	// Departed100ms is the most departures (slots the limiter gave, as the
+	// probe saw them taken) in any 100 ms of the steady state: what the
+	// limiter let go, before the way to the sink adds its jitter.
 	Allowed100ms  int `json:"allowed_per_100ms"`
 	Departed100ms int `json:"departed_max_per_100ms,omitempty"`
 	// Max1s is the most arrivals in any one-second window of the whole run,
@@ -46,17 +43,13 @@ type PrecisionCase struct {
 	// arrival jitter as limit/10 + 1), token mode n + burst.
 	Max1s     int `json:"max_per_1s"`
 	Allowed1s int `json:"allowed_per_1s"`
-	// JitterP50 and JitterP99 are quantiles of |gap - 1/limit| between
-	// consecutive steady-state arrivals, in microseconds. LateP50, LateP99
-	// and LateMean are of how long after the previous slot's time the
-	// pipeline's scheduler asked for the next slot in the steady state:
-	// its timer's wake-up lateness. A leaky limiter loses whatever exceeds
-	// 1/limit of it.
-	JitterP50 float64 `json:"jitter_p50_us"`
-	JitterP99 float64 `json:"jitter_p99_us"`
-	LateP50   float64 `json:"scheduler_late_p50_us"`
-	LateP99   float64 `json:"scheduler_late_p99_us"`
-	LateMean  float64 `json:"scheduler_late_mean_us"`
+	// LateP50, LateP99 and LateMean are of how long after the previous
+	// slot's time the pipeline's scheduler asked for the next slot in the
+	// steady state, in microseconds: its timer's wake-up lateness. A leaky
+	// limiter loses whatever exceeds 1/limit of it.
+	LateP50  float64 `json:"scheduler_late_p50_us"`
+	LateP99  float64 `json:"scheduler_late_p99_us"`
+	LateMean float64 `json:"scheduler_late_mean_us"`
 }
 
 // Limiter names, as they appear in every table.
@@ -145,17 +138,14 @@ func precisionCase(ctx context.Context, b *bench, i int, limit float64, impl str
 	arr := s.arrivals()
 	from := arr[0].Add(warmup)
 	st := between(arr, from, arr[len(arr)-1].Add(1))
-	c.SteadyCount = len(st)
-	c.Rate = pacedRate(st)
+	c.SteadyCount, c.Timing = len(st), timing(limit, st)
 	if impl == implFixed {
 		c.Rate = windowRate(arr, origin, from)
+		c.RateErrPct = 100 * (c.Rate - limit) / limit
 	}
-	c.RateErrPct = 100 * (c.Rate - limit) / limit
-	c.Max100ms = window.Most(st, 100*time.Millisecond)
 	c.Allowed100ms = int(limit/10) + 1
 	c.Max1s = window.Most(arr, time.Second)
 	c.Allowed1s = int(limit) + c.Burst
-	c.JitterP50, c.JitterP99 = jitter(st, time.Duration(float64(time.Second)/limit))
 	c.LateP50, c.LateP99, c.LateMean = f.probe.lateness(from)
 	c.Departed100ms = window.Most(f.probe.departures(from, arr[len(arr)-1]), 100*time.Millisecond)
 	return c, nil

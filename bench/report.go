@@ -266,7 +266,7 @@ func (s *PeersSection) addGoals(g *goals) {
 		m, clock := sh.Median.precision()
 		measured := m.text()
 		if sh.Median.Wire != nil {
-			measured += " (at the sink's handler: " + sh.Median.PeerTiming.text() + ")"
+			measured += " (at the sink's handler: " + sh.Median.Timing.text() + ")"
 		}
 		g.add(fmt.Sprintf("peers, %s: shaper's rate error ≤ 0.1%%, at most %d in any 100 ms, jitter p99 ≤ 1 ms (%s)", where, c.Allowed100ms, clock),
 			math.Abs(m.RateErrPct) <= 0.1 && m.Max100ms <= c.Allowed100ms && m.JitterP99 <= 1000, "%s", measured)

@@ -18,8 +18,8 @@ import (
 // sink is a real HTTP server on a loopback address (Linux routes all of
 // 127.0.0.0/8 to lo) that answers 200 to every request and counts them,
 // and the connections it accepts and the most it holds open at once. With
-// record it keeps when each request arrived and its body's key: what comes
-// before the first '-' ("A" of "A-17"). With admit, it answers 429 with
+// record it keeps when each request arrived, and with keyed its body's
+// key too: what comes before the first '-' ("A" of "A-17"). With admit, it answers 429 with
 // Retry-After (1 when empty) to the requests admit refuses at their
 // arrival instead, and records those apart.
 type sink struct {
@@ -27,6 +27,7 @@ type sink struct {
 	srv        *http.Server
 	wg         sync.WaitGroup
 	record     bool
+	keyed      bool
 	admit      func(at time.Time) bool
 	retryAfter string
 
@@ -71,7 +72,10 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The arrival is when the request line and headers have been read:
 	// the moment the sink would start counting it against its contract.
 	at := time.Now()
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+	var body []byte
+	if s.keyed {
+		body, _ = io.ReadAll(io.LimitReader(r.Body, 1<<10))
+	}
 	_, _ = io.Copy(io.Discard, r.Body)
 	if s.admit != nil && !s.admit(at) {
 		s.mu.Lock()

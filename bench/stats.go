@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/window"
 )
 
 func sortTimes(ts []time.Time) {
@@ -26,6 +28,31 @@ func pacedRate(ts []time.Time) float64 {
 		return 0
 	}
 	return float64(len(ts)-1) / ts[len(ts)-1].Sub(ts[0]).Seconds()
+}
+
+// Timing is how the arrivals of a window at a sink were spread (in the
+// peers section, by one of the sink's clocks: when its handler ran, or
+// when the bytes reached its host).
+type Timing struct {
+	// Rate is (n-1)/(t_n - t_1) over the window's arrivals, and RateErrPct
+	// its error against the limit.
+	Rate       float64 `json:"rate"`
+	RateErrPct float64 `json:"rate_err_pct"`
+	// Max100ms is the most arrivals in any 100 ms of the window.
+	Max100ms int `json:"max_per_100ms"`
+	// JitterP50 and JitterP99 are quantiles of |gap - 1/limit| between
+	// consecutive arrivals of the window, in microseconds.
+	JitterP50 float64 `json:"jitter_p50_us"`
+	JitterP99 float64 `json:"jitter_p99_us"`
+}
+
+// timing is the timing of the sorted arrivals st against limit.
+func timing(limit float64, st []time.Time) Timing {
+	t := Timing{Rate: pacedRate(st)}
+	t.RateErrPct = 100 * (t.Rate - limit) / limit
+	t.Max100ms = window.Most(st, 100*time.Millisecond)
+	t.JitterP50, t.JitterP99 = jitter(st, time.Duration(float64(time.Second)/limit))
+	return t
 }
 
 // jitter returns the p50 and p99 of |gap - interval| over consecutive
