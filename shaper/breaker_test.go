@@ -30,7 +30,7 @@ const breakerLatency = 20 * time.Millisecond
 // passed.
 func waitFor(limit time.Duration, done func() bool) {
 	for end := time.Now().Add(limit); !done() && time.Now().Before(end); {
-		time.Sleep(10 * time.Millisecond)
+		elapse(10 * time.Millisecond)
 	}
 }
 

@@ -82,8 +82,10 @@ func TestASlowHostDoesNotLowerTheRateToAFastOne(t *testing.T) {
 	at := sinktest.Arrivals(fast.Requests())
 	rate := float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds()
 	t.Logf("fast host: %d requests at %.1f/s; slow host: %d answered meanwhile, at most %d in flight", len(at), rate, slow.DeliveredCount(), slow.PeakInFlight(0))
-	if rate < 40 {
-		t.Errorf("the fast host got %.1f/s next to a slow one; want near the limit, 50/s (at least 40)", rate)
+	// Held behind the slow host, the fast one would get about 8 requests
+	// each 2 s; the bound is generous for a loaded machine.
+	if rate < 25 {
+		t.Errorf("the fast host got %.1f/s next to a slow one; want near the limit, 50/s (at least 25)", rate)
 	}
 }
 
@@ -123,8 +125,10 @@ func TestAHostThatPushesBackHoldsBackOnlyItself(t *testing.T) {
 	_, failed := down.Counts()
 	t.Logf("fast host: %d at %.1f/s; meanwhile the throttling host got %d requests, the down host %d; throttled %v, breakers open %v",
 		len(at), rate, throttled, failed, p.metric("shaper_throttled_total"), p.metric("shaper_breaker_open"))
-	if rate < 40 {
-		t.Errorf("the fast host got %.1f/s beside hosts that push back; want near the limit, 50/s (at least 40)", rate)
+	// Paused by the other hosts' push-back, the fast host would get a
+	// few requests a second; the bound is generous for a loaded machine.
+	if rate < 25 {
+		t.Errorf("the fast host got %.1f/s beside hosts that push back; want near the limit, 50/s (at least 25)", rate)
 	}
 	if most := span.Seconds() + 3; float64(throttled) > most {
 		t.Errorf("the throttling host got %d requests in %.1fs; want about one a second (Retry-After: 1)", throttled, span.Seconds())

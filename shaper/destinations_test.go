@@ -82,7 +82,7 @@ func TestARetryAfterHoldsOnlyItsDestinationAndItsMessagesExpireOnTimeOnAFakeCloc
 			messageURLs(p)
 			p.Rate.Limit = 20
 			p.Bucket.MaxQueueTime = 10 * time.Second
-		}, func(*shaper.Pipeline) { time.Sleep(15 * time.Second) })
+		}, func(*shaper.Pipeline) { elapse(15 * time.Second) })
 
 		var good, bad int
 		var lastGood time.Time
@@ -135,7 +135,7 @@ func TestABacklogBehindAPerKeyLimitExpiresOnTimeOnAFakeClock(t *testing.T) {
 			p.Key = &shaper.KeyConfig{From: "header:Key"}
 			p.Rate.PerKey = &shaper.PerKeyRate{Limit: 1}
 			p.Bucket.MaxQueueTime = 3 * time.Second
-		}, func(*shaper.Pipeline) { time.Sleep(25 * time.Second) })
+		}, func(*shaper.Pipeline) { elapse(25 * time.Second) })
 
 		sends := len(f.of("send"))
 		if sends < 3 || sends > 4 {
@@ -178,14 +178,14 @@ func TestOneDestinationsPushBackLowersOnlyItsOwnAdaptiveLimitOnAFakeClock(t *tes
 			p.Rate.Limit = 50
 			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
 		}, func(p *shaper.Pipeline) {
-			time.Sleep(9 * time.Second)
+			elapse(9 * time.Second)
 			for _, k := range p.Keys(10) {
 				if k.Key == badHost {
 					bad = append(bad, k)
 				}
 			}
 			limitNow = p.Status().LimitNow
-			time.Sleep(3 * time.Second)
+			elapse(3 * time.Second)
 		})
 		var good []time.Time
 		for _, e := range f.of("send") {
@@ -237,7 +237,7 @@ func TestPushbackScopeKeyHoldsOnlyTheKeysLaneOnAFakeClock(t *testing.T) {
 				runFake(t, f, func(p *config.Pipeline) {
 					p.Key = &shaper.KeyConfig{From: "header:Key"}
 					p.Pushback.Scope = tt.scope
-				}, func(*shaper.Pipeline) { time.Sleep(4 * time.Second) })
+				}, func(*shaper.Pipeline) { elapse(4 * time.Second) })
 				var a, b int
 				for _, e := range f.of("send") {
 					if e.at.Sub(start) >= 4*time.Second {
@@ -289,7 +289,7 @@ func TestTheAdaptiveRateFollowsAThrottlingSinkOnAFakeClock(t *testing.T) {
 			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
 			p.Bucket.MaxQueueTime = 5 * time.Minute
 		}, func(p *shaper.Pipeline) {
-			time.Sleep(40 * time.Second)
+			elapse(40 * time.Second)
 			limitNow = p.Status().LimitNow
 		})
 		// Seconds 15 to 40: the steady state. A send of a message sent
@@ -329,6 +329,83 @@ func TestTheAdaptiveRateFollowsAThrottlingSinkOnAFakeClock(t *testing.T) {
 			if e.at.Sub(start) < 40*time.Second {
 				t.Fatalf("%s nacked %v after the start; want nothing given up before the drain", e.id, e.at.Sub(start))
 			}
+		}
+	})
+}
+
+// A sink whose capacity steps 100 → 30 → 80 requests in any sliding second
+// (429 with Retry-After: 1 above it), behind a limit of 100 with the
+// adaptive rate, as in the bench's push-back section: after the step up,
+// the limit in force is within 10% of 80/s in at most 5 s, and few
+// requests are throttled once it has settled.
+func TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(0)
+		f.addFor("m", goodHost, "", 6000)
+		f.sink = destSink{fakeSink{f}}
+		start := time.Now()
+		capacity := func(at time.Time) int {
+			switch d := at.Sub(start); {
+			case d < 30*time.Second:
+				return 100
+			case d < 60*time.Second:
+				return 30
+			}
+			return 80
+		}
+		var mu sync.Mutex
+		var admitted []time.Time // the last second's 2xx
+		f.respond = func(*shaper.Message, int) (time.Duration, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := time.Now()
+			for len(admitted) > 0 && !admitted[0].After(now.Add(-time.Second)) {
+				admitted = admitted[1:]
+			}
+			if len(admitted) >= capacity(now) {
+				return 0, &shaper.StatusError{Code: 429, RetryAfter: now.Add(time.Second)}
+			}
+			admitted = append(admitted, now)
+			return 0, nil
+		}
+		found := time.Duration(-1) // from the step up until the limit is within 10% of 80
+		runFake(t, f, func(p *config.Pipeline) {
+			p.Rate.Limit = 100
+			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
+			p.Bucket.MaxQueueTime = 5 * time.Minute
+		}, func(p *shaper.Pipeline) {
+			for time.Since(start) < 90*time.Second {
+				elapse(100 * time.Millisecond)
+				if d := time.Since(start) - 60*time.Second; d > 0 && found < 0 && p.Status().LimitNow >= 72 {
+					found = d
+				}
+			}
+		})
+		var requests, throttled, delivered int
+		seen := map[string]bool{}
+		for _, e := range f.of("send") {
+			again := seen[e.id]
+			seen[e.id] = true
+			if d := e.at.Sub(start); d >= 70*time.Second && d < 90*time.Second {
+				requests++
+				if again {
+					throttled++
+				}
+			}
+		}
+		for _, e := range f.of("ack") {
+			if d := e.at.Sub(start); d >= 70*time.Second && d < 90*time.Second {
+				delivered++
+			}
+		}
+		share := float64(throttled) / float64(requests)
+		t.Logf("limit within 10%% of 80/s %v after the step up; seconds 70-90: %.1f/s delivered, %d of %d requests retries of throttled ones (%.1f%%)",
+			found, float64(delivered)/20, throttled, requests, 100*share)
+		if found < 0 || found > 5*time.Second {
+			t.Errorf("the limit in force came within 10%% of the raised capacity %v after the step (-1: never); want at most 5s", found)
+		}
+		if share >= 0.05 {
+			t.Errorf("%.1f%% of requests throttled in the steady state at 80/s; want under 5%%", 100*share)
 		}
 	})
 }

@@ -114,8 +114,12 @@ func TestEachKeyKeepsItsOwnLimitUnderThePipelines(t *testing.T) {
 		rate := float64(len(at)-1) / at[len(at)-1].Sub(at[0]).Seconds()
 		most := sinktest.MaxInWindow(at, 100*time.Millisecond)
 		t.Logf("key %s: %d requests at %.2f/s, at most %d in any 100ms", k, len(at), rate, most)
-		if rate < 9.5 || rate > 10.5 {
-			t.Errorf("key %s went at %.2f/s; want 10/s ± 5%%", k, rate)
+		// Above the limit is a broken contract; below it, a loaded
+		// machine's late wake-ups, which a leaky bucket does not catch
+		// up: the lower bound is generous (the exact spacing is the fake
+		// clock's tests').
+		if rate < 8.5 || rate > 10.5 {
+			t.Errorf("key %s went at %.2f/s; want 10/s (8.5 to 10.5)", k, rate)
 		}
 		if most > 2 {
 			t.Errorf("key %s: %d requests in one 100ms window; want at most 2", k, most)
