@@ -9,6 +9,7 @@ import (
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/embedded"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sources"
 )
 
 // BenchmarkPipelineCPU runs the real pipeline in this process, from a
@@ -54,7 +55,7 @@ func BenchmarkPipelineCPU(b *testing.B) {
 				if err := env.publishKafka(ctx, name, b.N); err != nil {
 					b.Fatal(err)
 				}
-				src = config.Source{Kafka: k.Source(name, "shaper-"+name)}
+				src = config.Source{Kafka: sources.InProcessKafka(k.Addrs(), name, "shaper-"+name)}
 			default:
 				js, err := startJetStream()
 				if err != nil {
