@@ -149,7 +149,7 @@ func realMain(ctx context.Context, args []string) error {
 // run measures the section name into the report, and returns where its
 // load and provenance go.
 func (r *Report) run(ctx context.Context, b *bench, name string) (*Common, error) {
-	var s interface{ common() *Common }
+	var s section
 	var err error
 	switch name {
 	case "precision":

@@ -56,159 +56,150 @@ func (r *Report) markdown() string {
 	}
 	p("")
 
-	if s := r.Precision; s != nil {
-		p("## Precision\n")
-		p("Through the real pipeline: %s. Each case publishes a backlog, starts a pipeline and records when every", s.Setup)
-		p("request reaches the sink. The steady state is every arrival from 1 s after the first on (2 s of it, 4 s at 10/s).")
-		p("The baselines drive the same pipeline through `shaper.Limiter`: **fixed-window** counts N per 1-second")
-		p("window and resets at the edge (started 0.3 s before an edge, so its first two windows meet there), and")
-		p("**x-time-rate** is `golang.org/x/time/rate` (burst 1) used like its `Wait`. Token mode runs with burst = limit/10.\n")
-		p("- *rate error*: steady-state rate vs the limit, (n−1)/(t_n−t_1); per whole window for the fixed window.")
-		p("- *most per 100 ms*: the most arrivals in any 100 ms window of the steady state; the goal is limit/10 + 1.")
-		p("  *departed* is the same count of the departures, as a probe around the limiter saw the slots taken: what")
-		p("  the limiter let go, before the way to the sink (a worker, the HTTP client, the sink's own goroutine) adds its jitter.")
-		p("- *most per 1 s*: the most in any 1 s window of the whole run, start included; allowed: limit + 1 (token: limit + burst).")
-		p("- *jitter*: p50 / p99 of |gap − 1/limit| between consecutive steady-state arrivals.")
-		p("- *scheduler late*: p50 / p99 / mean of how long after the previous slot's time the pipeline's scheduler asked the")
-		p("  limiter for the next one (a probe around the limiter): its timer's wake-up lateness. A leaky limiter asked")
-		p("  late keeps its schedule up to 2 ms late (the slots owed go together, never more than limit/10 + 1 in 100 ms")
-		p("  nor limit + 1 in a second) and loses what is later; a token bucket catches up, in a burst.\n")
-		p("%s\n", loadLine(s.Load))
-		table(p, ">limit", "limiter", ">rate error", ">most per 100 ms (goal)", ">departed", ">most per 1 s (allowed)", ">jitter p50", ">jitter p99 (goal ≤ 1 ms to 1000/s)", ">scheduler late p50 / p99 / mean")
-		for _, c := range s.Cases {
-			name := c.Limiter
-			if c.Limiter == implToken {
-				name = fmt.Sprintf("%s (burst %d)", c.Limiter, c.Burst)
-			}
-			departed := "–"
-			if c.Departed100ms > 0 {
-				departed = mark(strconv.Itoa(c.Departed100ms), c.Departed100ms > c.Allowed100ms)
-			}
-			p("| %v/s | %s | %+.3f%% | %s | %s | %s | %s | %s | %s / %s / %s |", c.Limit, name, c.RateErrPct,
-				mark(fmt.Sprintf("%d (%d)", c.Max100ms, c.Allowed100ms), c.Max100ms > c.Allowed100ms), departed,
-				mark(fmt.Sprintf("%d (%d)", c.Max1s, c.Allowed1s), c.Max1s > c.Allowed1s),
-				micros(c.JitterP50), micros(c.JitterP99), micros(c.LateP50), micros(c.LateP99), micros(c.LateMean))
-		}
-		p("")
-	}
-
-	if s := r.Overhead; s != nil {
-		p("## Overhead\n")
-		p("%s\n", loadLine(s.Load))
-		p("### One limiter decision\n")
-		p("`%s` (from the module root): one sub-benchmark per limiter, medians of %d runs. `Reserve` is one", s.LimiterCommand, runsOf(s.Limiter))
-		p("goroutine; `ReserveParallel` is every goroutine on one limiter. Each runs on a fake clock, so `time.Now` is")
-		p("not measured; go.uber.org/ratelimit reads its own clock, a fake one that costs an atomic add per call.\n")
-		table(p, "benchmark", ">ns/op (median)", ">range", ">allocs/op", ">B/op")
-		for _, l := range s.Limiter {
-			p("| `%s` | %.1f | %.1f–%.1f | %g | %g |", l.Name, l.NsPerOp, l.NsMin, l.NsMax, l.AllocsPerOp, l.BytesPerOp)
-		}
-		p("")
-		if s.Benchstat != "" {
-			p("benchstat (`go run golang.org/x/perf/cmd/benchstat@latest`):\n")
-			p("```")
-			b.WriteString(strings.TrimRight(s.Benchstat, "\n") + "\n")
-			p("```")
-		} else if s.BenchstatError != "" {
-			p("benchstat could not be run: `%s`", s.BenchstatError)
-		}
-		p("")
-		p("### CPU per delivered message\n")
-		p("A `shaper run` child process (the real daemon, built from `cmd/shaper`) consumes a Kafka backlog and")
-		p("delivers to the HTTP sink at a fixed rate. Its CPU is utime + stime from `/proc/<pid>/stat` (10 ms")
-		p("resolution) over the window; the broker (kfake) and the sink run in the harness process, whose CPU")
-		p("(getrusage) is shown beside it and is not part of shaper's. Allocations are the child's own, from the")
-		p("`go_memstats_mallocs_total` and `go_memstats_alloc_bytes_total` of its `/metrics` over the same window.\n")
-		table(p, "source", ">limit", ">window", ">delivered", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
-		for _, c := range s.CPUPerMessage {
-			p("| %s → HTTP | %v/s | %.1f s | %d (%.0f/s) | %s |", c.Source, c.Limit, c.Seconds, c.Delivered, c.Rate, c.cells("%.1f"))
-		}
-		p("")
-		p("### Idle daemon\n")
-		p("A `shaper run` child per source with an empty topic or stream, ready and connected, measured over")
-		p("the window from `/proc/<pid>/stat`. Goal: < 0.5%% of a core.\n")
-		table(p, "source", ">window", ">CPU", ">share of one core")
-		for _, i := range s.Idle {
-			p("| %s | %.0f s | %.0f ms | %s |", i.Source, i.Seconds, i.CPUms, mark(fmt.Sprintf("%.3f%%", i.Pct), i.Pct >= 0.5))
-		}
-		p("")
-	}
-
-	if s := r.Throughput; s != nil {
-		p("## Throughput ceiling\n")
-		p("%s. Messages per second at the sink over the window once delivery is under way; CPU per message", s.Setup)
-		p("of the shaper child (`/proc/<pid>/stat`) and of the harness (broker + sink, getrusage). Goal: ≥ 20 000 msg/s")
-		p("Kafka → HTTP.\n")
-		p("%s\n", loadLine(s.Load))
-		table(p, "source → HTTP", ">max_in_flight", ">msg/s", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
-		for _, c := range s.Cases {
-			rate := fmt.Sprintf("%.0f", c.Rate)
-			if c.Exhausted {
-				rate = "≥ " + rate + " (backlog ran out)"
-			}
-			p("| %s | %d | %s | %s |", c.Source, c.MaxInFlight, rate, c.cells("%.0f"))
-		}
-		p("")
-	}
-
-	if s := r.Scale; s != nil {
-		p("## Scale\n")
-		p("%s\n", loadLine(s.Load))
-		p("### Memory under a Kafka backlog\n")
-		p("A `shaper run` child works through a backlog already in Kafka (kfake, 4 partitions), bucket capacity")
-		p("1000, limit off, max_in_flight 64. Heap is the most `go_memstats_heap_inuse_bytes` its `/metrics` showed")
-		p("(sampled every 200 ms); RSS is its peak resident set, `VmHWM` of `/proc/<pid>/status`. Goal: RSS ≤ 64 MiB with 1M.\n")
-		table(p, ">backlog", ">delivered", ">time", ">msg/s", ">heap in use (max)", ">RSS (peak)")
-		for _, bl := range s.Backlog {
-			delivered := fmt.Sprintf("%d", bl.Delivered)
-			if bl.Capped {
-				delivered += " (time cap)"
-			}
-			p("| %d | %s | %.1f s | %.0f | %.1f MiB | %s |", bl.Backlog, delivered, bl.Seconds, bl.Rate, bl.HeapMiB,
-				mark(fmt.Sprintf("%.1f MiB", bl.RSSMiB), bl.Backlog >= 1_000_000 && bl.RSSMiB > 64))
-		}
-		p("")
-		p("### Shared limit through Redis\n")
-		p("Three `shaper run` replicas share one JetStream durable and one limit in a real `redis-server`; the sink")
-		p("counts what all three send together over the window. Redis calls are the `EVALSHA` + `EVAL` calls in")
-		p("`INFO commandstats` over the window (statistics reset at its start), per request the sink received.\n")
-		table(p, ">replicas", ">shared limit", ">window", ">aggregate rate", ">error", ">most per 100 ms (limit/10 + 1)", ">Redis calls per request")
-		for _, sh := range s.Shared {
-			fallback := ""
-			if sh.Fallback {
-				fallback = " (a replica fell back to its local limit)"
-			}
-			p("| %d | %v/s | %.1f s | %.1f/s%s | %+.2f%% | %d (%d) | %.3f |", sh.Replicas, sh.Limit, sh.Seconds, sh.Rate, fallback, sh.RateErrPct, sh.Max100ms, sh.Allowed100ms, sh.CallsPerRequest)
-		}
-		p("")
-	}
-
-	if s := r.Picture; s != nil {
-		p("## The picture\n")
-		p("![A burst of %d messages shaped to %g/s: leaky mode, token mode and a fixed-window counter](shaping.svg)\n", s.Burst, s.Limit)
-		p("A burst of %d messages published at once into three pipelines (embedded JetStream → shaper → HTTP sink,", s.Burst)
-		p("in the harness process), each with a different limiter at %g/s, counted in %d ms bins.\n", s.Limit, s.BinMs)
-		p("%s\n", loadLine(s.Load))
-		table(p, "limiter", ">most in any 100 ms", ">burst delivered after")
-		for _, pn := range s.Panels {
-			p("| %s | %d | %.1f s |", pn.Label, pn.Max100ms, pn.Took)
-		}
-		p("")
-	}
-
-	if s := r.Pushback; s != nil {
-		r.pushbackMarkdown(p, s)
-	}
-	if s := r.Lanes; s != nil {
-		s.markdown(p, r)
-	}
-	if s := r.Destinations; s != nil {
-		s.markdown(p, r)
-	}
-	if s := r.Peers; s != nil {
+	for _, s := range present[section](r.Precision, r.Overhead, r.Throughput, r.Scale, r.Picture, r.Pushback, r.Lanes, r.Destinations, r.Peers) {
 		s.markdown(p, r)
 	}
 	return b.String()
+}
+
+func (s *PrecisionSection) markdown(p func(string, ...any), r *Report) {
+	p("## Precision\n")
+	p("Through the real pipeline: %s. Each case publishes a backlog, starts a pipeline and records when every", s.Setup)
+	p("request reaches the sink. The steady state is every arrival from 1 s after the first on (2 s of it, 4 s at 10/s).")
+	p("The baselines drive the same pipeline through `shaper.Limiter`: **fixed-window** counts N per 1-second")
+	p("window and resets at the edge (started 0.3 s before an edge, so its first two windows meet there), and")
+	p("**x-time-rate** is `golang.org/x/time/rate` (burst 1) used like its `Wait`. Token mode runs with burst = limit/10.\n")
+	p("- *rate error*: steady-state rate vs the limit, (n−1)/(t_n−t_1); per whole window for the fixed window.")
+	p("- *most per 100 ms*: the most arrivals in any 100 ms window of the steady state; the goal is limit/10 + 1.")
+	p("  *departed* is the same count of the departures, as a probe around the limiter saw the slots taken: what")
+	p("  the limiter let go, before the way to the sink (a worker, the HTTP client, the sink's own goroutine) adds its jitter.")
+	p("- *most per 1 s*: the most in any 1 s window of the whole run, start included; allowed: limit + 1 (token: limit + burst).")
+	p("- *jitter*: p50 / p99 of |gap − 1/limit| between consecutive steady-state arrivals.")
+	p("- *scheduler late*: p50 / p99 / mean of how long after the previous slot's time the pipeline's scheduler asked the")
+	p("  limiter for the next one (a probe around the limiter): its timer's wake-up lateness. A leaky limiter asked")
+	p("  late keeps its schedule up to 2 ms late (the slots owed go together, never more than limit/10 + 1 in 100 ms")
+	p("  nor limit + 1 in a second) and loses what is later; a token bucket catches up, in a burst.\n")
+	p("%s\n", loadLine(s.Load))
+	table(p, ">limit", "limiter", ">rate error", ">most per 100 ms (goal)", ">departed", ">most per 1 s (allowed)", ">jitter p50", ">jitter p99 (goal ≤ 1 ms to 1000/s)", ">scheduler late p50 / p99 / mean")
+	for _, c := range s.Cases {
+		name := c.Limiter
+		if c.Limiter == implToken {
+			name = fmt.Sprintf("%s (burst %d)", c.Limiter, c.Burst)
+		}
+		departed := "–"
+		if c.Departed100ms > 0 {
+			departed = mark(strconv.Itoa(c.Departed100ms), c.Departed100ms > c.Allowed100ms)
+		}
+		p("| %v/s | %s | %+.3f%% | %s | %s | %s | %s | %s | %s / %s / %s |", c.Limit, name, c.RateErrPct,
+			mark(fmt.Sprintf("%d (%d)", c.Max100ms, c.Allowed100ms), c.Max100ms > c.Allowed100ms), departed,
+			mark(fmt.Sprintf("%d (%d)", c.Max1s, c.Allowed1s), c.Max1s > c.Allowed1s),
+			micros(c.JitterP50), micros(c.JitterP99), micros(c.LateP50), micros(c.LateP99), micros(c.LateMean))
+	}
+	p("")
+}
+
+func (s *OverheadSection) markdown(p func(string, ...any), r *Report) {
+	p("## Overhead\n")
+	p("%s\n", loadLine(s.Load))
+	p("### One limiter decision\n")
+	p("`%s` (from the module root): one sub-benchmark per limiter, medians of %d runs. `Reserve` is one", s.LimiterCommand, runsOf(s.Limiter))
+	p("goroutine; `ReserveParallel` is every goroutine on one limiter. Each runs on a fake clock, so `time.Now` is")
+	p("not measured; go.uber.org/ratelimit reads its own clock, a fake one that costs an atomic add per call.\n")
+	table(p, "benchmark", ">ns/op (median)", ">range", ">allocs/op", ">B/op")
+	for _, l := range s.Limiter {
+		p("| `%s` | %.1f | %.1f–%.1f | %g | %g |", l.Name, l.NsPerOp, l.NsMin, l.NsMax, l.AllocsPerOp, l.BytesPerOp)
+	}
+	p("")
+	if s.Benchstat != "" {
+		p("benchstat (`go run golang.org/x/perf/cmd/benchstat@latest`):\n")
+		p("```")
+		p("%s", strings.TrimRight(s.Benchstat, "\n"))
+		p("```")
+	} else if s.BenchstatError != "" {
+		p("benchstat could not be run: `%s`", s.BenchstatError)
+	}
+	p("")
+	p("### CPU per delivered message\n")
+	p("A `shaper run` child process (the real daemon, built from `cmd/shaper`) consumes a Kafka backlog and")
+	p("delivers to the HTTP sink at a fixed rate. Its CPU is utime + stime from `/proc/<pid>/stat` (10 ms")
+	p("resolution) over the window; the broker (kfake) and the sink run in the harness process, whose CPU")
+	p("(getrusage) is shown beside it and is not part of shaper's. Allocations are the child's own, from the")
+	p("`go_memstats_mallocs_total` and `go_memstats_alloc_bytes_total` of its `/metrics` over the same window.\n")
+	table(p, "source", ">limit", ">window", ">delivered", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
+	for _, c := range s.CPUPerMessage {
+		p("| %s → HTTP | %v/s | %.1f s | %d (%.0f/s) | %s |", c.Source, c.Limit, c.Seconds, c.Delivered, c.Rate, c.cells("%.1f"))
+	}
+	p("")
+	p("### Idle daemon\n")
+	p("A `shaper run` child per source with an empty topic or stream, ready and connected, measured over")
+	p("the window from `/proc/<pid>/stat`. Goal: < 0.5%% of a core.\n")
+	table(p, "source", ">window", ">CPU", ">share of one core")
+	for _, i := range s.Idle {
+		p("| %s | %.0f s | %.0f ms | %s |", i.Source, i.Seconds, i.CPUms, mark(fmt.Sprintf("%.3f%%", i.Pct), i.Pct >= 0.5))
+	}
+	p("")
+}
+
+func (s *ThroughputSection) markdown(p func(string, ...any), r *Report) {
+	p("## Throughput ceiling\n")
+	p("%s. Messages per second at the sink over the window once delivery is under way; CPU per message", s.Setup)
+	p("of the shaper child (`/proc/<pid>/stat`) and of the harness (broker + sink, getrusage). Goal: ≥ 20 000 msg/s")
+	p("Kafka → HTTP.\n")
+	p("%s\n", loadLine(s.Load))
+	table(p, "source → HTTP", ">max_in_flight", ">msg/s", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
+	for _, c := range s.Cases {
+		rate := fmt.Sprintf("%.0f", c.Rate)
+		if c.Exhausted {
+			rate = "≥ " + rate + " (backlog ran out)"
+		}
+		p("| %s | %d | %s | %s |", c.Source, c.MaxInFlight, rate, c.cells("%.0f"))
+	}
+	p("")
+}
+
+func (s *ScaleSection) markdown(p func(string, ...any), r *Report) {
+	p("## Scale\n")
+	p("%s\n", loadLine(s.Load))
+	p("### Memory under a Kafka backlog\n")
+	p("A `shaper run` child works through a backlog already in Kafka (kfake, 4 partitions), bucket capacity")
+	p("1000, limit off, max_in_flight 64. Heap is the most `go_memstats_heap_inuse_bytes` its `/metrics` showed")
+	p("(sampled every 200 ms); RSS is its peak resident set, `VmHWM` of `/proc/<pid>/status`. Goal: RSS ≤ 64 MiB with 1M.\n")
+	table(p, ">backlog", ">delivered", ">time", ">msg/s", ">heap in use (max)", ">RSS (peak)")
+	for _, bl := range s.Backlog {
+		delivered := fmt.Sprintf("%d", bl.Delivered)
+		if bl.Capped {
+			delivered += " (time cap)"
+		}
+		p("| %d | %s | %.1f s | %.0f | %.1f MiB | %s |", bl.Backlog, delivered, bl.Seconds, bl.Rate, bl.HeapMiB,
+			mark(fmt.Sprintf("%.1f MiB", bl.RSSMiB), bl.Backlog >= 1_000_000 && bl.RSSMiB > 64))
+	}
+	p("")
+	p("### Shared limit through Redis\n")
+	p("Three `shaper run` replicas share one JetStream durable and one limit in a real `redis-server`; the sink")
+	p("counts what all three send together over the window. Redis calls are the `EVALSHA` + `EVAL` calls in")
+	p("`INFO commandstats` over the window (statistics reset at its start), per request the sink received.\n")
+	table(p, ">replicas", ">shared limit", ">window", ">aggregate rate", ">error", ">most per 100 ms (limit/10 + 1)", ">Redis calls per request")
+	for _, sh := range s.Shared {
+		fallback := ""
+		if sh.Fallback {
+			fallback = " (a replica fell back to its local limit)"
+		}
+		p("| %d | %v/s | %.1f s | %.1f/s%s | %+.2f%% | %d (%d) | %.3f |", sh.Replicas, sh.Limit, sh.Seconds, sh.Rate, fallback, sh.RateErrPct, sh.Max100ms, sh.Allowed100ms, sh.CallsPerRequest)
+	}
+	p("")
+}
+
+func (s *PictureSection) markdown(p func(string, ...any), r *Report) {
+	p("## The picture\n")
+	p("![A burst of %d messages shaped to %g/s: leaky mode, token mode and a fixed-window counter](shaping.svg)\n", s.Burst, s.Limit)
+	p("A burst of %d messages published at once into three pipelines (embedded JetStream → shaper → HTTP sink,", s.Burst)
+	p("in the harness process), each with a different limiter at %g/s, counted in %d ms bins.\n", s.Limit, s.BinMs)
+	p("%s\n", loadLine(s.Load))
+	table(p, "limiter", ">most in any 100 ms", ">burst delivered after")
+	for _, pn := range s.Panels {
+		p("| %s | %d | %.1f s |", pn.Label, pn.Max100ms, pn.Took)
+	}
+	p("")
 }
 
 // table writes the head of a markdown table: its columns, each aligned
@@ -298,8 +289,8 @@ func reproducible(command string) string {
 	return strings.Join(out, " ")
 }
 
-// pushbackMarkdown writes the push-back section.
-func (r *Report) pushbackMarkdown(p func(string, ...any), s *PushbackSection) {
+// markdown writes the push-back section.
+func (s *PushbackSection) markdown(p func(string, ...any), r *Report) {
 	p("## When the sink pushes back\n")
 	p("![The limit in force, the sink's capacity and the delivered rate over time, with rate.adaptive and with a fixed rate](pushback.svg)\n")
 	p("A sink that admits *capacity* requests in any sliding second and answers 429 with `Retry-After: 1` above it;")

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 )
 
@@ -65,23 +66,42 @@ func (g *goals) add(goal string, met bool, format string, args ...any) {
 	*g = append(*g, Goal{Goal: goal, Measured: fmt.Sprintf(format, args...), Met: met})
 }
 
+// section is what every section of the report does: hold its load and
+// provenance, add its goals to the table and write its part of the page.
+type section interface {
+	common() *Common
+	addGoals(g *goals)
+	markdown(p func(string, ...any), r *Report)
+}
+
+// present returns the sections of list that were measured (not nil).
+func present[S any](list ...S) []S {
+	var out []S
+	for _, s := range list {
+		if !reflect.ValueOf(s).IsNil() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // goals are every section's goals, in the table's order.
 func (r *Report) goals() []Goal {
 	var g goals
-	for _, s := range []interface{ addGoals(*goals) }{r.Precision, r.Overhead, r.Throughput, r.Pushback, r.Scale, r.Lanes, r.Destinations, r.Peers} {
+	for _, s := range present[section](r.Precision, r.Overhead, r.Throughput, r.Pushback, r.Scale, r.Lanes, r.Destinations, r.Peers) {
 		s.addGoals(&g)
 	}
 	return g
 }
+
+// The picture has no goal of its own.
+func (s *PictureSection) addGoals(*goals) {}
 
 // loadAffected is the share of the machine's CPU that other processes may
 // use during a section before its figures are flagged.
 const loadAffected = 5.0
 
 func (s *PrecisionSection) addGoals(g *goals) {
-	if s == nil {
-		return
-	}
 	for _, c := range s.Cases {
 		if c.Limiter == implLeaky && c.Limit == 5000 {
 			g.add("leaky rate error ≤ 0.1% at 5000/s", math.Abs(c.RateErrPct) <= 0.1, "%+.3f%%", c.RateErrPct)
@@ -125,9 +145,6 @@ func (s *PrecisionSection) addGoals(g *goals) {
 }
 
 func (s *OverheadSection) addGoals(g *goals) {
-	if s == nil {
-		return
-	}
 	byName := map[string]LimiterBench{}
 	for _, b := range s.Limiter {
 		byName[b.Name] = b
@@ -147,9 +164,6 @@ func (s *OverheadSection) addGoals(g *goals) {
 }
 
 func (s *ThroughputSection) addGoals(g *goals) {
-	if s == nil {
-		return
-	}
 	best, inFlight := 0.0, 0
 	for _, c := range s.Cases {
 		if strings.HasPrefix(c.Source, "Kafka") && c.Rate > best {
@@ -162,9 +176,6 @@ func (s *ThroughputSection) addGoals(g *goals) {
 }
 
 func (s *PushbackSection) addGoals(g *goals) {
-	if s == nil {
-		return
-	}
 	if len(s.Runs) > 0 {
 		// The goals hold the adaptive run to them at the steps (the start
 		// is not a step), and in every step's steady state.
@@ -194,9 +205,6 @@ func (s *PushbackSection) addGoals(g *goals) {
 }
 
 func (s *ScaleSection) addGoals(g *goals) {
-	if s == nil {
-		return
-	}
 	for _, b := range s.Backlog {
 		if b.Backlog >= 1_000_000 {
 			g.add("RSS ≤ 64 MiB with 1M messages of backlog", b.RSSMiB <= 64, "peak %.1f MiB", b.RSSMiB)
@@ -205,9 +213,6 @@ func (s *ScaleSection) addGoals(g *goals) {
 }
 
 func (s *LanesSection) addGoals(g *goals) {
-	if s == nil {
-		return
-	}
 	for _, k := range laneKinds {
 		if d, ok := s.decision(k.name, 10_000); ok {
 			g.add(fmt.Sprintf("lanes: one scheduling decision < 200 ns, 0 allocs, at 10 000 lanes (%s)", k.label), d.NsPerOp < 200 && d.AllocsPerOp == 0,
@@ -221,9 +226,6 @@ func (s *LanesSection) addGoals(g *goals) {
 }
 
 func (s *DestinationsSection) addGoals(g *goals) {
-	if s == nil {
-		return
-	}
 	if r, ok := s.run(destinationsMany); ok && r.HostsReached > 0 {
 		g.add(fmt.Sprintf("destinations: at most max_in_flight_per_host (%d) connections opened per host, reused (%s hosts at %g/s)",
 			s.MaxInFlightPerHost, thousands(s.Hosts), s.Limit), r.MaxConnections <= int64(s.MaxInFlightPerHost),
@@ -242,9 +244,6 @@ const peerCPUGoalMaxLimit = 1000
 // broker's for the loop; for every case, shaper's precision as the sink's
 // process saw it.
 func (s *PeersSection) addGoals(g *goals) {
-	if s == nil {
-		return
-	}
 	for _, c := range s.Cases {
 		sh, ok := c.party(partyShaper)
 		if !ok || len(sh.Runs) == 0 {
