@@ -149,41 +149,29 @@ func realMain(ctx context.Context, args []string) error {
 // run measures the section name into the report, and returns where its
 // load and provenance go.
 func (r *Report) run(ctx context.Context, b *bench, name string) (*Common, error) {
-	var s section
-	var err error
-	switch name {
-	case "precision":
-		r.Precision, err = runPrecision(ctx, b)
-		s = r.Precision
-	case "overhead":
-		r.Overhead, err = runOverhead(ctx, b)
-		s = r.Overhead
-	case "throughput":
-		r.Throughput, err = runThroughput(ctx, b)
-		s = r.Throughput
-	case "scale":
-		r.Scale, err = runScale(ctx, b)
-		s = r.Scale
-	case "picture":
-		r.Picture, err = runPicture(ctx, b)
-		s = r.Picture
-	case "pushback":
-		r.Pushback, err = runPushback(ctx, b)
-		s = r.Pushback
-	case "lanes":
-		r.Lanes, err = runLanes(ctx, b)
-		s = r.Lanes
-	case "destinations":
-		r.Destinations, err = runDestinations(ctx, b)
-		s = r.Destinations
-	default:
-		r.Peers, err = runPeers(ctx, b)
-		s = r.Peers
+	runs := map[string]func(context.Context, *bench) (section, error){
+		"precision": into(&r.Precision, runPrecision), "overhead": into(&r.Overhead, runOverhead),
+		"throughput": into(&r.Throughput, runThroughput), "scale": into(&r.Scale, runScale),
+		"picture": into(&r.Picture, runPicture), "pushback": into(&r.Pushback, runPushback),
+		"lanes": into(&r.Lanes, runLanes), "destinations": into(&r.Destinations, runDestinations),
+		"peers": into(&r.Peers, runPeers),
 	}
+	s, err := runs[name](ctx, b)
 	if err != nil {
 		return nil, err
 	}
 	return s.common(), nil
+}
+
+// into is run, putting what it measured into dst.
+func into[S section](dst *S, run func(context.Context, *bench) (S, error)) func(context.Context, *bench) (section, error) {
+	return func(ctx context.Context, b *bench) (section, error) {
+		s, err := run(ctx, b)
+		if err == nil {
+			*dst = s
+		}
+		return s, err
+	}
 }
 
 func set(list string) map[string]bool {
