@@ -190,7 +190,7 @@ func (b *bench) laneCPU(ctx context.Context) ([]LaneCPU, error) {
 			fmt.Sprintf("key: {from: \"header:%s\"}", laneHeader), fmt.Sprintf("bucket: {capacity: %d, max_queue_time: 1m}", capacity),
 			fmt.Sprintf("rate: {limit: %v}", limit), fmt.Sprintf("sink: {http: {url: %q}}", s.URL)))
 	}
-	ds, err := b.startDaemons(ctx, "lanes-cpu", configs, 0)
+	ds, err := b.startDaemons(ctx, "lanes-cpu", configs)
 	if err != nil {
 		return nil, err
 	}

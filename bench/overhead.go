@@ -129,7 +129,7 @@ func runOverhead(ctx context.Context, b *bench) (*OverheadSection, error) {
 	for _, k := range kinds {
 		configs = append(configs, pipelineYAML("idle", k.source, "bucket: {capacity: 1000, max_queue_time: 5s}", "rate: {limit: 100}", fmt.Sprintf("sink: {http: {url: %q}}", s.URL)))
 	}
-	ds, err := b.startDaemons(ctx, "idle", configs, 2*time.Minute)
+	ds, err := b.startDaemons(ctx, "idle", configs)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +388,7 @@ func (b *bench) sharedRun(ctx context.Context, redis *redisServer, limit float64
 	config := pipelineYAML("shared", b.natsYAML(stream, "shaper-shared"), "bucket: {capacity: 1000, max_queue_time: 1m}",
 		fmt.Sprintf("rate: {limit: %v, shared: {redis: {addr: %q}, key: \"shaper:bench:%v\", fallback_limit: %v, timeout: 200ms}}", limit, redis.Addr, limit, limit/replicas),
 		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 8}}", s.URL))
-	ds, err := b.startDaemons(ctx, fmt.Sprintf("shared-%v", limit), slices.Repeat([]string{config}, replicas), time.Minute)
+	ds, err := b.startDaemons(ctx, fmt.Sprintf("shared-%v", limit), slices.Repeat([]string{config}, replicas))
 	if err != nil {
 		return r, err
 	}

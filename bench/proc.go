@@ -113,9 +113,9 @@ func pipelineYAML(name, source string, keys ...string) string {
 type daemons []*proc
 
 // startDaemons starts one child per config, named name-0, name-1 and so
-// on, and with ready > 0 waits that long for each one's /readyz. On an
-// error none is left running.
-func (b *bench) startDaemons(ctx context.Context, name string, configs []string, ready time.Duration) (daemons, error) {
+// on, and waits up to two minutes for each one's /readyz. On an error none
+// is left running.
+func (b *bench) startDaemons(ctx context.Context, name string, configs []string) (daemons, error) {
 	var ds daemons
 	for i, config := range configs {
 		p, err := b.startShaper(fmt.Sprintf("%s-%d", name, i), config)
@@ -126,11 +126,9 @@ func (b *bench) startDaemons(ctx context.Context, name string, configs []string,
 		ds = append(ds, p)
 	}
 	for _, p := range ds {
-		if ready > 0 {
-			if err := p.wait(ctx, ready, p.ready); err != nil {
-				ds.kill()
-				return nil, err
-			}
+		if err := p.wait(ctx, 2*time.Minute, p.ready); err != nil {
+			ds.kill()
+			return nil, err
 		}
 	}
 	return ds, nil

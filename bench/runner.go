@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,7 +44,7 @@ func startBench(ctx context.Context, o *options) (_ *bench, err error) {
 	}()
 	if b.bin = o.shaper; b.bin == "" {
 		progress("building cmd/shaper")
-		b.bin = o.tmp + "/shaper"
+		b.bin = filepath.Join(o.tmp, "shaper")
 		if _, err := b.goCmd(ctx, o.root, "build", "-o", b.bin, "./cmd/shaper"); err != nil {
 			return nil, err
 		}
