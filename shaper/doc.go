@@ -28,14 +28,11 @@
 //     attempts (written by the scheduler itself when the sink is a Starter
 //     that can, otherwise by workers), expiry, dead letters, acks and the
 //     graceful drain — the whole life of a message, top to bottom;
-//   - sleep.go: the Clock a pipeline runs on (Parts.Clock; a MachineClock
-//     shared by the process's pipelines by default, a testing/synctest one
-//     in the scheduler tests) and departures on time: the scheduler waits
-//     on an Alarm, a timerfd in the network poller on Linux (Go timers wake
-//     up to a millisecond late), which a rate change or a hold rings; with
-//     GOMAXPROCS above 1 the last 2ms are slept holding the P while one is
-//     left for the rest; semaphore.go: max_in_flight,
-//     resizable by a reload;
+//   - sleep.go: the Clock a pipeline runs on (Parts.Clock: a SystemClock on
+//     Go timers by default, package tuning's in the daemon, a
+//     testing/synctest one in the scheduler tests) and departures on time:
+//     the scheduler waits on an Alarm, which a rate change or a hold
+//     rings; semaphore.go: max_in_flight, resizable by a reload;
 //   - retry.go: the retry policy (backoff with full jitter, Retry-After,
 //     retryable and permanent statuses);
 //   - metrics.go, status.go, recent.go, admin.go: Prometheus metrics,

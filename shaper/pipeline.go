@@ -36,10 +36,9 @@ type Parts struct {
 	// rate.adaptive to move; nil moves the pipeline's Limiter instead (as
 	// with rate.shared, whose limit the replicas share).
 	DestinationLimiter func(name string, now time.Time) Limiter
-	// Clock is the time the pipeline runs on; nil is a MachineClock of
-	// the pipeline's own. The pipelines of one process should share one
-	// MachineClock, which keeps a P free for the rest whatever their
-	// number (package fleet does).
+	// Clock is the time the pipeline runs on; nil is a SystemClock (Go
+	// timers). Package fleet gives every pipeline of the process the one
+	// clock of package tuning.
 	Clock   Clock
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -120,7 +119,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	d := cfg.Delivery
 	clock := parts.Clock
 	if clock == nil {
-		clock = &MachineClock{}
+		clock = SystemClock{}
 	}
 	p := &Pipeline{
 		cfg:          cfg,

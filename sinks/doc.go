@@ -168,9 +168,9 @@
 //     Proxy and Close, the Transport it sends with, the one request of each
 //     Send and how an answer is judged;
 //   - http_conn.go: its own HTTP/1.1 client, the connection pool and the
-//     reader of each connection, which read and write through package
-//     rawconn (on Linux the writer keeps its P, and an idle daemon's
-//     first read does not wake the runtime's sysmon);
+//     reader of each connection, which read and write through tuning.Wrap
+//     (with the conn knob on, on Linux, the writer keeps its P, and an idle
+//     daemon's first read does not wake the runtime's sysmon);
 //   - http_headers.go: which headers may be sent: the configured headers
 //     and key_header it accepts, the broker headers it forwards (never the
 //     hop-by-hop, framing or reserved names), valid header names and values;

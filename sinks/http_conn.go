@@ -34,7 +34,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shaper-dev/shaper/internal/rawconn"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -153,9 +153,10 @@ func (p *connPool) open(ctx context.Context, x *exchange) (*conn, error) {
 		<-p.slots
 		return nil, err
 	}
-	// The scheduler writes on it holding its P, and an answer after an
-	// idle spell is read without waking sysmon (package rawconn).
-	nc = rawconn.Wrap(nc)
+	// With the conn knob on, the scheduler writes on it holding its P,
+	// and an answer after an idle spell is read without waking sysmon
+	// (tuning.Wrap).
+	nc = tuning.Wrap(nc)
 	c := &conn{pool: p, nc: nc, br: bufio.NewReader(nc)}
 	p.mu.Lock()
 	if p.closed {

@@ -1,4 +1,4 @@
-package rawconn
+package tuning
 
 import (
 	"bytes"
@@ -10,13 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // pair returns a wrapped client connection and the server's end of it,
 // over loopback, closed when the test ends.
@@ -44,21 +38,21 @@ func pair(t *testing.T) (client net.Conn, server net.Conn) {
 		c.Close()
 		t.FailNow()
 	}
-	client = Wrap(c)
+	client = wrapRaw(c)
 	t.Cleanup(func() { client.Close(); s.Close() })
 	return client, s
 }
 
 func TestWrapTakesTCPAndLeavesWhatHasNoSocketOfItsOwn(t *testing.T) {
 	c, _ := pair(t)
-	_, raw := c.(*Conn)
+	_, raw := c.(*RawConn)
 	if want := runtime.GOOS == "linux"; raw != want {
 		t.Errorf("Wrap(TCP) is a *Conn: %v; want %v on %s", raw, want, runtime.GOOS)
 	}
 	p1, p2 := net.Pipe()
 	defer p1.Close()
 	defer p2.Close()
-	if got := Wrap(p1); got != p1 {
+	if got := wrapRaw(p1); got != p1 {
 		t.Errorf("Wrap(pipe) = %T; want the pipe itself", got)
 	}
 }
