@@ -67,10 +67,11 @@ vulncheck:
 
 # What the tests run besides Go modules, as command:Debian package: a C
 # compiler (-race needs cgo), redis-server (the shared-limiter tests start
-# real ones), chromium (the admin status page's headless-browser test) and
-# zsh (the completion test). Installed with apt-get where missing; where
-# there is no apt-get, make says what to install (macOS: brew install redis
-# zsh; brew install --cask chromium) and the tests that need it fail.
+# real ones), chromium (the admin status page's headless-browser test, in
+# shaper/browser) and zsh (the completion test). Installed with apt-get
+# where missing; where there is no apt-get, make says what to install
+# (macOS: brew install redis zsh; brew install --cask chromium) and the
+# tests that need it fail.
 TEST_TOOLS = gcc:gcc redis-server:redis-server chromium:chromium zsh:zsh
 test-deps:
 	@missing=; for t in $(TEST_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \

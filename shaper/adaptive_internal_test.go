@@ -23,16 +23,16 @@ func TestTheAdaptiveRateProbesUpwardAndStartsAgainAtAPushBack(t *testing.T) {
 		events string
 		want   []float64
 	}{
-		{"three rises of increase, then the step doubles each second", 24, "++++++++",
-			[]float64{26, 28, 30, 34, 42, 58, 90, 100}},
+		{"two rises of increase, then the step triples each second", 24, "++++++++",
+			[]float64{26, 28, 34, 52, 100, 100, 100, 100}},
 		{"a push-back starts the rise again from increase", 24, "+++++p+++++",
-			[]float64{26, 28, 30, 34, 42, 33.6, 33.6, 35.6, 37.6, 39.6, 43.6}},
+			[]float64{26, 28, 34, 52, 100, 80, 80, 82, 84, 90, 100}},
 		{"a push-back in the same round trip lowers nothing but starts the rise again", 24, "++++p++++o+++++",
-			[]float64{26, 28, 30, 34, 27.2, 27.2, 29.2, 31.2, 33.2, 33.2, 33.2, 35.2, 37.2, 39.2, 43.2}},
+			[]float64{26, 28, 34, 52, 41.6, 41.6, 43.6, 45.6, 51.6, 51.6, 51.6, 53.6, 55.6, 61.6, 79.6}},
 		{"a held second neither rises nor starts the rise again", 24, "++++h+++",
-			[]float64{26, 28, 30, 34, 34, 34, 42, 58}},
+			[]float64{26, 28, 34, 52, 52, 52, 100, 100}},
 		{"a limit lowered by someone else starts the rise again", 24, "++++s+++++",
-			[]float64{26, 28, 30, 34, 29.2, 31.2, 33.2, 37.2, 45.2, 61.2}},
+			[]float64{26, 28, 34, 52, 43.6, 45.6, 51.6, 69.6, 100, 100}},
 		{"never below min", 6, "pp+", []float64{5, 5, 5}},
 		{"never above the ceiling", 97, "++++", []float64{99, 100, 100, 100}},
 	}
@@ -97,8 +97,8 @@ func TestTheAdaptiveRateTellsHowLongItWasBelowTheCeiling(t *testing.T) {
 		}
 		cur = limit
 	}
-	// 50 → 60 → 70 → 80 → 100 (ticks 2 to 5).
-	if recovered != 5*time.Second {
-		t.Errorf("below the ceiling for %v; want 5s", recovered)
+	// 50 → 60 → 70 → 100 (ticks 2 to 4; the third rise is 3×Increase).
+	if recovered != 4*time.Second {
+		t.Errorf("below the ceiling for %v; want 4s", recovered)
 	}
 }

@@ -146,8 +146,8 @@ type PerKeyRate struct {
 // 429 or 503, or an attempt slower than LatencyTarget when that is > 0)
 // multiplies the limit in force by Decrease, at most once per round trip
 // and never below Min; each second without push-back raises it, up to
-// rate.limit: by Increase for the first three seconds after a push-back,
-// then by a step that doubles each second (2×Increase, 4×Increase, ...)
+// rate.limit: by Increase for the first two seconds after a push-back,
+// then by a step that triples each second (3×Increase, 9×Increase, ...)
 // until the next push-back (with rate.shared, any replica's).
 type AdaptiveConfig struct {
 	// Min is the lowest limit it goes to. Default 5, or rate.limit when

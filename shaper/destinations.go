@@ -74,7 +74,7 @@ func (b *bucket) destinationLocked(name string, now time.Time) *destination {
 // forgetOneLocked forgets d, keeping the count of its throttled attempts.
 // It requires that b.mu is held.
 func (b *bucket) forgetOneLocked(d *destination) {
-	n, _, _ := d.gate.counts()
+	n, _ := d.gate.counts()
 	b.throttledGone += n
 	delete(b.dests, d.name)
 }
@@ -149,7 +149,7 @@ func (b *bucket) gateCounts() (throttled int64, open int) {
 	defer b.mu.Unlock()
 	throttled = b.throttledGone
 	for _, d := range b.dests {
-		n, isOpen, _ := d.gate.counts()
+		n, isOpen := d.gate.counts()
 		throttled += n
 		if isOpen {
 			open++

@@ -332,3 +332,80 @@ func TestTheAdaptiveRateFollowsAThrottlingSinkOnAFakeClock(t *testing.T) {
 		}
 	})
 }
+
+// A sink whose capacity steps 100 → 30 → 80 requests in any sliding second
+// (429 with Retry-After: 1 above it), behind a limit of 100 with the
+// adaptive rate, as in the bench's push-back section: after the step up,
+// the limit in force is within 10% of 80/s in at most 5 s, and few
+// requests are throttled once it has settled.
+func TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(0)
+		f.addFor("m", goodHost, "", 6000)
+		f.sink = destSink{fakeSink{f}}
+		start := time.Now()
+		capacity := func(at time.Time) int {
+			switch d := at.Sub(start); {
+			case d < 30*time.Second:
+				return 100
+			case d < 60*time.Second:
+				return 30
+			}
+			return 80
+		}
+		var mu sync.Mutex
+		var admitted []time.Time // the last second's 2xx
+		f.respond = func(*shaper.Message, int) (time.Duration, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := time.Now()
+			for len(admitted) > 0 && !admitted[0].After(now.Add(-time.Second)) {
+				admitted = admitted[1:]
+			}
+			if len(admitted) >= capacity(now) {
+				return 0, &shaper.StatusError{Code: 429, RetryAfter: now.Add(time.Second)}
+			}
+			admitted = append(admitted, now)
+			return 0, nil
+		}
+		found := time.Duration(-1) // from the step up until the limit is within 10% of 80
+		runFake(t, f, func(p *config.Pipeline) {
+			p.Rate.Limit = 100
+			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
+			p.Bucket.MaxQueueTime = 5 * time.Minute
+		}, func(p *shaper.Pipeline) {
+			for time.Since(start) < 90*time.Second {
+				time.Sleep(100 * time.Millisecond)
+				if d := time.Since(start) - 60*time.Second; d > 0 && found < 0 && p.Status().LimitNow >= 72 {
+					found = d
+				}
+			}
+		})
+		var requests, throttled, delivered int
+		seen := map[string]bool{}
+		for _, e := range f.of("send") {
+			again := seen[e.id]
+			seen[e.id] = true
+			if d := e.at.Sub(start); d >= 70*time.Second && d < 90*time.Second {
+				requests++
+				if again {
+					throttled++
+				}
+			}
+		}
+		for _, e := range f.of("ack") {
+			if d := e.at.Sub(start); d >= 70*time.Second && d < 90*time.Second {
+				delivered++
+			}
+		}
+		share := float64(throttled) / float64(requests)
+		t.Logf("limit within 10%% of 80/s %v after the step up; seconds 70-90: %.1f/s delivered, %d of %d requests retries of throttled ones (%.1f%%)",
+			found, float64(delivered)/20, throttled, requests, 100*share)
+		if found < 0 || found > 5*time.Second {
+			t.Errorf("the limit in force came within 10%% of the raised capacity %v after the step (-1: never); want at most 5s", found)
+		}
+		if share >= 0.05 {
+			t.Errorf("%.1f%% of requests throttled in the steady state at 80/s; want under 5%%", 100*share)
+		}
+	})
+}

@@ -20,11 +20,12 @@
 //     names a message's destination, Destinations): its gate and, under
 //     rate.adaptive, its own limit in force; and expiry on time of what
 //     any lane holds. Lock order: bucket.mu, then a gate's mu;
-//   - pushback.go: the gate (the operator's pause for the pipeline; a
-//     sink's Retry-After and the circuit breaker for a destination) and
-//     the adaptive rate;
-//   - pipeline.go: fetcher (in batches of limit × 50 ms), scheduler,
-//     expiry on time,
+//   - pushback.go: the operator's pause of the pipeline, each
+//     destination's gate (a sink's Retry-After and the circuit breaker)
+//     and the adaptive rate;
+//   - pipeline.go: fetcher (in batches of limit × 50 ms), scheduler (its
+//     decision for the task it holds is plan: wait for the slot, wait
+//     out a pause, or expire), expiry on time,
 //     attempts (written by the scheduler itself when the sink is a Starter
 //     that can, otherwise by workers), expiry, dead letters, acks and the
 //     graceful drain — the whole life of a message, top to bottom;

@@ -18,7 +18,7 @@ func TestTheBreakerOpensProbesDoublesAndCloses(t *testing.T) {
 	failures := 3
 	cfg := BreakerConfig{Failures: &failures, OpenFor: time.Second, MaxOpen: 3 * time.Second}
 	wakes := 0
-	g := gate{log: slog.New(slog.DiscardHandler), changed: func() { wakes++ }, waiting: func() int { return 0 },
+	g := gate{log: slog.New(slog.DiscardHandler), changed: func() { wakes++ },
 		jitter: func(n int64) int64 { return n - 1 }} // the longest stretch
 	down := errors.New("connection refused")
 	now := time.Unix(0, 0)
@@ -59,7 +59,7 @@ func TestTheBreakerOpensProbesDoublesAndCloses(t *testing.T) {
 	if _, why := g.shut(now); why != holdNone {
 		t.Errorf("after a probe the sink answered: %q; want closed", why)
 	}
-	if _, open, _ := g.counts(); open {
+	if _, open := g.counts(); open {
 		t.Error("counts says open after the breaker closed")
 	}
 }
@@ -113,7 +113,7 @@ func TestTheBreakerOpensForADownSinkNeverForADegradedOne(t *testing.T) {
 			for i := 0; time.Duration(i)*tt.each <= tt.for_; i++ {
 				now := t0.Add(time.Duration(i) * tt.each)
 				g.result(now, answerErr(tt.give[i%len(tt.give)], now), false, defaultBreaker())
-				if _, open, _ := g.counts(); open {
+				if _, open := g.counts(); open {
 					got = now.Sub(t0)
 					break
 				}
@@ -145,7 +145,7 @@ func TestFailuresWhileTheBreakerSuspectsSpendNoAttempt(t *testing.T) {
 			t.Errorf("failure %d: spare = %v; want %v", i+1, got, want)
 		}
 	}
-	if _, open, _ := g.counts(); !open {
+	if _, open := g.counts(); !open {
 		t.Error("not open after 500ms of failures")
 	}
 }

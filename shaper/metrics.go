@@ -177,11 +177,10 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.GaugeValue, fallback, name)
 		_, expired := p.recent.counts(now)
 		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.GaugeValue, float64(expired)/recentWindow, name)
-		throttled, open, paused := p.gate.counts()
-		hostThrottled, hostsOpen := p.bucket.gateCounts() // each destination's own
-		ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(throttled+hostThrottled), name)
-		ch <- prometheus.MustNewConstMetric(c.breakerOpen, prometheus.GaugeValue, b2f(open)+float64(hostsOpen), name)
-		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, b2f(paused), name)
+		throttled, open := p.bucket.gateCounts() // summed over the destinations
+		ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(throttled), name)
+		ch <- prometheus.MustNewConstMetric(c.breakerOpen, prometheus.GaugeValue, float64(open), name)
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, b2f(p.paused.on()), name)
 		active, overflow := p.bucket.keys()
 		ch <- prometheus.MustNewConstMetric(c.keysActive, prometheus.GaugeValue, float64(active), name)
 		ch <- prometheus.MustNewConstMetric(c.keyOverflow, prometheus.CounterValue, float64(overflow), name)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
@@ -87,12 +86,13 @@ type Pipeline struct {
 	// recent counts what was sent and what expired lately, for the state.
 	recent recent
 	// alarm is what the scheduler waits on for each departure; a rate
-	// change, or a hold of the gate that changed, rings it to ask again.
+	// change, a pause's end or a destination's hold that changed rings it
+	// to ask again.
 	alarm Alarm
-	// gate holds departures while paused, throttled or the breaker is
-	// open; adaptive (nil: off, or each destination's own) moves the
-	// pipeline's limit in force.
-	gate     gate
+	// paused is the operator's hold on every departure (each destination's
+	// own holds are in its gate); adaptive (nil: off, or each
+	// destination's own) moves the pipeline's limit in force.
+	paused   pause
 	adaptive *adaptive
 	// destLimiter makes a destination's own limiter (nil: none); with it,
 	// rate.adaptive moves each destination's limit on its own.
@@ -149,7 +149,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 		lanes.dest = func(_ *Message, key string) string { return key }
 	}
 	p.bucket = newBucket(effectiveCapacity(cfg.Bucket, cfg.Rate.Limit), lanes)
-	p.gate = gate{log: p.log, changed: p.alarm.Ring, waiting: p.bucket.Held, jitter: rand.Int64N}
+	p.paused = pause{changed: p.alarm.Ring}
 	p.summary = newSummaryLog(p.log, clock)
 	if a := cfg.Rate.Adaptive; a != nil && p.destLimiter == nil {
 		p.adaptive = newAdaptive(*a, cfg.Rate.Limit)
@@ -559,26 +559,15 @@ func (p *Pipeline) departure(ctx, schedCtx context.Context, wg *sync.WaitGroup) 
 // slot (t is back in its lane). It reports false, with the task it held,
 // when schedCtx ended first.
 //
-// While the gate holds departures (paused, throttled, breaker open) it
-// waits for the hold to end or for t's deadline, whichever comes first, and
-// expires t at its deadline: a hold whose end is not known never expires a
-// message early.
+// While the operator has paused the pipeline it waits for the resumption,
+// and expires t at its deadline (plan decides which).
 func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitGroup) (*task, bool) {
 	for {
 		bucket := p.settings.Load().bucket
 		now := p.clock.Now()
-		deadline := t.queued.Add(bucket.MaxQueueTime)
-		expires := bucket.OnExpire != OnExpireDeliver
-		at, why := p.gate.shut(now)
-		if why == holdNone {
-			at = p.lim.Next(now)
-		} else if at.IsZero() || expires && deadline.Before(at) {
-			at = deadline // not known: look again at t's deadline
-			if !expires {
-				at = now.Add(time.Minute)
-			}
-		}
-		if expires && (at.After(deadline) || why != holdNone && !now.Before(deadline)) {
+		paused := p.paused.on()
+		at, expire := plan(now, t.queued.Add(bucket.MaxQueueTime), bucket.OnExpire != OnExpireDeliver, paused, p.lim.Next)
+		if expire {
 			expired := t
 			wg.Go(func() { p.expire(ctx, expired) })
 			if t, _ = p.take(ctx, now); t == nil {
@@ -592,7 +581,7 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		case cancelled:
 			return t, false
 		}
-		if why != holdNone {
+		if paused {
 			continue
 		}
 		// The slot has come: take it, unless the schedule moved since
@@ -600,7 +589,7 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 		// limiter's lease gone stale) or a hold began; then ask again,
 		// having taken nothing.
 		now = p.clock.Now()
-		if _, why := p.gate.shut(now); why != holdNone {
+		if p.paused.on() {
 			continue
 		}
 		if _, why := t.dest.gate.shut(now); why != holdNone {
@@ -630,6 +619,24 @@ func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitG
 			return t, true
 		}
 	}
+}
+
+// plan decides, at now, what depart does with the task it holds, whose
+// deadline is deadline (expires: false under on_expire: deliver): wait
+// until at, or expire the task now. Running, it waits for the rate's slot,
+// slot(now), and expires the task when that comes after its deadline.
+// Paused, it waits for the deadline (a minute when nothing expires: a
+// resumption wakes it first) and expires the task once the deadline has
+// passed: a pause, whose end is not known, never expires a message early.
+func plan(now, deadline time.Time, expires, paused bool, slot func(time.Time) time.Time) (at time.Time, expire bool) {
+	switch {
+	case !paused:
+		at = slot(now)
+		return at, expires && at.After(deadline)
+	case !expires:
+		return now.Add(time.Minute), false
+	}
+	return deadline, !now.Before(deadline)
 }
 
 // take is bucket.take without the tasks the source has taken back (a Kafka

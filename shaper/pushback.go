@@ -11,14 +11,56 @@ import (
 	"time"
 )
 
-// This file holds what makes a pipeline yield when its sink pushes back
-// (docs/multi-tenant.md): the gate that holds every departure while the
-// operator has paused the pipeline, the sink asked to wait (Retry-After) or
-// the circuit breaker is open, and the adaptive rate that lowers the limit
-// in force at each push-back and raises it again while there is none.
+// This file holds what makes a pipeline yield (docs/multi-tenant.md): the
+// operator's pause of every departure, each destination's gate that holds
+// its departures while the sink asked to wait (Retry-After) or its circuit
+// breaker is open, and the adaptive rate that lowers the limit in force at
+// each push-back and raises it again while there is none.
 
-// gate holds departures back. The scheduler asks it before every departure
-// (shut) and tells it when one goes (departing); every attempt reports its
+// pause is the operator's hold on every departure of a pipeline (Pause,
+// Resume): its end is not known, so a message held by it expires at its
+// deadline.
+type pause struct {
+	// changed wakes the scheduler when the pause ends.
+	changed func()
+
+	mu    sync.Mutex
+	since time.Time // when the operator paused; zero: not paused
+}
+
+// pause holds departures until resume; it reports false when already paused.
+func (s *pause) pause(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.since.IsZero() {
+		return false
+	}
+	s.since = now
+	return true
+}
+
+// resume ends a pause, and returns how long it lasted (false: not paused).
+func (s *pause) resume(now time.Time) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.since.IsZero() {
+		return 0, false
+	}
+	d := now.Sub(s.since)
+	s.since = time.Time{}
+	s.changed()
+	return d, true
+}
+
+// on reports whether the pipeline is paused.
+func (s *pause) on() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.since.IsZero()
+}
+
+// gate holds a destination's departures back. The scheduler asks it before
+// every departure (shut) and tells it when one goes (departing); every attempt reports its
 // result (result), and a 429 or 503 whose Retry-After is still to come
 // throttles it. Its log lines (a throttle begins or ends, the breaker opens
 // or closes) are counted summaries, at most one of each kind per
@@ -33,14 +75,10 @@ type gate struct {
 	log *slog.Logger
 	// changed wakes the scheduler when a hold ends or changes.
 	changed func()
-	// waiting counts the messages held, for the log line at a hold's end;
-	// nil for a destination's gate, which does not log it.
-	waiting func() int
 	// jitter returns a uniform value in [0, n): rand.Int64N.
 	jitter func(n int64) int64
 
-	mu     sync.Mutex
-	paused time.Time // when the operator paused; zero: not paused
+	mu sync.Mutex
 	// throttledUntil is when the sink's Retry-After ends; throttledSince
 	// when the current throttle began (zero: none).
 	throttledUntil, throttledSince time.Time
@@ -67,7 +105,7 @@ const (
 	breakerProbing              // one probe in flight; no other departure
 )
 
-// hold is why the gate is shut, for the pipeline's state.
+// hold is why departures wait, for the pipeline's state.
 type hold string
 
 const (
@@ -95,20 +133,18 @@ func (g *gate) unlock() {
 }
 
 // shut reports whether departures must wait at now, why, and until when
-// (zero when the end is not known: a pause, a probe in flight). A
+// (zero when the end is not known: a probe in flight). A
 // throttle that has ended is counted here, and the summary lines due are
 // written.
 func (g *gate) shut(now time.Time) (until time.Time, why hold) {
 	g.mu.Lock()
 	defer g.unlock()
 	if !g.throttledSince.IsZero() && !now.Before(g.throttledUntil) {
-		g.lines.event(now, slog.LevelInfo, msgThrottleOver, g.withWaiting("throttled_for", now.Sub(g.throttledSince).Round(time.Millisecond))...)
+		g.lines.event(now, slog.LevelInfo, msgThrottleOver, "throttled_for", now.Sub(g.throttledSince).Round(time.Millisecond))
 		g.throttledSince = time.Time{}
 	}
 	g.lines.due(now)
 	switch {
-	case !g.paused.IsZero():
-		return time.Time{}, holdPaused
 	case g.breaker == breakerProbing:
 		return time.Time{}, holdOpen
 	case g.breaker == breakerOpen && now.Before(g.openUntil):
@@ -117,14 +153,6 @@ func (g *gate) shut(now time.Time) (until time.Time, why hold) {
 		return g.throttledUntil, holdThrottled
 	}
 	return time.Time{}, holdNone
-}
-
-// withWaiting returns args, and the messages waiting when the gate knows.
-func (g *gate) withWaiting(args ...any) []any {
-	if g.waiting != nil {
-		args = append(args, "waiting", g.waiting())
-	}
-	return args
 }
 
 func later(a, b time.Time) time.Time {
@@ -167,7 +195,7 @@ func (g *gate) result(now time.Time, err error, probe bool, b BreakerConfig) (sp
 		g.recent |= 1
 		g.failures = 0
 		if g.breaker != breakerClosed {
-			g.lines.event(now, slog.LevelInfo, msgBreakerClosed, g.withWaiting("open_for", now.Sub(g.openSince).Round(time.Millisecond))...)
+			g.lines.event(now, slog.LevelInfo, msgBreakerClosed, "open_for", now.Sub(g.openSince).Round(time.Millisecond))
 			g.breaker, g.openSince = breakerClosed, time.Time{}
 			g.changed()
 		}
@@ -262,47 +290,25 @@ func (g *gate) throttle(now, until time.Time, err error) {
 	g.changed()
 }
 
-// pause holds departures until resume; it reports false when already paused.
-func (g *gate) pause(now time.Time) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.paused.IsZero() {
-		return false
-	}
-	g.paused = now
-	return true
-}
-
-// resume ends a pause, and returns how long it lasted (false: not paused).
-func (g *gate) resume(now time.Time) (time.Duration, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.paused.IsZero() {
-		return 0, false
-	}
-	d := now.Sub(g.paused)
-	g.paused = time.Time{}
-	g.changed()
-	return d, true
-}
-
 // counts returns the attempts throttled ever, and whether the breaker is
-// open (or probing) and the pipeline paused now.
-func (g *gate) counts() (throttled int64, open, paused bool) {
+// open (or probing) now.
+func (g *gate) counts() (throttled int64, open bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.throttled, g.breaker != breakerClosed, !g.paused.IsZero()
+	return g.throttled, g.breaker != breakerClosed
 }
 
 // adaptive decides the limit in force of rate.adaptive: it falls by Decrease at
 // a push-back, at most once per round trip, and rises each second without
 // one, between Min and the ceiling. The rise probes: Increase for each of
 // the first adaptiveProbeAfter seconds after a push-back, then a step that
-// doubles each second (2×Increase, 4×Increase, ...) until the next
-// push-back starts again from Increase. Near a capacity the sink has just shown, the
-// limit creeps up to it, as an additive rise does, and a sink that pushes
-// back every few seconds is probed as gently; a sink that takes more than
-// it did is found in a few seconds rather than one Increase a second.
+// triples each second (3×Increase, 9×Increase, ...) until the next
+// push-back starts again from Increase. Near a capacity the sink has just
+// shown, the limit creeps up to it, as an additive rise does, and a sink
+// that pushes back every few seconds is probed as gently; a sink that
+// takes more than it did is found within five seconds (a step from 30 to
+// 80/s: TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock)
+// rather than one Increase a second.
 type adaptive struct {
 	cfg AdaptiveConfig
 
@@ -324,8 +330,11 @@ type adaptive struct {
 }
 
 // adaptiveProbeAfter is how many rises of Increase follow a push-back
-// before the step starts doubling.
-const adaptiveProbeAfter = 3
+// before the step starts growing, by adaptiveStepGrowth each second.
+const (
+	adaptiveProbeAfter = 2
+	adaptiveStepGrowth = 3
+)
 
 func newAdaptive(cfg AdaptiveConfig, ceiling float64) *adaptive {
 	return &adaptive{cfg: cfg, ceiling: ceiling}
@@ -371,7 +380,7 @@ func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool
 	if a.rises <= adaptiveProbeAfter || a.step == 0 {
 		a.step = a.cfg.Increase
 	} else {
-		a.step *= 2
+		a.step *= adaptiveStepGrowth
 	}
 	limit = min(a.ceiling, cur+a.step)
 	a.set = limit
@@ -532,7 +541,7 @@ func (p *Pipeline) adapt(ctx context.Context) {
 			p.adaptDestinations(now)
 			continue
 		}
-		if _, why := p.gate.shut(now); why != holdNone {
+		if p.paused.on() {
 			// A second in which nothing could be sent says nothing
 			// about what the sink takes: no increase.
 			p.adaptive.hold()
@@ -555,10 +564,10 @@ func (p *Pipeline) adapt(ctx context.Context) {
 // at their ceiling that hold nothing.
 func (p *Pipeline) adaptDestinations(now time.Time) {
 	ceiling, burst := p.destinationCeiling(), p.destinationBurst()
-	_, pipelineHold := p.gate.shut(now)
+	paused := p.paused.on()
 	p.bucket.eachDestination(func(d *destination) bool {
 		d.adaptive.setCeilingIfChanged(ceiling)
-		if _, why := d.gate.shut(now); why != holdNone || pipelineHold != holdNone {
+		if _, why := d.gate.shut(now); why != holdNone || paused {
 			d.adaptive.hold()
 			return false
 		}
@@ -585,7 +594,7 @@ func (p *Pipeline) applyLimitLocked(limit float64) {
 // max_queue_time still expires what waits too long. It reports false when
 // the pipeline was paused already.
 func (p *Pipeline) Pause() bool {
-	if !p.gate.pause(p.clock.Now()) {
+	if !p.paused.pause(p.clock.Now()) {
 		return false
 	}
 	p.log.Warn("pipeline paused: no departures until resumed", "waiting", p.bucket.Held())
@@ -594,7 +603,7 @@ func (p *Pipeline) Pause() bool {
 
 // Resume ends a pause. It reports false when the pipeline was not paused.
 func (p *Pipeline) Resume() bool {
-	d, ok := p.gate.resume(p.clock.Now())
+	d, ok := p.paused.resume(p.clock.Now())
 	if ok {
 		p.log.Info("pipeline resumed", "paused_for", d.Round(time.Millisecond), "waiting", p.bucket.Held())
 	}

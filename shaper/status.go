@@ -95,8 +95,8 @@ func (p *Pipeline) Status() Status {
 	if p.cfg.Key != nil {
 		s.KeyFrom = p.cfg.Key.From
 	}
-	_, hold := p.gate.shut(now)
-	if hold == holdNone {
+	hold := holdPaused
+	if !p.paused.on() {
 		hold = p.bucket.destinationHold(now)
 	}
 	switch {

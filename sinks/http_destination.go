@@ -42,7 +42,10 @@ func (h *httpSink) destination(m *shaper.Message) (rawURL, target string, err er
 
 // Destination returns the canonical origin of m's request (see
 // shaper.Destinations): with url_from, of the URL m names once the guard
-// accepts it ("" when it does not); else of the configured URL.
+// accepts it ("" when it does not); else of the configured URL. The core
+// asks it once, when m enters the bucket; Send checks the URL again under
+// the guard in force then, since a reload may have narrowed allowed_hosts
+// while m waited.
 func (s *HTTP) Destination(m *shaper.Message) string {
 	h := s.cur.Load()
 	if h.urlOf == nil {

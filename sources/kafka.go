@@ -141,7 +141,11 @@ var errKafkaClosed = errors.New("kafka: source closed")
 //
 // Kafka itself only hands out messages: a kafkaSession runs the group
 // membership, its generations and commits, and holds the nacked messages;
-// a partitionFetcher reads the partitions the session claims.
+// a commitTracker, a value without I/O, says what each partition may commit
+// (kafka_commit.go, with the metadata codec of kafka_metadata.go); a
+// groupCoordinator sends the commits; a partitionFetcher reads the
+// partitions the session claims. The one hook into kafka-go's internals,
+// and what it relies on, is in kafka_internals.go.
 type Kafka struct {
 	log      *slog.Logger
 	health   *kafkaHealth

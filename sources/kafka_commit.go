@@ -1,9 +1,6 @@
 package sources
 
-import (
-	"slices"
-	"sync"
-)
+import "slices"
 
 // commitTracker computes, per partition, the offset a consumer group may
 // commit while messages finish out of order (max_in_flight > 1, retries,
@@ -25,10 +22,14 @@ import (
 // finished; the reader skips them, and the mark moves past them as if they
 // had been fetched and finished here.
 //
-// The zero value is not usable; call newCommitTracker. commitTracker is safe
-// for concurrent use by multiple goroutines.
+// commitTracker is a value of offsets alone: it does no I/O, starts no
+// goroutine and reads no clock. The session tells it what was fetched,
+// settled, committed, and which partitions a generation keeps, takes over or
+// gives away, and asks it what to commit; a test drives it the same way.
+//
+// The zero value is not usable; call newCommitTracker. commitTracker is not
+// safe for concurrent use: kafkaSession guards it with its mu.
 type commitTracker struct {
-	mu          sync.Mutex
 	parts       map[int]*partitionMarks
 	metadataMax int // the most bytes of metadata per commit; 0: none
 }
@@ -71,8 +72,7 @@ func newCommitTracker() *commitTracker {
 	return &commitTracker{parts: make(map[int]*partitionMarks), metadataMax: kafkaMetadataMax}
 }
 
-// mark returns the committable offset of p. It requires that the tracker's mu
-// is held.
+// mark returns the committable offset of p.
 func (p *partitionMarks) mark() int64 {
 	if p.head != nil {
 		return p.head.offset
@@ -85,8 +85,7 @@ func (p *partitionMarks) mark() int64 {
 }
 
 // metadata returns the metadata of a commit of p's mark, in at most max
-// bytes: the offsets finished above the mark. It requires that the tracker's
-// mu is held.
+// bytes: the offsets finished above the mark.
 func (p *partitionMarks) metadata(max int) string {
 	if max <= 0 {
 		return ""
@@ -119,8 +118,6 @@ func (p *partitionMarks) metadata(max int) string {
 // the copy. Offsets may skip ahead (gaps in a compacted log, or offsets
 // finished before, which the reader skips).
 func (t *commitTracker) add(n *pendingOffset) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	p := t.parts[n.partition]
 	if p == nil {
 		p = &partitionMarks{id: n.partition, last: n.offset - 1, committed: n.offset}
@@ -143,7 +140,7 @@ func (t *commitTracker) add(n *pendingOffset) bool {
 }
 
 // trimAhead drops from p.ahead the offsets up to p.last, which the reader
-// has passed. It requires that the tracker's mu is held.
+// has passed.
 func (p *partitionMarks) trimAhead() {
 	i := 0
 	for i < len(p.ahead) && p.ahead[i].to <= p.last {
@@ -157,33 +154,62 @@ func (p *partitionMarks) trimAhead() {
 	}
 }
 
-// restore starts partition afresh at the group's committed offset, with
-// ahead, the runs the committed metadata has as finished above it (lowest
-// first, disjoint, as parseFinished returns them): the mark moves past them
-// without their being fetched. It forgets what was tracked of partition.
-func (t *commitTracker) restore(partition int, committed int64, ahead []offsetRange) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// partitionStart is where a partition reader starts.
+type partitionStart struct {
+	offset int64
+	// ahead are offsets past offset finished before, which the reader
+	// skips: those of the committed metadata not read yet, when the member
+	// keeps the partition.
+	ahead []offsetRange
+	// restore is set when the member takes the partition from the group:
+	// the reader reads ahead from the committed metadata first.
+	restore bool
+}
+
+// resume returns where the reader of partition starts in a generation that
+// follows the one this member held it in, and assigns it to this member
+// again at assigned: the group's committed offset, or a negative offset when
+// the group has none. When anything of partition is tracked, the reader
+// resumes after the last offset added and skips the runs finished before this
+// member took it; otherwise it starts at assigned, after reading the
+// committed metadata. resume returns false when the partition cannot be
+// kept: the group's committed offset has passed its mark, so another member
+// committed it meanwhile and what is tracked here is stale (drop it).
+func (t *commitTracker) resume(partition int, assigned int64) (partitionStart, bool) {
+	p := t.parts[partition]
+	switch {
+	case p == nil:
+		return partitionStart{offset: assigned, restore: true}, true
+	case assigned >= 0 && assigned > p.mark():
+		return partitionStart{}, false
+	}
+	return partitionStart{offset: p.last + 1, ahead: slices.Clone(p.ahead)}, true
+}
+
+// restore starts partition afresh at the group's committed offset, with the
+// runs that md, the metadata committed with it, records as finished above
+// it: the mark moves past them without their being fetched. It returns those
+// runs, for the reader to skip. When md records none, or does not parse (the
+// error says why), it returns none and leaves partition as it was: the
+// reader then skips nothing, and every message above the committed offset
+// comes again, so nothing is lost.
+func (t *commitTracker) restore(partition int, committed int64, md string) ([]offsetRange, error) {
+	ahead, err := parseFinished(committed, md)
+	if err != nil || len(ahead) == 0 {
+		return nil, err
+	}
 	p := &partitionMarks{id: partition, last: committed - 1, committed: committed}
-	p.ahead = slices.Clone(ahead)
+	p.ahead = ahead // the tracker's own: trimAhead rewrites it
 	p.trimAhead()
 	p.committedMeta = p.metadata(t.metadataMax)
 	t.parts[partition] = p
-}
-
-// finishedAhead returns the runs of partition finished before this member
-// took it that lie past the last offset added: those its reader skips.
-func (t *commitTracker) finishedAhead(partition int) []offsetRange {
-	ahead, _ := readPartition(t, partition, func(p *partitionMarks) []offsetRange { return slices.Clone(p.ahead) })
-	return ahead
+	return slices.Clone(ahead), nil
 }
 
 // shrinkMetadata halves the most bytes of metadata a commit carries, down to
 // none below kafkaMetadataMin, and returns the new limit: the broker refused
 // a commit's metadata as too large.
 func (t *commitTracker) shrinkMetadata() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.metadataMax /= 2; t.metadataMax < kafkaMetadataMin {
 		t.metadataMax = 0
 	}
@@ -195,8 +221,6 @@ func (t *commitTracker) shrinkMetadata() int {
 // joined the offsets finished above it. Finishing n twice, a node never
 // added, or one of a dropped partition, does nothing and reports false.
 func (t *commitTracker) finish(n *pendingOffset) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	p := n.part
 	if p == nil || n.finished {
 		return false
@@ -222,7 +246,7 @@ func (t *commitTracker) finish(n *pendingOffset) bool {
 }
 
 // commitOf returns p's mark and its metadata when they differ from what was
-// last committed. It requires that the tracker's mu is held.
+// last committed.
 func (t *commitTracker) commitOf(p *partitionMarks) (partitionMark, bool) {
 	m := partitionMark{Partition: p.id, Offset: p.mark(), Metadata: p.metadata(t.metadataMax)}
 	return m, m.Offset > p.committed || m.Metadata != p.committedMeta
@@ -238,8 +262,6 @@ func (t *commitTracker) advanced(buf []partitionMark) []partitionMark {
 // advanced again, so that the next call to advanced returns their marks
 // again (they could not be committed).
 func (t *commitTracker) retry(marks []partitionMark) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, m := range marks {
 		if p := t.parts[m.Partition]; p != nil {
 			p.changed = true
@@ -261,8 +283,6 @@ func (t *commitTracker) final(buf []partitionMark) []partitionMark {
 // commit changed since the last call. It clears the changed flag of each
 // partition it looks at, and returns buf.
 func (t *commitTracker) collect(buf []partitionMark, all bool) []partitionMark {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, p := range t.parts {
 		if !all && !p.changed {
 			continue
@@ -278,8 +298,6 @@ func (t *commitTracker) collect(buf []partitionMark, all bool) []partitionMark {
 // setCommitted records that marks, returned by advanced or final, were
 // committed.
 func (t *commitTracker) setCommitted(marks []partitionMark) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, m := range marks {
 		if p := t.parts[m.Partition]; p != nil && m.Offset >= p.committed {
 			p.committed, p.committedMeta = m.Offset, m.Metadata
@@ -292,38 +310,23 @@ func (t *commitTracker) setCommitted(marks []partitionMark) {
 // starts afresh if it is assigned here again. Finishing a node of the
 // dropped partition does nothing that add, advanced or final can see.
 func (t *commitTracker) drop(partition int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	delete(t.parts, partition)
 }
 
-// next returns the offset after the last one added for partition, where its
-// reading resumes, and false when nothing was added.
-func (t *commitTracker) next(partition int) (int64, bool) {
-	return readPartition(t, partition, func(p *partitionMarks) int64 { return p.last + 1 })
-}
-
 // markOf returns the committable offset of partition, and false when nothing
-// was fetched from it.
+// of it is tracked.
 func (t *commitTracker) markOf(partition int) (int64, bool) {
-	return readPartition(t, partition, (*partitionMarks).mark)
+	p := t.parts[partition]
+	if p == nil {
+		return 0, false
+	}
+	return p.mark(), true
 }
 
 // unfinished returns how many offsets of partition are unfinished.
 func (t *commitTracker) unfinished(partition int) int {
-	n, _ := readPartition(t, partition, func(p *partitionMarks) int { return p.unfinished })
-	return n
-}
-
-// readPartition returns what read makes of partition's state, read under t's
-// mu, and false (with the zero value) when nothing was added for partition.
-func readPartition[T any](t *commitTracker, partition int, read func(*partitionMarks) T) (T, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.parts[partition]
-	if p == nil {
-		var zero T
-		return zero, false
+	if p := t.parts[partition]; p != nil {
+		return p.unfinished
 	}
-	return read(p), true
+	return 0
 }

@@ -3,6 +3,7 @@ package sources
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -351,8 +352,8 @@ func TestCommitTrackerFinalSkipsWhatWasCommittedAndDropForgetsAPartition(t *test
 	if got := tr.final(nil); len(got) != 0 {
 		t.Fatalf("final() after setCommitted = %v; want none (nothing moved since)", got)
 	}
-	if got, ok := tr.next(0); !ok || got != 14 {
-		t.Fatalf("next(0) = %d, %v; want 14, true (after the last offset added)", got, ok)
+	if got, ok := tr.resume(0, 12); !ok || got.offset != 14 || got.restore {
+		t.Fatalf("resume(0, 12) = %+v, %v; want offset 14, true (after the last offset added)", got, ok)
 	}
 
 	tr.drop(0) // revoked: a rebalance gave the partition to another member
@@ -362,8 +363,8 @@ func TestCommitTrackerFinalSkipsWhatWasCommittedAndDropForgetsAPartition(t *test
 	if got := tr.advanced(nil); len(got) != 0 {
 		t.Errorf("advanced() after drop = %v; want none", got)
 	}
-	if _, ok := tr.next(0); ok {
-		t.Errorf("next(0) after drop reported an offset; want none")
+	if got, _ := tr.resume(0, 12); got.offset != 12 || !got.restore {
+		t.Errorf("resume(0, 12) after drop = %+v; want offset 12 with restore (nothing tracked)", got)
 	}
 	// Assigned here again: it starts afresh at the group's committed offset.
 	if !tr.add(&pendingOffset{partition: 0, offset: 12}) {
@@ -433,16 +434,15 @@ func TestCommitTrackerMetadataRecordsTheOffsetsFinishedAboveTheMark(t *testing.T
 // the mark passes them.
 func TestCommitTrackerRestoredPartitionTakesTheCommittedFinishedOffsetsAsFinished(t *testing.T) {
 	tr := newCommitTracker()
-	ahead := parseFinished(10, "s1:10:1+39,1+49") // 11..49 and 51..99
-	tr.restore(0, 10, ahead)
-	if got := tr.finishedAhead(0); !slices.Equal(got, ahead) {
-		t.Fatalf("finishedAhead(0) = %v; want %v", got, ahead)
+	ahead, err := tr.restore(0, 10, "s1:10:1+39,1+49")
+	if want := []offsetRange{{11, 49}, {51, 99}}; err != nil || !slices.Equal(ahead, want) {
+		t.Fatalf("restore(0, 10, s1:10:1+39,1+49) = %v, %v; want %v, nil", ahead, err, want)
 	}
 	if got := tr.final(nil); len(got) != 0 {
 		t.Fatalf("final() right after restore = %v; want none (nothing changed)", got)
 	}
-	if got, ok := tr.next(0); !ok || got != 10 {
-		t.Fatalf("next(0) = %d, %v; want 10, true (the committed offset)", got, ok)
+	if got, ok := tr.resume(0, 10); !ok || got.offset != 10 || !slices.Equal(got.ahead, ahead) {
+		t.Fatalf("resume(0, 10) = %+v, %v; want offset 10 skipping %v, true (the committed offset)", got, ok, ahead)
 	}
 
 	steps := []struct {
@@ -468,8 +468,8 @@ func TestCommitTrackerRestoredPartitionTakesTheCommittedFinishedOffsetsAsFinishe
 		}
 		tr.setCommitted(got)
 	}
-	if got := tr.finishedAhead(0); len(got) != 0 {
-		t.Errorf("finishedAhead(0) after the reader passed every run = %v; want none", got)
+	if got, _ := tr.resume(0, 101); len(got.ahead) != 0 {
+		t.Errorf("resume(0, 101) after the reader passed every run skips %v; want none", got.ahead)
 	}
 }
 
@@ -477,7 +477,9 @@ func TestCommitTrackerRestoredPartitionTakesTheCommittedFinishedOffsetsAsFinishe
 // again) is tracked as unfinished; the rest of the run stays finished.
 func TestCommitTrackerRestoredRunFetchedAfterAllIsUnfinished(t *testing.T) {
 	tr := newCommitTracker()
-	tr.restore(0, 10, []offsetRange{{11, 20}})
+	if _, err := tr.restore(0, 10, "s1:10:1+10"); err != nil { // 11..20
+		t.Fatal(err)
+	}
 	for _, o := range []int64{10, 11} {
 		n := &pendingOffset{partition: 0, offset: o}
 		tr.add(n)
@@ -526,7 +528,7 @@ func TestCommitTrackerMetadataStaysWithinTheLimitAndShrinks(t *testing.T) {
 			t.Fatalf("limit %d: final() = %v; want one mark", limit, got)
 		}
 		md := got[0].Metadata
-		runs := parseFinished(0, md)
+		runs := mustParseFinished(t, 0, md)
 		if len(md) > limit || (limit >= kafkaMetadataMin && len(runs) == 0) {
 			t.Fatalf("limit %d: metadata of %d bytes with %d runs", limit, len(md), len(runs))
 		}
@@ -538,5 +540,354 @@ func TestCommitTrackerMetadataStaysWithinTheLimitAndShrinks(t *testing.T) {
 		t.Logf("limit %d: %d bytes record %d finished offsets", limit, len(md), len(runs))
 		tr.setCommitted(got)
 		tr.shrinkMetadata()
+	}
+}
+
+// trackerRun is a commitTracker driven the way kafkaSession drives it, with
+// the nodes of the offsets fetched from it.
+type trackerRun struct {
+	tr      *commitTracker
+	nodes   map[[2]int64]*pendingOffset // by partition and offset: the current holder's
+	revoked map[[2]int64]*pendingOffset // those of partitions given away
+}
+
+// trackerStep is one thing that happens to the tracker in a table test; do
+// returns what went otherwise than the step expects.
+type trackerStep struct {
+	name string
+	do   func(r *trackerRun) error
+}
+
+func nodeKey(p int, o int64) [2]int64 { return [2]int64{int64(p), o} }
+
+// onFetch adds offsets from..to of partition p, as Fetch hands them out.
+func onFetch(p int, from, to int64) trackerStep {
+	return trackerStep{fmt.Sprintf("fetch %d/%d..%d", p, from, to), func(r *trackerRun) error {
+		for o := from; o <= to; o++ {
+			n := &pendingOffset{partition: p, offset: o}
+			if !r.tr.add(n) {
+				return fmt.Errorf("add(%d/%d) = false; want true", p, o)
+			}
+			r.nodes[nodeKey(p, o)] = n
+		}
+		return nil
+	}}
+}
+
+// onAck finishes offsets of p, in the order given: their outcome is final.
+func onAck(p int, offsets ...int64) trackerStep {
+	return trackerStep{fmt.Sprintf("ack %d/%v", p, offsets), func(r *trackerRun) error {
+		for _, o := range offsets {
+			r.tr.finish(r.nodes[nodeKey(p, o)])
+		}
+		return nil
+	}}
+}
+
+// onHandBack gives offsets of p back without an outcome: a Nack waiting for
+// redelivery, or a message dropped at Close or after a revocation, which the
+// broker delivers again. The session tells the tracker nothing, so the
+// offset stays unfinished; the step checks that it is.
+func onHandBack(p int, offsets ...int64) trackerStep {
+	return trackerStep{fmt.Sprintf("hand back %d/%v", p, offsets), func(r *trackerRun) error {
+		for _, o := range offsets {
+			if n := r.nodes[nodeKey(p, o)]; n == nil || n.finished {
+				return fmt.Errorf("%d/%d is not fetched and unfinished", p, o)
+			}
+		}
+		return nil
+	}}
+}
+
+// onCommit stages the commits that changed (advanced), which must be want,
+// and the group takes them (setCommitted).
+func onCommit(want ...partitionMark) trackerStep {
+	return trackerStep{fmt.Sprintf("commit %v", want), func(r *trackerRun) error {
+		got := sortedMarks(r.tr.advanced(nil))
+		r.tr.setCommitted(got)
+		return diffMarks("advanced()", got, want)
+	}}
+}
+
+// onCommitFailed stages the commits that changed, which must be want, and
+// the group refuses them (retry).
+func onCommitFailed(want ...partitionMark) trackerStep {
+	return trackerStep{fmt.Sprintf("commit %v fails", want), func(r *trackerRun) error {
+		got := sortedMarks(r.tr.advanced(nil))
+		r.tr.retry(got)
+		return diffMarks("advanced()", got, want)
+	}}
+}
+
+func sortedMarks(marks []partitionMark) []partitionMark {
+	slices.SortFunc(marks, func(a, b partitionMark) int { return a.Partition - b.Partition })
+	return marks
+}
+
+func diffMarks(call string, got, want []partitionMark) error {
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("%s = %v; want %v", call, got, want)
+	}
+	return nil
+}
+
+// onRevoke gives p to another member (drop).
+func onRevoke(p int) trackerStep {
+	return trackerStep{fmt.Sprintf("revoke %d", p), func(r *trackerRun) error {
+		r.tr.drop(p)
+		for k, n := range r.nodes {
+			if k[0] == int64(p) {
+				r.revoked[k] = n
+				delete(r.nodes, k)
+			}
+		}
+		return nil
+	}}
+}
+
+// onAckRevoked finishes offsets of p fetched before p was revoked.
+func onAckRevoked(p int, offsets ...int64) trackerStep {
+	return trackerStep{fmt.Sprintf("ack revoked %d/%v", p, offsets), func(r *trackerRun) error {
+		for _, o := range offsets {
+			if r.tr.finish(r.revoked[nodeKey(p, o)]) {
+				return fmt.Errorf("finish(revoked %d/%d) = true; want false", p, o)
+			}
+		}
+		return nil
+	}}
+}
+
+// onKeep has the next generation assign p to this member again at
+// assigned; want is where its reader resumes, or -1 when the tracker is to
+// refuse to keep p.
+func onKeep(p int, assigned, want int64) trackerStep {
+	return trackerStep{fmt.Sprintf("keep %d at %d", p, assigned), func(r *trackerRun) error {
+		start, ok := r.tr.resume(p, assigned)
+		if want < 0 && ok || want >= 0 && (!ok || start.offset != want || start.restore) {
+			return fmt.Errorf("resume(%d, %d) = %+v, %v; want offset %d (-1: false)", p, assigned, start, ok, want)
+		}
+		return nil
+	}}
+}
+
+// onRegain has this member take p over from the group, committed at
+// committed with metadata md: want are the runs its reader skips, and
+// wantErr is in the error ("" for none). Without runs, the reader starts at
+// committed and skips nothing.
+func onRegain(p int, committed int64, md string, wantErr string, want ...offsetRange) trackerStep {
+	return trackerStep{fmt.Sprintf("regain %d at %d with %q", p, committed, md), func(r *trackerRun) error {
+		got, err := r.tr.restore(p, committed, md)
+		switch {
+		case !slices.Equal(got, want):
+			return fmt.Errorf("restore() skips %v; want %v", got, want)
+		case (err == nil) != (wantErr == "") || err != nil && !strings.Contains(err.Error(), wantErr):
+			return fmt.Errorf("restore() error = %v; want %q", err, wantErr)
+		}
+		if start, _ := r.tr.resume(p, committed); len(want) == 0 && (!start.restore || start.offset != committed) {
+			return fmt.Errorf("resume(%d, %d) after a restore without runs = %+v; want the reader at %d, skipping nothing",
+				p, committed, start, committed)
+		}
+		return nil
+	}}
+}
+
+// passedUnfinished returns an error when the mark of a partition passes one
+// of its unfinished offsets: a commit of a message without a final outcome.
+func (r *trackerRun) passedUnfinished() error {
+	for k, n := range r.nodes {
+		if mark, ok := r.tr.markOf(int(k[0])); ok && !n.finished && mark > k[1] {
+			return fmt.Errorf("markOf(%d) = %d passes %d/%d, which is unfinished", k[0], mark, k[0], k[1])
+		}
+	}
+	return nil
+}
+
+// trackerScenario is a table test of the tracker: the steps it takes, and
+// what the end of a generation commits (final) after them.
+type trackerScenario struct {
+	name string
+	give []trackerStep
+	want []partitionMark
+}
+
+// p0 is a mark of partition 0.
+func p0(offset int64, md string) partitionMark {
+	return partitionMark{Partition: 0, Offset: offset, Metadata: md}
+}
+
+// trackerScenarios are the table of
+// TestCommitTrackerCommitsNothingPastAnOffsetWithoutAFinalOutcome.
+var trackerScenarios = []trackerScenario{
+	{
+		name: "out-of-order settles commit the contiguous run and record the rest",
+		give: []trackerStep{onFetch(0, 0, 5), onAck(0, 5, 3, 1, 0)},
+		want: []partitionMark{p0(2, "s1:2:1+1,1+1")},
+	},
+	{
+		name: "out-of-order settles of everything commit past the last",
+		give: []trackerStep{onFetch(0, 0, 5), onAck(0, 4, 2, 0, 5, 3, 1)},
+		want: []partitionMark{p0(6, "")},
+	},
+	{
+		name: "each commit stages only what changed since the last",
+		give: []trackerStep{
+			onFetch(0, 0, 3), onFetch(1, 10, 11), onAck(0, 1), onCommit(p0(0, "s1:0:1+1")),
+			onAck(1, 10), onCommit(partitionMark{Partition: 1, Offset: 11}), onAck(0, 0),
+		},
+		want: []partitionMark{p0(2, "")},
+	},
+	{
+		name: "a failed commit is staged again",
+		give: []trackerStep{onFetch(0, 0, 1), onAck(0, 0), onCommitFailed(p0(1, "")), onCommit(p0(1, ""))},
+	},
+	{
+		name: "a handed-back message holds its partition's mark",
+		give: []trackerStep{onFetch(0, 0, 4), onHandBack(0, 2), onAck(0, 0, 1, 3, 4)},
+		want: []partitionMark{p0(2, "s1:2:1+2")},
+	},
+	{
+		name: "a handed-back message redelivered and acked releases the mark",
+		give: []trackerStep{
+			onFetch(0, 0, 4), onHandBack(0, 2), onAck(0, 0, 1, 3, 4), onCommit(p0(2, "s1:2:1+2")), onAck(0, 2),
+		},
+		want: []partitionMark{p0(5, "")},
+	},
+	{
+		name: "a hand-back holds only its own partition",
+		give: []trackerStep{onFetch(0, 0, 2), onFetch(1, 0, 2), onHandBack(0, 0), onAck(0, 1, 2), onAck(1, 0, 1, 2)},
+		want: []partitionMark{p0(0, "s1:0:1+2"), {Partition: 1, Offset: 3}},
+	},
+	{
+		name: "a revoked partition commits nothing more, whatever is acked of it",
+		give: []trackerStep{onFetch(0, 0, 3), onAck(0, 0), onCommit(p0(1, "")), onRevoke(0), onAckRevoked(0, 1, 2, 3)},
+	},
+	{
+		name: "a partition regained afresh starts at the group's offset; acks from before count for nothing",
+		give: []trackerStep{
+			onFetch(0, 0, 3), onAck(0, 0), onCommit(p0(1, "")), onRevoke(0),
+			onFetch(0, 1, 3), onAck(0, 2), onAckRevoked(0, 1, 3),
+		},
+		want: []partitionMark{p0(1, "s1:1:1+1")},
+	},
+	{
+		name: "a partition regained with metadata skips its runs, and the mark passes them",
+		give: []trackerStep{
+			onRegain(0, 10, "s1:10:1+4", "", offsetRange{11, 14}), onFetch(0, 10, 10), onFetch(0, 15, 16), onAck(0, 10, 16),
+		},
+		want: []partitionMark{p0(15, "s1:15:1+1")},
+	},
+	{
+		name: "a partition regained with malformed metadata skips nothing",
+		give: []trackerStep{onRegain(0, 10, "s1:10:1+x", `run 1 "1+x"`), onFetch(0, 10, 14), onAck(0, 10, 12)},
+		want: []partitionMark{p0(11, "s1:11:1+1")},
+	},
+	{
+		name: "a partition regained with another offset's metadata skips nothing",
+		give: []trackerStep{onRegain(0, 10, "s1:9:1+4", "written for offset 9"), onFetch(0, 10, 14), onAck(0, 10, 14)},
+		want: []partitionMark{p0(11, "s1:11:3+1")},
+	},
+	{
+		name: "a partition kept across generations keeps its handed-back message",
+		give: []trackerStep{
+			onFetch(0, 0, 4), onHandBack(0, 1), onAck(0, 0, 2, 3, 4), onCommit(p0(1, "s1:1:1+3")),
+			onKeep(0, 1, 5), onHandBack(0, 1), onFetch(0, 5, 5), onAck(0, 1),
+		},
+		want: []partitionMark{p0(5, "")},
+	},
+	{
+		name: "a partition whose group offset passed its mark is not kept, and starts afresh",
+		give: []trackerStep{onFetch(0, 0, 4), onAck(0, 0), onKeep(0, 3, -1), onRevoke(0), onFetch(0, 3, 4), onAck(0, 3)},
+		want: []partitionMark{p0(4, "")},
+	},
+}
+
+// The tracker commits no offset past one without a final outcome, whatever
+// the order of the settles, the hand-backs and the rebalances.
+func TestCommitTrackerCommitsNothingPastAnOffsetWithoutAFinalOutcome(t *testing.T) {
+	for _, tt := range trackerScenarios {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &trackerRun{
+				tr:      newCommitTracker(),
+				nodes:   make(map[[2]int64]*pendingOffset),
+				revoked: make(map[[2]int64]*pendingOffset),
+			}
+			for i, st := range tt.give {
+				if err := st.do(r); err != nil {
+					t.Fatalf("step %d, %s: %v", i+1, st.name, err)
+				}
+				if err := r.passedUnfinished(); err != nil {
+					t.Fatalf("after step %d, %s: %v", i+1, st.name, err)
+				}
+			}
+			if got := sortedMarks(r.tr.final(nil)); !slices.Equal(got, tt.want) {
+				t.Errorf("final() = %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// What one member commits of a partition, its next owner restores: the new
+// reader starts at the committed offset and skips only offsets that finished,
+// the lowest first, all of them while they fit in the metadata; it never
+// skips one without a final outcome.
+func TestCommitTrackerNextOwnerSkipsOnlyWhatFinished(t *testing.T) {
+	scattered := permutation(500, 7)
+	tests := []struct {
+		name     string
+		give     int64 // offsets 0..give-1 fetched
+		finished func(o int64) bool
+		whole    bool // every finished offset fits in the metadata
+	}{
+		{name: "none finished", give: 10, finished: func(int64) bool { return false }, whole: true},
+		{name: "all finished", give: 10, finished: func(int64) bool { return true }, whole: true},
+		{name: "the first held back", give: 100, finished: func(o int64) bool { return o != 0 }, whole: true},
+		{name: "every other held back", give: 100, finished: func(o int64) bool { return o%2 == 1 }, whole: true},
+		{name: "scattered", give: 500, finished: func(o int64) bool { return scattered[o]%3 != 0 }, whole: true},
+		{name: "every tenth held back, past the metadata limit", give: 20000, finished: func(o int64) bool { return o%10 != 3 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			last := newCommitTracker()
+			for o := range tt.give {
+				n := &pendingOffset{partition: 0, offset: o}
+				last.add(n)
+				if tt.finished(o) {
+					last.finish(n)
+				}
+			}
+			committed, md := int64(0), "" // nothing to commit: the group stays at the first offset
+			if marks := last.final(nil); len(marks) == 1 {
+				committed, md = marks[0].Offset, marks[0].Metadata
+			}
+			skip, err := newCommitTracker().restore(0, committed, md)
+			if err != nil {
+				t.Fatalf("restore(0, %d, %q): %v", committed, truncateText(md, 40), err)
+			}
+			skipped := make(map[int64]bool)
+			for _, r := range skip {
+				for o := r.from; o <= r.to; o++ {
+					skipped[o] = true
+				}
+			}
+			gap := false // a finished offset above committed that is not skipped
+			for o := range tt.give {
+				switch {
+				case o < committed && !tt.finished(o):
+					t.Fatalf("committed %d passes %d, which did not finish", committed, o)
+				case skipped[o] && !tt.finished(o):
+					t.Fatalf("the next owner skips %d, which did not finish", o)
+				case skipped[o] && gap:
+					t.Fatalf("the next owner skips %d above a finished offset it reads again", o)
+				case o > committed && tt.finished(o) && !skipped[o]:
+					gap = true
+				}
+			}
+			if gap && tt.whole {
+				t.Errorf("metadata %q leaves out finished offsets; want all of them", truncateText(md, 60))
+			}
+			if !tt.whole && len(skipped) == 0 {
+				t.Errorf("metadata %q has no finished offsets; want as many as fit", truncateText(md, 60))
+			}
+		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -25,6 +23,9 @@ import (
 // generation, metadata included. It also holds the nacked messages waiting
 // for redelivery, since which of them may come back depends on the claims.
 //
+// What each claimed partition may commit is a commitTracker, a value of
+// offsets alone that the session guards with its mu and tells what was
+// fetched, settled and committed; the groupCoordinator sends the commits.
 // The partitionFetcher reads the claimed partitions; Kafka hands out what
 // it reads, and its receipts settle here.
 type kafkaSession struct {
@@ -33,10 +34,7 @@ type kafkaSession struct {
 	settleWait  time.Duration // how long the end of a generation waits for its messages
 	log         *slog.Logger
 	health      *kafkaHealth
-	marks       *commitTracker
-	transport   *kafka.Transport  // reads the commit metadata
-	addr        net.Addr          // the brokers, for transport
-	coordinator *groupCoordinator // commits
+	coordinator *groupCoordinator // commits, and reads the committed offsets
 	fetcher     *partitionFetcher
 
 	group      atomic.Pointer[kafka.ConsumerGroup] // nil until the topic is first seen
@@ -47,6 +45,7 @@ type kafkaSession struct {
 	wg         sync.WaitGroup                      // consume, and every function of every generation
 
 	mu       sync.Mutex
+	marks    *commitTracker      // what each claimed partition may commit
 	gen      *kafkaGeneration    // the running generation; nil between generations
 	genID    int32               // the ID of the last generation begun
 	memberID string              // this member's ID in it
@@ -57,7 +56,6 @@ type kafkaSession struct {
 
 func newKafkaSession(cfg KafkaConfig, groupCfg kafka.ConsumerGroupConfig, transport *kafka.Transport,
 	fetcher *partitionFetcher, health *kafkaHealth, log *slog.Logger) *kafkaSession {
-	addr := kafka.TCP(cfg.Brokers...)
 	return &kafkaSession{
 		cfg:         cfg,
 		groupCfg:    groupCfg,
@@ -65,9 +63,7 @@ func newKafkaSession(cfg KafkaConfig, groupCfg kafka.ConsumerGroupConfig, transp
 		log:         log,
 		health:      health,
 		marks:       newCommitTracker(),
-		transport:   transport,
-		addr:        addr,
-		coordinator: newGroupCoordinator(transport, addr, cfg.Group),
+		coordinator: newGroupCoordinator(transport, kafka.TCP(cfg.Brokers...), cfg.Group, cfg.Topic),
 		fetcher:     fetcher,
 		wake:        make(chan struct{}, 1),
 		commitWake:  make(chan struct{}, 1),
@@ -102,7 +98,7 @@ func (s *kafkaSession) leave() {
 	}
 	_ = g.Close() // never fails
 	s.wg.Wait()
-	s.transport.CloseIdleConnections() // after the last commit
+	s.coordinator.closeIdle() // after the last commit
 }
 
 // close ends the session for Fetch and the receipts, drops the nacked
@@ -316,18 +312,6 @@ type kafkaGeneration struct {
 	starts map[int]partitionStart // by partition: where its reader starts
 }
 
-// partitionStart is where a partition reader starts.
-type partitionStart struct {
-	offset int64
-	// ahead are offsets past offset finished before, which the reader
-	// skips: those of the committed metadata not read yet, when the member
-	// keeps the partition.
-	ahead []offsetRange
-	// restore is set when the member takes the partition from the group:
-	// the reader reads ahead from the committed metadata first.
-	restore bool
-}
-
 // consume runs the member's generations one after the other until the group
 // is closed. kafka-go returns the next generation only after every function
 // started in the previous one has returned.
@@ -353,12 +337,12 @@ func (s *kafkaSession) consume(group *kafka.ConsumerGroup) {
 // A claim is kept when gen comes right after the generation it was owned in
 // (same member, same or next generation ID: no other member can have owned
 // the partition in between) and the group's committed offset has not passed
-// its mark; its reader resumes after the last offset handed out. Any other
-// claim is revoked, and a partition without a kept claim starts at the
-// offset kafka-go puts in the assignment: the committed offset, or
-// StartOffset (FirstOffset or LastOffset) when the group has none; its
-// reader first reads the committed metadata, and skips the offsets it
-// records as finished (see restore).
+// its mark; its reader resumes after the last offset handed out (see
+// commitTracker.resume). Any other claim is revoked, and a partition without
+// a kept claim starts at the offset kafka-go puts in the assignment: the
+// committed offset, or StartOffset (FirstOffset or LastOffset) when the
+// group has none; its reader first reads the committed metadata, and skips
+// the offsets it records as finished (see restore).
 func (s *kafkaSession) begin(gen *kafka.Generation) {
 	assigned := make(map[int]int64)
 	for _, a := range gen.Assignments[s.cfg.Topic] {
@@ -381,16 +365,13 @@ func (s *kafkaSession) begin(gen *kafka.Generation) {
 	s.memberID, s.genID = gen.MemberID, gen.ID
 	for p, c := range s.claims {
 		offset, ok := assigned[p]
-		mark, fetched := s.marks.markOf(p)
-		if ok && following && (!fetched || offset < 0 || offset <= mark) {
-			c.state.Store(claimOwned)
-			start := partitionStart{offset: offset, restore: !fetched}
-			if next, ok := s.marks.next(p); ok {
-				start.offset, start.ahead = next, s.marks.finishedAhead(p)
+		if ok && following {
+			if start, keep := s.marks.resume(p, offset); keep {
+				c.state.Store(claimOwned)
+				g.claims[p], g.starts[p] = c, start
+				kept = append(kept, p)
+				continue
 			}
-			g.claims[p], g.starts[p] = c, start
-			kept = append(kept, p)
-			continue
 		}
 		c.state.Store(claimRevoked)
 		delete(s.claims, p)
@@ -458,7 +439,7 @@ func (s *kafkaSession) commitGeneration(ctx context.Context, g *kafkaGeneration)
 			break
 		}
 		last = time.Now()
-		if err := s.commit(g, s.ownMarks(g, s.marks.advanced(nil), claimOwned)); err != nil {
+		if err := s.commit(g, s.ownMarks(g, claimOwned, (*commitTracker).advanced)); err != nil {
 			s.log.Debug("kafka: commit offsets; retried after the commit interval", "err", err)
 			notify(s.commitWake) // the marks that failed are returned again
 		}
@@ -478,7 +459,7 @@ func (s *kafkaSession) endGeneration(g *kafkaGeneration) {
 	s.suspendLocked(g)
 	s.mu.Unlock()
 	s.awaitSettled(g)
-	if err := s.commit(g, s.ownMarks(g, s.marks.final(nil), claimSuspended)); err != nil {
+	if err := s.commit(g, s.ownMarks(g, claimSuspended, (*commitTracker).final)); err != nil {
 		s.log.Warn("kafka: could not commit the finished offsets at the end of a generation; messages finished since the last commit may be delivered again",
 			"generation", g.gen.ID, "err", err)
 	}
@@ -525,21 +506,22 @@ func (s *kafkaSession) awaitSettled(g *kafkaGeneration) {
 	}
 }
 
-// ownMarks returns the marks of the partitions whose claim in g is in state:
-// a commit with g never covers a partition g did not assign to this member.
-func (s *kafkaSession) ownMarks(g *kafkaGeneration, marks []partitionMark, state int32) []partitionMark {
-	return slices.DeleteFunc(marks, func(m partitionMark) bool {
+// ownMarks returns the marks that collect (commitTracker.advanced or final)
+// stages for a commit, of the partitions whose claim in g is in state: a
+// commit with g never covers a partition g did not assign to this member.
+func (s *kafkaSession) ownMarks(g *kafkaGeneration, state int32, collect func(*commitTracker, []partitionMark) []partitionMark) []partitionMark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.DeleteFunc(collect(s.marks, nil), func(m partitionMark) bool {
 		c := g.claims[m.Partition]
 		return c == nil || c.state.Load() != state
 	})
 }
 
-// commit commits marks with g: each partition's offset and, as its
-// metadata, the offsets finished above it. Like kafka-go's
-// Generation.CommitOffsets, which cannot carry metadata, it commits with
-// g's generation ID and member ID, so the group refuses it once g is over
-// and another member may own the partitions. The marks of partitions that
-// failed are returned again by the tracker's next advanced or final.
+// commit commits marks with g (see groupCoordinator.commit): each
+// partition's offset and, as its metadata, the offsets finished above it.
+// The marks of partitions that failed are returned again by the tracker's
+// next advanced or final.
 //
 // When the broker refuses the metadata as too large (its
 // offset.metadata.max.bytes is below kafkaMetadataMax), commit halves the
@@ -557,7 +539,9 @@ func (s *kafkaSession) commit(g *kafkaGeneration, marks []partitionMark) error {
 		if len(tooLarge) == 0 {
 			break
 		}
+		s.mu.Lock()
 		limit = s.marks.shrinkMetadata()
+		s.mu.Unlock()
 		for i := range tooLarge {
 			tooLarge[i].Metadata = truncateMetadata(tooLarge[i].Metadata, limit)
 		}
@@ -574,45 +558,12 @@ func (s *kafkaSession) commit(g *kafkaGeneration, marks []partitionMark) error {
 // partitions it committed. It returns the marks whose metadata the broker
 // refused as too large; the tracker returns the other failed ones again.
 func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, marks []partitionMark) ([]partitionMark, error) {
-	offsets := make(map[int]int64, len(marks))
-	parts := make([]offsetcommit.RequestPartition, len(marks))
-	for i, m := range marks {
-		offsets[m.Partition] = m.Offset
-		parts[i] = offsetcommit.RequestPartition{
-			PartitionIndex:       int32(m.Partition),
-			CommittedOffset:      m.Offset,
-			CommittedLeaderEpoch: -1, // unknown: kafka-go tracks no leader epochs
-			CommittedMetadata:    m.Metadata,
-		}
-	}
-	req := &offsetcommit.Request{
-		GroupID:         s.cfg.Group,
-		GenerationID:    g.gen.ID,
-		MemberID:        g.gen.MemberID,
-		RetentionTimeMs: -1, // the broker's offsets.retention.minutes
-		Topics:          []offsetcommit.RequestTopic{{Name: s.cfg.Topic, Partitions: parts}},
-	}
-	res, err := s.coordinator.roundTrip(ctx, req)
+	answers, err := s.coordinator.commit(ctx, g.gen, marks)
 	if err != nil {
+		s.mu.Lock()
 		s.marks.retry(marks)
-		return nil, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", offsets, g.gen.ID, err)
-	}
-	answers := make(map[int]error, len(marks))
-	if r, ok := res.(*offsetcommit.Response); ok {
-		for _, t := range r.Topics {
-			for _, p := range t.Partitions {
-				if t.Name == s.cfg.Topic {
-					var err error
-					if p.ErrorCode != 0 {
-						err = kafka.Error(p.ErrorCode)
-					}
-					if isCoordinatorError(err) {
-						s.coordinator.forget() // it moved: look it up for the next commit
-					}
-					answers[int(p.PartitionIndex)] = err
-				}
-			}
-		}
+		s.mu.Unlock()
+		return nil, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", markOffsets(marks), g.gen.ID, err)
 	}
 	var done, failed, tooLarge []partitionMark
 	var errs []error
@@ -631,12 +582,23 @@ func (s *kafkaSession) commitOffsets(ctx context.Context, g *kafkaGeneration, ma
 		failed = append(failed, m)
 		errs = append(errs, fmt.Errorf("partition %d: %w", m.Partition, err))
 	}
+	s.mu.Lock()
 	s.marks.setCommitted(done)
 	s.marks.retry(failed)
+	s.mu.Unlock()
 	if len(errs) > 0 {
-		return tooLarge, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", offsets, g.gen.ID, errors.Join(errs...))
+		return tooLarge, fmt.Errorf("kafka: commit offsets %v in generation %d: %w", markOffsets(marks), g.gen.ID, errors.Join(errs...))
 	}
 	return tooLarge, nil
+}
+
+// markOffsets returns the offsets of marks by partition, for an error.
+func markOffsets(marks []partitionMark) map[int]int64 {
+	offsets := make(map[int]int64, len(marks))
+	for _, m := range marks {
+		offsets[m.Partition] = m.Offset
+	}
+	return offsets
 }
 
 // restore reads the group's committed offset of partition and its metadata,
@@ -654,7 +616,7 @@ func (s *kafkaSession) restore(ctx context.Context, g *kafkaGeneration, partitio
 	var md string
 	var err error
 	for attempt := 1; ; attempt++ {
-		committed, md, err = s.fetchCommitted(ctx, partition)
+		committed, md, err = s.coordinator.fetchCommitted(ctx, partition)
 		if err == nil || attempt == kafkaRestoreAttempts || sleepCtx(ctx, kafkaErrorPause) != nil {
 			break
 		}
@@ -671,22 +633,22 @@ func (s *kafkaSession) restore(ctx context.Context, g *kafkaGeneration, partitio
 			"partition", partition, "assigned", start, "committed", committed)
 		return nil
 	}
-	ahead := parseFinished(committed, md)
-	if len(ahead) == 0 {
-		if md != "" {
-			s.log.Info("kafka: commit metadata ignored: not this source's format, or not for the committed offset",
-				"partition", partition, "metadata", truncateText(md, 64))
-		}
-		return nil
-	}
+	var ahead []offsetRange
 	s.mu.Lock()
 	current := s.gen == g
 	if current {
-		s.marks.restore(partition, committed, ahead)
+		ahead, err = s.marks.restore(partition, committed, md)
 	}
 	s.mu.Unlock()
-	if !current {
+	switch {
+	case !current:
 		return nil // g ended meanwhile: the next generation reads it again
+	case err != nil:
+		s.log.Info("kafka: commit metadata ignored; the messages finished above the committed offset are delivered again",
+			"partition", partition, "err", err, "metadata", truncateText(md, 64))
+		return nil
+	case len(ahead) == 0:
+		return nil
 	}
 	var n int64
 	for _, r := range ahead {
@@ -695,30 +657,6 @@ func (s *kafkaSession) restore(ctx context.Context, g *kafkaGeneration, partitio
 	s.log.Info("kafka: skipping the messages finished above the committed offset",
 		"partition", partition, "committed", committed, "finished", n, "from", ahead[0].from, "to", ahead[len(ahead)-1].to)
 	return ahead
-}
-
-// fetchCommitted returns the group's committed offset of partition (-1 when
-// there is none) and its metadata.
-func (s *kafkaSession) fetchCommitted(ctx context.Context, partition int) (int64, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, kafkaRequestTimeout)
-	defer cancel()
-	c := kafka.Client{Addr: s.addr, Transport: s.transport}
-	res, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{
-		GroupID: s.cfg.Group,
-		Topics:  map[string][]int{s.cfg.Topic: {partition}},
-	})
-	if err != nil {
-		return 0, "", err
-	}
-	if res.Error != nil {
-		return 0, "", res.Error
-	}
-	for _, p := range res.Topics[s.cfg.Topic] {
-		if p.Partition == partition {
-			return p.CommittedOffset, p.Metadata, p.Error
-		}
-	}
-	return 0, "", fmt.Errorf("no offset of partition %d in the answer", partition)
 }
 
 // truncateText returns s cut to at most n bytes, marked with "..." when cut.

@@ -1,6 +1,8 @@
 package sources
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -34,7 +36,8 @@ import (
 // default), so the runs are written from the lowest offsets upward while
 // they fit, and the rest is left out: those messages simply come again,
 // which at-least-once allows. Metadata that is not in this format (written
-// by another tool, or garbled) is ignored, never an error.
+// by another tool, or garbled) is ignored, and the reason logged: it never
+// fails the source, and the partition is read from the committed offset.
 
 const (
 	// metadataPrefix starts the commit metadata of this format, version 1.
@@ -136,42 +139,67 @@ func encodeFinished(base int64, ranges []offsetRange, max int) string {
 }
 
 // parseFinished returns the finished runs that metadata md, committed with
-// offset committed, records above it, lowest first; nil when there are none,
-// when md is not in this format or is garbled, or when it was written for
-// another offset.
-func parseFinished(committed int64, md string) []offsetRange {
+// offset committed, records above it, lowest first; none when md is empty.
+// Metadata that is not in this format (written by another tool, or garbled),
+// or that was written for another offset, gives an error that says why, and
+// no runs at all: the caller skips nothing, so nothing is lost.
+func parseFinished(committed int64, md string) ([]offsetRange, error) {
+	if md == "" {
+		return nil, nil
+	}
 	rest, ok := strings.CutPrefix(md, metadataPrefix)
 	if !ok {
-		return nil
+		return nil, fmt.Errorf("not this source's format: no %q prefix", metadataPrefix)
 	}
 	baseText, runs, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil, errors.New("no committed offset before the runs")
+	}
 	base, err := strconv.ParseInt(baseText, 10, 64)
-	if !ok || err != nil || base < 0 || base != committed || runs == "" {
-		return nil
+	switch {
+	case err != nil || base < 0:
+		return nil, fmt.Errorf("committed offset %q is not an offset", baseText)
+	case base != committed:
+		return nil, fmt.Errorf("written for offset %d, not for the committed offset %d", base, committed)
+	case runs == "":
+		return nil, errors.New("no runs")
 	}
 	var out []offsetRange
 	cursor := base
-	for item := range strings.SplitSeq(runs, ",") {
-		skipText, countText, ok := strings.Cut(item, "+")
-		if !ok {
-			return nil
+	for i, item := range strings.Split(runs, ",") {
+		r, err := parseRun(cursor, item)
+		if err != nil {
+			return nil, fmt.Errorf("run %d %q: %w", i+1, item, err)
 		}
-		skip, err1 := strconv.ParseInt(skipText, 10, 64)
-		count, err2 := strconv.ParseInt(countText, 10, 64)
-		if err1 != nil || err2 != nil || skip < 1 || count < 1 ||
-			skip > math.MaxInt64-cursor || count-1 > math.MaxInt64-cursor-skip {
-			return nil
-		}
-		from := cursor + skip
-		to := from + count - 1
-		out = append(out, offsetRange{from: from, to: to})
-		if to == math.MaxInt64 {
-			cursor = to // nothing can follow; a further run fails the checks
+		out = append(out, r)
+		if r.to == math.MaxInt64 {
+			cursor = r.to // nothing can follow; a further run fails the checks
 			continue
 		}
-		cursor = to + 1
+		cursor = r.to + 1
 	}
-	return out
+	return out, nil
+}
+
+// parseRun reads a run "<skip>+<count>" that follows cursor, the base or the
+// first offset after the previous run.
+func parseRun(cursor int64, item string) (offsetRange, error) {
+	skipText, countText, ok := strings.Cut(item, "+")
+	if !ok {
+		return offsetRange{}, errors.New("not <skip>+<count>")
+	}
+	skip, err1 := strconv.ParseInt(skipText, 10, 64)
+	count, err2 := strconv.ParseInt(countText, 10, 64)
+	switch {
+	case err1 != nil || err2 != nil:
+		return offsetRange{}, errors.New("not <skip>+<count> in decimal")
+	case skip < 1 || count < 1:
+		return offsetRange{}, errors.New("skip and count must be at least 1")
+	case skip > math.MaxInt64-cursor || count-1 > math.MaxInt64-cursor-skip:
+		return offsetRange{}, errors.New("past the largest offset")
+	}
+	from := cursor + skip
+	return offsetRange{from: from, to: from + count - 1}, nil
 }
 
 // truncateMetadata returns the longest prefix of md, metadata of this

@@ -94,44 +94,66 @@ func TestEncodeFinishedWritesRunsAboveTheBaseLowestFirst(t *testing.T) {
 	}
 }
 
-func TestParseFinishedReadsItsOwnFormatAndIgnoresAnythingElse(t *testing.T) {
+// Metadata of another format, another offset or garbled is an error that
+// says why, and gives no runs at all, not even those that parsed before the
+// fault: the caller then skips nothing, so nothing is lost.
+func TestParseFinishedReadsItsOwnFormatAndRejectsAnythingElseWhole(t *testing.T) {
 	tests := []struct {
 		name      string
 		committed int64
 		give      string
 		want      []offsetRange
+		wantErr   string // in the error; "" for none
 	}{
 		{name: "two holes", committed: 10, give: "s1:10:1+39,1+49", want: []offsetRange{{11, 49}, {51, 99}}},
 		{name: "one run", committed: 0, give: "s1:0:3+1", want: []offsetRange{{3, 3}}},
 		{name: "empty", committed: 10, give: ""},
-		{name: "no runs", committed: 10, give: "s1:10:"},
-		{name: "another tool's text", committed: 10, give: "consumer-7 at 2024-01-01T00:00:00Z"},
-		{name: "a later version", committed: 10, give: "s2:10:1+39"},
-		{name: "no base", committed: 10, give: "s1:1+39"},
-		{name: "base of another offset", committed: 11, give: "s1:10:1+39"},
-		{name: "negative base", committed: -1, give: "s1:-1:1+39"},
-		{name: "skip 0", committed: 10, give: "s1:10:0+39"},
-		{name: "count 0", committed: 10, give: "s1:10:1+0"},
-		{name: "negative count", committed: 10, give: "s1:10:1+-3"},
-		{name: "missing count", committed: 10, give: "s1:10:1+"},
-		{name: "missing plus", committed: 10, give: "s1:10:139"},
-		{name: "trailing comma", committed: 10, give: "s1:10:1+39,"},
-		{name: "not a number", committed: 10, give: "s1:10:1+3x"},
-		{name: "hexadecimal", committed: 10, give: "s1:10:0x1+3"},
-		{name: "spaces", committed: 10, give: "s1:10: 1+3"},
-		{name: "offsets past the largest", committed: 10, give: "s1:10:9223372036854775800+1"},
-		{name: "count past the largest", committed: 10, give: "s1:10:1+9223372036854775798"},
-		{name: "a run after the largest offset", committed: 10, give: "s1:10:1+9223372036854775797,1+1"},
-		{name: "binary garbage", committed: 10, give: "s1:10:\x00\xff+1"},
-		{name: "one good run then garbage", committed: 10, give: "s1:10:1+39,zz"},
+		{name: "no runs", committed: 10, give: "s1:10:", wantErr: "no runs"},
+		{name: "another tool's text", committed: 10, give: "consumer-7 at 2024-01-01T00:00:00Z", wantErr: `not this source's format: no "s1:" prefix`},
+		{name: "a later version", committed: 10, give: "s2:10:1+39", wantErr: "not this source's format"},
+		{name: "no base", committed: 10, give: "s1:1+39", wantErr: "no committed offset"},
+		{name: "base of another offset", committed: 11, give: "s1:10:1+39", wantErr: "written for offset 10, not for the committed offset 11"},
+		{name: "negative base", committed: -1, give: "s1:-1:1+39", wantErr: `committed offset "-1" is not an offset`},
+		{name: "skip 0", committed: 10, give: "s1:10:0+39", wantErr: `run 1 "0+39": skip and count must be at least 1`},
+		{name: "count 0", committed: 10, give: "s1:10:1+0", wantErr: "at least 1"},
+		{name: "negative count", committed: 10, give: "s1:10:1+-3", wantErr: "at least 1"},
+		{name: "missing count", committed: 10, give: "s1:10:1+", wantErr: "in decimal"},
+		{name: "missing plus", committed: 10, give: "s1:10:139", wantErr: `run 1 "139": not <skip>+<count>`},
+		{name: "trailing comma", committed: 10, give: "s1:10:1+39,", wantErr: `run 2 ""`},
+		{name: "not a number", committed: 10, give: "s1:10:1+3x", wantErr: "in decimal"},
+		{name: "hexadecimal", committed: 10, give: "s1:10:0x1+3", wantErr: "in decimal"},
+		{name: "spaces", committed: 10, give: "s1:10: 1+3", wantErr: "in decimal"},
+		{name: "offsets past the largest", committed: 10, give: "s1:10:9223372036854775800+1", wantErr: "past the largest offset"},
+		{name: "count past the largest", committed: 10, give: "s1:10:1+9223372036854775798", wantErr: "past the largest offset"},
+		{name: "a run after the largest offset", committed: 10, give: "s1:10:1+9223372036854775797,1+1", wantErr: `run 2 "1+1": past the largest offset`},
+		{name: "binary garbage", committed: 10, give: "s1:10:\x00\xff+1", wantErr: "in decimal"},
+		{name: "one good run then garbage", committed: 10, give: "s1:10:1+39,zz", wantErr: `run 2 "zz"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := parseFinished(tt.committed, tt.give); !slices.Equal(got, tt.want) {
+			got, err := parseFinished(tt.committed, tt.give)
+			if !slices.Equal(got, tt.want) {
 				t.Errorf("parseFinished(%d, %q) = %v; want %v", tt.committed, tt.give, got, tt.want)
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("parseFinished(%d, %q) error = %v; want none", tt.committed, tt.give, err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("parseFinished(%d, %q) error = %v; want one with %q", tt.committed, tt.give, err, tt.wantErr)
 			}
 		})
 	}
+}
+
+// mustParseFinished returns the runs of md, committed with offset committed;
+// it fails t when md does not parse.
+func mustParseFinished(t *testing.T, committed int64, md string) []offsetRange {
+	t.Helper()
+	runs, err := parseFinished(committed, md)
+	if err != nil {
+		t.Fatalf("parseFinished(%d, %q): %v", committed, truncateText(md, 60), err)
+	}
+	return runs
 }
 
 // finishedSets returns deterministic sets of finished runs above base: the
@@ -167,7 +189,7 @@ func TestEncodeParseFinishedRoundTrip(t *testing.T) {
 	for _, base := range []int64{0, 7, 1 << 40} {
 		for name, give := range finishedSets(base) {
 			md := encodeFinished(base, give, 1<<30)
-			if got := parseFinished(base, md); !slices.Equal(got, give) {
+			if got := mustParseFinished(t, base, md); !slices.Equal(got, give) {
 				t.Errorf("base %d, %s: parseFinished(encodeFinished()) = %d runs; want %d (metadata %q...)",
 					base, name, len(got), len(give), truncateText(md, 60))
 			}
@@ -187,10 +209,7 @@ func TestEncodeFinishedOverTheLimitKeepsTheLowestRunsThatFit(t *testing.T) {
 			if len(got) > max {
 				t.Errorf("%s: len(encodeFinished(max %d)) = %d; want at most %d", name, max, len(got), max)
 			}
-			runs := parseFinished(100, got)
-			if got != "" && len(runs) == 0 {
-				t.Errorf("%s, max %d: %q does not parse", name, max, got)
-			}
+			runs := mustParseFinished(t, 100, got)
 			if !slices.Equal(runs, give[:len(runs)]) {
 				t.Errorf("%s, max %d: kept runs %v are not the lowest of %v", name, max, runs, give[:min(len(give), 3)])
 			}
@@ -213,7 +232,7 @@ func TestEncodeFinishedFitsThousandsOfPendingOffsetsInTheDefaultLimit(t *testing
 		give = append(give, offsetRange{o, o + 8})
 	}
 	md := encodeFinished(1_000_000, give, kafkaMetadataMax)
-	runs := parseFinished(1_000_000, md)
+	runs := mustParseFinished(t, 1_000_000, md)
 	covered := runs[len(runs)-1].to - 1_000_000
 	t.Logf("%d bytes record %d runs: offsets up to %d above the committed one", len(md), len(runs), covered)
 	if len(md) > kafkaMetadataMax || covered < 9000 || !strings.HasPrefix(md, "s1:1000000:1+9,1+9,") {

@@ -345,6 +345,8 @@ func waitGroupStable(t *testing.T, cl *kgo.Client, group string, n int) {
 // marks returns the source's committable offset per partition it fetched
 // from.
 func marks(src *Kafka) map[int]int64 {
+	src.session.mu.Lock()
+	defer src.session.mu.Unlock()
 	out := make(map[int]int64)
 	for p := range kafkaTestPartitions {
 		if m, ok := src.session.marks.markOf(p); ok {
@@ -1442,7 +1444,10 @@ func TestKafkaCommitsLessMetadataWhenTheBrokerRefusesItAsTooLarge(t *testing.T) 
 	}
 	closeSource(t, a)
 	offsets, md := committedWithMetadata(t, cl, "g")
-	runs := parseFinished(0, md[0])
+	runs, err := parseFinished(0, md[0])
+	if err != nil {
+		t.Fatalf("committed metadata %q: %v", md[0], err)
+	}
 	t.Logf("%d commits refused; committed %d with %d bytes of metadata: %d finished offsets of %d", refused.Load(), offsets[0], len(md[0]), len(runs), n/2)
 	if offsets[0] != 0 || len(runs) == 0 || len(md[0]) > limit {
 		t.Fatalf("committed %d with metadata %q; want 0 with at most %d bytes recording some finished offsets", offsets[0], md[0], limit)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/freeport"
+	"github.com/shaper-dev/shaper/internal/repotest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 )
@@ -319,7 +320,7 @@ func TestRunTakesItsConfigAndLogSettingsFromTheEnvironment(t *testing.T) {
 var docCommandLine = regexp.MustCompile("(?s)\n## Command line\n.*?```\n(.*?)```")
 
 func TestDocCommandLineIsTheHelp(t *testing.T) {
-	m := docCommandLine.FindSubmatch(readRepoFile(t, "../../docs/operations.md"))
+	m := docCommandLine.FindSubmatch(repotest.Read(t, "../../docs/operations.md"))
 	if m == nil {
 		t.Fatal("docs/operations.md has no code block in its Command line section")
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shaper-dev/shaper/internal/repotest"
 )
 
 // The demo's embedded brokers: in a checkout build, nowhere in a release build.
@@ -60,7 +62,7 @@ func TestCheckoutBuildKeepsTheDemo(t *testing.T) {
 func TestMakeBuildIsTheReleaseBuildAndMakeRunHasTheDemo(t *testing.T) {
 	recipes := map[string]string{}
 	target := ""
-	for _, line := range strings.Split(string(readRepoFile(t, filepath.Join(repoRoot, "Makefile"))), "\n") {
+	for _, line := range strings.Split(string(repotest.Read(t, filepath.Join(repoRoot, "Makefile"))), "\n") {
 		switch {
 		case strings.HasPrefix(line, "\t") && target != "":
 			recipes[target] += strings.TrimSpace(line) + "\n"

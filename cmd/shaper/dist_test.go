@@ -1,9 +1,10 @@
 package main
 
-// Tests of what builds and installs shaper: make dist's recipe, the version
-// a real binary reports (stamped, or from what Go recorded), make lint
-// outside a git checkout, make test-deps, and the README's Install and
-// Prerequisites against go.mod and the Makefile.
+// Tests of what builds and installs shaper: the version a real binary
+// reports (stamped, or from what Go recorded), make lint outside a git
+// checkout, make test-deps, and the README's Install and Prerequisites
+// against go.mod and the Makefile. make dist's recipe is checked with the
+// other release artefacts, in package deploy.
 
 import (
 	"context"
@@ -17,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/repotest"
 )
 
 // makeCommand is make run in the repository root with args.
@@ -29,42 +32,9 @@ func makeCommand(t *testing.T, args ...string) *exec.Cmd {
 	return exec.Command("make", append([]string{"-C", root, "--no-print-directory"}, args...)...)
 }
 
-// make dist (its recipe, as make -n prints it: the cross builds take
-// minutes) builds the release binary for linux and darwin on amd64 and
-// arm64, as make build does but without cgo, stamped, and sums them.
-func TestMakeDistCrossBuildsFourStampedReleaseBinariesAndSumsThem(t *testing.T) {
-	const commit = "feedfacefeedfacefeedfacefeedfacefeedface"
-	out, err := makeCommand(t, "-n", "dist", "VERSION=v9.8.7-test", "COMMIT="+commit).Output()
-	if err != nil {
-		t.Fatalf("make -n dist: %v\n%s", err, out)
-	}
-	recipe := strings.ReplaceAll(string(out), "\\\n", " ")
-	var built []string
-	for _, line := range strings.Split(recipe, "\n") {
-		if !strings.Contains(line, " build ") {
-			continue
-		}
-		m := regexp.MustCompile(`GOOS=(\S+) GOARCH=(\S+) .* -o dist/shaper-(\S+) \./cmd/shaper$`).FindStringSubmatch(line)
-		if m == nil || m[3] != m[1]+"-"+m[2] {
-			t.Errorf("make dist builds %q; want GOOS=os GOARCH=arch ... -o dist/shaper-os-arch ./cmd/shaper", line)
-			continue
-		}
-		built = append(built, m[3])
-		for _, want := range []string{"CGO_ENABLED=0 ", " -tags nodemo ", " -trimpath ", "-X main.version=v9.8.7-test", "-X main.commit=" + commit, " -s -w"} {
-			if !strings.Contains(line, want) {
-				t.Errorf("make dist builds %s without %q: %s", m[3], want, line)
-			}
-		}
-	}
-	want := []string{"darwin-amd64", "darwin-arm64", "linux-amd64", "linux-arm64"}
-	if !slices.Equal(sorted(built), want) {
-		t.Errorf("make dist builds %q; want %q", built, want)
-	}
-	sums := regexp.MustCompile(`(?m)^cd dist && sha256sum (.*) > SHA256SUMS$`).FindStringSubmatch(recipe)
-	if sums == nil || !slices.Equal(sorted(strings.Fields(sums[1])), []string{"shaper-darwin-amd64", "shaper-darwin-arm64", "shaper-linux-amd64", "shaper-linux-arm64"}) {
-		t.Errorf("make dist does not sum the four binaries into dist/SHA256SUMS:\n%s", recipe)
-	}
-}
+// The ldflags of the Dockerfile and the Makefile stamp main.version; -X
+// silently does nothing unless it names a string variable.
+var _ *string = &version
 
 // goBuild builds the release binary (-tags nodemo, as the other build
 // tests do, so the build cache serves all of them) with extra go build
@@ -180,7 +150,7 @@ func TestMakeTestInstallsTheToolsTheTestsRun(t *testing.T) {
 			t.Errorf("make test-deps does not check for and install %s (command:package):\n%s", tool, recipe)
 		}
 	}
-	ci := string(readRepoFile(t, filepath.Join(repoRoot, ".ci", "run")))
+	ci := string(repotest.Read(t, filepath.Join(repoRoot, ".ci", "run")))
 	if !regexp.MustCompile(`(?m)^make test$`).MatchString(ci) {
 		t.Errorf(".ci/run does not run make test:\n%s", ci)
 	}
@@ -190,8 +160,8 @@ func TestMakeTestInstallsTheToolsTheTestsRun(t *testing.T) {
 // Install section installs this module's command, and Prerequisites name
 // go.mod's Go version.
 func TestReadmeInstallAndPrerequisitesMatchTheModule(t *testing.T) {
-	readme := string(readRepoFile(t, filepath.Join(repoRoot, "README.md")))
-	gomod := string(readRepoFile(t, filepath.Join(repoRoot, "go.mod")))
+	readme := string(repotest.Read(t, filepath.Join(repoRoot, "README.md")))
+	gomod := string(repotest.Read(t, filepath.Join(repoRoot, "go.mod")))
 	module := regexp.MustCompile(`(?m)^module (\S+)$`).FindStringSubmatch(gomod)
 	goVersion := regexp.MustCompile(`(?m)^go (\S+)$`).FindStringSubmatch(gomod)
 	if module == nil || goVersion == nil {
@@ -219,7 +189,7 @@ func TestReadmeInstallAndPrerequisitesMatchTheModule(t *testing.T) {
 			t.Errorf("README.md lacks %q", want)
 		}
 	}
-	platforms := regexp.MustCompile(`(?m)^DIST_PLATFORMS \?= (.*)$`).FindStringSubmatch(string(readRepoFile(t, filepath.Join(repoRoot, "Makefile"))))
+	platforms := regexp.MustCompile(`(?m)^DIST_PLATFORMS \?= (.*)$`).FindStringSubmatch(string(repotest.Read(t, filepath.Join(repoRoot, "Makefile"))))
 	if platforms == nil {
 		t.Fatal("the Makefile sets no DIST_PLATFORMS")
 	}

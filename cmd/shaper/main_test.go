@@ -34,6 +34,10 @@ func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
+// repoRoot is the repository root, seen from this package's directory (where
+// go test runs).
+const repoRoot = "../.."
+
 const validConfig = `
 pipelines:
   - name: psp

@@ -1,5 +1,5 @@
 // Package childtest runs a shaper binary as a child process for tests: it
-// writes its config, starts it, keeps its output, finds its admin address in
+// builds the binary, writes its config, starts it, keeps its output, finds its admin address in
 // its log, signals it, waits for it, and scrapes its /metrics. A test drives
 // the real daemon the way an operator would, signals and all.
 package childtest

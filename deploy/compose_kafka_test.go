@@ -1,4 +1,4 @@
-package main
+package deploy_test
 
 // Tests of the Kafka broker of deploy/docker-compose.yml: a single KRaft node
 // of a version shaper's docs claim, set up so that it starts and that

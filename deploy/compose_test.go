@@ -1,4 +1,4 @@
-package main
+package deploy_test
 
 // Tests of deploy/docker-compose.yml and every file it mounts: the services,
 // the shaper configs (through `shaper validate`), Prometheus and Grafana
@@ -25,6 +25,7 @@ import (
 
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
+	"github.com/shaper-dev/shaper/internal/repotest"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -47,7 +48,7 @@ type composeService struct {
 func loadCompose(t *testing.T) composeFile {
 	t.Helper()
 	var c composeFile
-	if err := yaml.Unmarshal(readRepoFile(t, filepath.Join(deployDir, "docker-compose.yml")), &c); err != nil {
+	if err := yaml.Unmarshal(repotest.Read(t, filepath.Join(deployDir, "docker-compose.yml")), &c); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	if len(c.Services) == 0 {
@@ -206,7 +207,7 @@ func composedShapers(t *testing.T, c composeFile) []composedShaper {
 		if !ok {
 			t.Fatalf("service %s: no bind mount provides its config %s", name, inContainer)
 		}
-		text := string(readRepoFile(t, host))
+		text := string(repotest.Read(t, host))
 		env := s.env()
 		for _, v := range configVars(text) {
 			if _, ok := env[v]; !ok {
@@ -331,7 +332,7 @@ func TestComposeShaperConfigsPassValidateAndMatchTheStack(t *testing.T) {
 	for _, sh := range shapers {
 		t.Run(sh.name, func(t *testing.T) {
 			// The exact check the daemon makes at start, through the CLI.
-			if code, _, errs := runMain(t, "validate", "--config", sh.configPath); code != exitOK {
+			if code, _, errs := runShaper(t, "validate", "--config", sh.configPath); code != exitOK {
 				t.Fatalf("shaper validate %s = %d; want 0:\n%s", sh.configPath, code, errs)
 			}
 			cfg := sh.config
@@ -529,7 +530,7 @@ func prometheusConfig(t *testing.T, c composeFile) promConfig {
 		t.Fatalf("prometheus: nothing is mounted at its config %s", path)
 	}
 	var p promConfig
-	if err := yaml.Unmarshal(readRepoFile(t, host), &p); err != nil {
+	if err := yaml.Unmarshal(repotest.Read(t, host), &p); err != nil {
 		t.Fatalf("%s: %v", host, err)
 	}
 	p.service = s
@@ -615,7 +616,7 @@ func TestComposeGrafanaProvisionsThePrometheusDatasourceAndTheDashboard(t *testi
 				URL  string `yaml:"url"`
 			} `yaml:"datasources"`
 		}
-		if err := yaml.Unmarshal(readRepoFile(t, f), &ds); err != nil {
+		if err := yaml.Unmarshal(repotest.Read(t, f), &ds); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
 		for _, d := range ds.Datasources {
@@ -647,7 +648,7 @@ func TestComposeGrafanaProvisionsThePrometheusDatasourceAndTheDashboard(t *testi
 				} `yaml:"options"`
 			} `yaml:"providers"`
 		}
-		if err := yaml.Unmarshal(readRepoFile(t, f), &dp); err != nil {
+		if err := yaml.Unmarshal(repotest.Read(t, f), &dp); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
 		for _, p := range dp.Providers {

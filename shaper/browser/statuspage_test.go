@@ -1,4 +1,4 @@
-package shaper_test
+package browser_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/natstest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
 	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
@@ -32,13 +33,12 @@ import (
 // again. The page writes no error to the console and throws nothing.
 func TestStatusPageShowsTrafficAndPausesOnlyWithTheToken(t *testing.T) {
 	const token = "status-page-token-0123456789"
-	e := newEnv(t)
+	natsURL := jetStream(t)
 	rec := sinktest.Start(t, sinktest.OK)
-	p := e.start(e.config(rec.URL, func(c *config.Pipeline) {
+	p, admin := startPipeline(t, natsURL, rec.URL, token, func(c *config.Pipeline) {
 		c.Rate.Limit = 50
 		c.Key = &shaper.KeyConfig{From: "header:Merchant-Id"}
-	}))
-	admin := p.serveAdmin(t, token, nil)
+	})
 	tab := openBrowser(t)
 
 	resp := tab.navigate(admin.URL + "/")
@@ -50,7 +50,7 @@ func TestStatusPageShowsTrafficAndPausesOnlyWithTheToken(t *testing.T) {
 	tab.waitFor("the card of pipeline test, running", 10*time.Second, card+`?.dataset.state === "running"`)
 
 	for _, key := range []string{"m-1", "m-2", "m-3"} {
-		e.publishKeyed(key, 300) // 18s of traffic at 50/s: it outlasts the test
+		natstest.PublishKeyed(t, natsURL, subject, "Merchant-Id", key, 300) // 18s of traffic at 50/s: it outlasts the test
 	}
 	testwait.For(t, 10*time.Second, "the first delivery", func() bool { return rec.DeliveredCount() > 0 })
 	first := rec.Requests()[0].At

@@ -1,12 +1,10 @@
-package main
+package deploy_test
 
 // Tests of the Dockerfile and .dockerignore: the image is static, version
 // stamped, non-root, with a HEALTHCHECK, and gets the files it builds from.
 
 import (
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shaper-dev/shaper/internal/repotest"
 )
 
 // dockerInstruction is one Dockerfile instruction, continuation lines joined.
@@ -33,7 +33,7 @@ func parseDockerfile(t *testing.T, path string) []dockerStage {
 	t.Helper()
 	var lines []string
 	var cur strings.Builder
-	for _, line := range strings.Split(string(readRepoFile(t, path)), "\n") {
+	for _, line := range strings.Split(string(repotest.Read(t, path)), "\n") {
 		trimmed := strings.TrimSpace(line)
 		if strings.HasPrefix(trimmed, "#") || (trimmed == "" && cur.Len() == 0) {
 			continue
@@ -137,7 +137,8 @@ func TestDockerfileBuildsAStaticVersionStampedNonRootImageWithAHealthcheck(t *te
 	}
 
 	// The build: static, stamped, of ./cmd/shaper, without the demo's
-	// embedded brokers (demo_test.go checks what the tag leaves out).
+	// embedded brokers (cmd/shaper's demo_test.go checks what the tag
+	// leaves out).
 	var goBuild string
 	for _, run := range build.all("RUN") {
 		if strings.Contains(run, "go build") {
@@ -195,7 +196,7 @@ func TestDockerfileBuildsAStaticVersionStampedNonRootImageWithAHealthcheck(t *te
 // from its flag help.
 func healthcheckDefaultPort(t *testing.T) string {
 	t.Helper()
-	code, stdout, _ := runMain(t, "healthcheck", "-h")
+	code, stdout, _ := runShaper(t, "healthcheck", "-h")
 	m := regexp.MustCompile(`\(default (http://\S+)\)`).FindStringSubmatch(stdout)
 	if code != exitOK || m == nil {
 		t.Fatalf("shaper healthcheck -h = %d, %q; want 0 and a default --url", code, stdout)
@@ -207,25 +208,9 @@ func healthcheckDefaultPort(t *testing.T) string {
 	return u.Port()
 }
 
-func TestDockerHealthcheckSubcommandReportsHealthAndFailure(t *testing.T) {
-	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" {
-			http.NotFound(w, r)
-		}
-	}))
-	defer healthy.Close()
-	if code, out, errs := runMain(t, "healthcheck", "--url", healthy.URL+"/healthz"); code != exitOK || out != "ok\n" {
-		t.Errorf("healthcheck against a healthy server = %d, %q, %q; want 0, \"ok\\n\"", code, out, errs)
-	}
-	if code, _, _ := runMain(t, "healthcheck", "--url", healthy.URL+"/elsewhere"); code != exitRuntime {
-		t.Errorf("healthcheck against a 404 = %d; want %d", code, exitRuntime)
-	}
-	healthy.CloseClientConnections()
-}
-
 func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 	var patterns []string
-	for _, line := range strings.Split(string(readRepoFile(t, filepath.Join(repoRoot, ".dockerignore"))), "\n") {
+	for _, line := range strings.Split(string(repotest.Read(t, filepath.Join(repoRoot, ".dockerignore"))), "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
 			patterns = append(patterns, line)
 		}
@@ -279,7 +264,7 @@ func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 			t.Errorf(".dockerignore excludes %s, which the build needs", f)
 		}
 	}
-	for _, skip := range []string{".git", "deploy/docker-compose.yml", "cmd/shaper/deploy_test.go"} {
+	for _, skip := range []string{".git", "deploy/docker-compose.yml", "cmd/shaper/main_test.go"} {
 		if !ignored(skip) {
 			t.Errorf(".dockerignore does not exclude %s", skip)
 		}

@@ -1,4 +1,4 @@
-package main
+package deploy_test
 
 // Tests of the Kubernetes manifests under deploy/k8s: they agree with the
 // config, the image and each other.
@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shaper-dev/shaper/config"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/repotest"
 )
 
 // kubeObject is one manifest: its kind and name, and the whole document.
@@ -30,7 +32,7 @@ type kubeObject struct {
 
 func loadKubeFile(t *testing.T, path string) []kubeObject {
 	t.Helper()
-	dec := yaml.NewDecoder(strings.NewReader(string(readRepoFile(t, path))))
+	dec := yaml.NewDecoder(strings.NewReader(string(repotest.Read(t, path))))
 	var out []kubeObject
 	for {
 		var doc map[string]any
@@ -230,7 +232,7 @@ func TestKubeManifestsAgreeWithTheConfigTheImageAndEachOther(t *testing.T) {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errs := runMain(t, "validate", "--config", path); code != exitOK {
+	if code, _, errs := runShaper(t, "validate", "--config", path); code != exitOK {
 		t.Fatalf("shaper validate on the ConfigMap's %s = %d; want 0:\n%s", key, code, errs)
 	}
 	cfg, err := config.Load(path)
@@ -342,7 +344,7 @@ var updatePrometheusRule = flag.Bool("update-prometheusrule", false,
 // which are those of deploy/prometheus/alerts.yml.
 const prometheusRuleHead = `# The alert rules of deploy/prometheus/alerts.yml for the Prometheus
 # Operator. Generated from that file: edit it, then run
-#   go test ./cmd/shaper -run TestKubePrometheusRuleCarriesTheAlertRules -update-prometheusrule
+#   go test ./deploy/ -run TestKubePrometheusRuleCarriesTheAlertRules -update-prometheusrule
 # (the test fails while the groups here differ from its groups). Your
 # Prometheus selects PrometheusRules by label (ruleSelector, often
 # release: <helm release name>); add that label here if it does.
@@ -382,7 +384,7 @@ func TestKubePrometheusRuleCarriesTheAlertRules(t *testing.T) {
 	rulesPath := filepath.Join(deployDir, "prometheus", "alerts.yml")
 	rulePath := filepath.Join(deployDir, "k8s", "prometheusrule.yaml")
 	if *updatePrometheusRule {
-		if err := os.WriteFile(rulePath, prometheusRuleFrom(t, readRepoFile(t, rulesPath)), 0o644); err != nil {
+		if err := os.WriteFile(rulePath, prometheusRuleFrom(t, repotest.Read(t, rulesPath)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -397,7 +399,7 @@ func TestKubePrometheusRuleCarriesTheAlertRules(t *testing.T) {
 	}
 
 	var rules map[string]any
-	if err := yaml.Unmarshal(readRepoFile(t, rulesPath), &rules); err != nil {
+	if err := yaml.Unmarshal(repotest.Read(t, rulesPath), &rules); err != nil {
 		t.Fatalf("%s: %v", rulesPath, err)
 	}
 	want, got := yamlList(rules["groups"]), yamlList(yamlDig(pr, "spec", "groups"))
@@ -418,7 +420,7 @@ func TestKubePrometheusRuleCarriesTheAlertRules(t *testing.T) {
 			}
 		}
 		t.Errorf("deploy/k8s/prometheusrule.yaml is not alerts.yml's groups; regenerate it with\n" +
-			"  go test ./cmd/shaper -run TestKubePrometheusRuleCarriesTheAlertRules -update-prometheusrule")
+			"  go test ./deploy/ -run TestKubePrometheusRuleCarriesTheAlertRules -update-prometheusrule")
 	}
 
 	// The Prometheus Operator names a ServiceMonitor's job after the Service

@@ -1,4 +1,4 @@
-package main
+package deploy_test
 
 // The metrics that the dashboard and the alert rules query, checked against
 // the /metrics of a running shaper and the descriptions of shaper.NewMetrics.
@@ -145,7 +145,7 @@ pipelines:
     sink:
       http: {url: "%s"}
 `, ns.ClientURL(), sink.URL, kafkatest.SourceYAML(kc.Addr, "deploy", "shaper-deploy"), sink.URL))
-	c := startChild(t, config)
+	c := childtest.Start(t, childtest.Config{Bin: shaperBin, Args: []string{"run", "--config", config}})
 	admin := c.Admin()
 	for _, p := range []string{"deploy-test-0", "deploy-test-1"} {
 		c.WaitMetrics(45*time.Second, fmt.Sprintf("%d deliveries from %s", n, p), func(m childtest.Metrics) bool {

@@ -1,4 +1,4 @@
-package main
+package deploy_test
 
 // PromQL as Prometheus reads it, for the dashboard, alert and PrometheusRule
 // tests: every expression goes through Prometheus's own parser

@@ -1,4 +1,4 @@
-package main
+package deploy_test
 
 // Tests of the Prometheus alert rules deploy/prometheus/alerts.yml.
 
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/shaper-dev/shaper/internal/repotest"
 )
 
 type alertRuleFile struct {
@@ -30,7 +32,7 @@ func loadAlerts(t *testing.T) alertRuleFile {
 	t.Helper()
 	var f alertRuleFile
 	path := filepath.Join(deployDir, "prometheus", "alerts.yml")
-	dec := yaml.NewDecoder(strings.NewReader(string(readRepoFile(t, path))))
+	dec := yaml.NewDecoder(strings.NewReader(string(repotest.Read(t, path))))
 	dec.KnownFields(true) // a misspelt key (anotations:) is an error, as in Prometheus
 	if err := dec.Decode(&f); err != nil {
 		t.Fatalf("%s: %v", path, err)

@@ -1,4 +1,4 @@
-package main
+package deploy_test
 
 // Tests of the Grafana dashboard deploy/grafana/dashboards/shaper.json.
 
@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/shaper-dev/shaper/internal/repotest"
 )
 
 type grafanaPanel struct {
@@ -54,7 +56,7 @@ func loadDashboard(t *testing.T) grafanaDashboard {
 	t.Helper()
 	var d grafanaDashboard
 	path := filepath.Join(deployDir, "grafana", "dashboards", "shaper.json")
-	if err := json.Unmarshal(readRepoFile(t, path), &d); err != nil {
+	if err := json.Unmarshal(repotest.Read(t, path), &d); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return d
@@ -174,7 +176,7 @@ func TestGrafanaDashboardPanelsHaveTheirOwnPlaceIDAndDescription(t *testing.T) {
 // deploy guide tells people to look at are on the dashboard under those
 // titles: a renamed panel leaves the guide pointing at nothing.
 func TestDeployREADMENamesPanelsTheDashboardHas(t *testing.T) {
-	guide := string(readRepoFile(t, filepath.Join(deployDir, "README.md")))
+	guide := string(repotest.Read(t, filepath.Join(deployDir, "README.md")))
 	start := strings.Index(guide, "What to look at on the dashboard")
 	end := strings.Index(guide, "Things to try")
 	if start < 0 || end < start {
