@@ -1,10 +1,14 @@
 package sinks
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,13 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
 // viaTransport returns an HTTP sink of cfg whose requests go through
-// net/http's Transport, as those of an https:// URL do, for comparing the
-// sink's own client with it.
+// net/http's Transport, as those through a proxy or with url_from do, for
+// comparing the sink's own client with it.
 func viaTransport(t *testing.T, cfg HTTPConfig) *HTTP {
 	t.Helper()
 	h := newHTTP(t, cfg)
@@ -32,169 +38,247 @@ func viaTransport(t *testing.T, cfg HTTPConfig) *HTTP {
 func throughTransport(h *HTTP, cfg HTTPConfig) {
 	s := h.cur.Load()
 	cfg.SetDefaults()
-	s.transport, s.pool = s.newTransport(cfg, nil, (&net.Dialer{}).DialContext), nil
+	tlsConfig, err := tlsconf.Client(cfg.TLS)
+	if err != nil {
+		panic(err) // NewHTTP read the same files
+	}
+	s.own.Close(context.Background())
+	s.transport, s.own = s.newTransport(cfg, tlsConfig, (&net.Dialer{}).DialContext), nil
 }
 
-// startOrSend is one attempt through Start, or through Send when Start
-// declines; it reports whether Start took it.
-func startOrSend(t *testing.T, h *HTTP, m *shaper.Message, timeout time.Duration) (started bool, err error) {
+// capture is a server on 127.0.0.1, over TLS when made with a PKI, that
+// records what each connection sent (after TLS: the HTTP bytes) and
+// answers every request with answer's bytes (closing the connection after
+// them when close says so), or, without answer, 204.
+type capture struct {
+	ln   net.Listener
+	url  string
+	tls  *tlsconf.Config // for the sink: trust the PKI's CA
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	raws []*bytes.Buffer
+}
+
+func startCapture(t *testing.T, pki *kafkaconntest.PKI, answer func() (raw string, close bool)) *capture {
 	t.Helper()
-	answer := make(chan error, 1)
-	if h.Start(testCtx(t), m, timeout, func(err error) { answer <- err }) {
-		select {
-		case err := <-answer:
-			return true, err
-		case <-time.After(10 * time.Second):
-			t.Fatal("Start's done not called within 10s")
-		}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(testCtx(t), timeout)
-	defer cancel()
-	return false, h.Send(ctx, m)
+	c := &capture{ln: ln, url: "http://" + ln.Addr().String()}
+	var serverTLS *tls.Config
+	if pki != nil {
+		serverTLS = pki.ServerConfig(false)
+		serverTLS.NextProtos = []string{"http/1.1"} // so that net/http's Transport speaks HTTP/1.1 too
+		c.url = "https://" + ln.Addr().String()
+		c.tls = &tlsconf.Config{CAFile: pki.CAFile}
+	}
+	if answer == nil {
+		answer = func() (string, bool) { return "HTTP/1.1 204 No Content\r\n\r\n", false }
+	}
+	c.wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.wg.Go(func() {
+				conn := net.Conn(nc)
+				if serverTLS != nil {
+					conn = tls.Server(nc, serverTLS)
+				}
+				defer conn.Close()
+				raw := &bytes.Buffer{}
+				c.mu.Lock()
+				c.raws = append(c.raws, raw)
+				c.mu.Unlock()
+				br := bufio.NewReader(io.TeeReader(conn, lockedWriter{&c.mu, raw}))
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					a, closeAfter := answer()
+					if _, err := conn.Write([]byte(a)); err != nil || closeAfter {
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close(); c.wg.Wait() })
+	return c
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// rawConns returns what each connection sent, in the order they came.
+func (c *capture) rawConns() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out [][]byte
+	for _, b := range c.raws {
+		out = append(out, bytes.Clone(b.Bytes()))
+	}
+	return out
 }
 
 // The sink's own client writes, byte for byte, the requests net/http's
-// Transport writes: through Send and through Start, with configured,
-// forwarded, key and signature headers, basic auth from the URL, a Host
-// of its own, and an empty payload.
+// Transport writes, over http:// and over https:// (the bytes inside TLS):
+// with configured, forwarded, key and signature headers, basic auth from
+// the URL, a Host of its own, an empty payload and a large one.
 func TestHTTPOwnClientWritesByteForByteWhatNetHTTPWrites(t *testing.T) {
 	msgs := []*shaper.Message{
 		{ID: "psp/3/1234", Key: []byte("merchant-7"), Payload: []byte(`{"amount":42,"note":"café"}`),
 			Header: map[string][]string{"Trace-Id": {"abc"}, "X-Multi": {"1", "2"}}},
 		{ID: "psp/3/1235", Payload: []byte{}},
-		{ID: "psp/3/1236", Payload: bytes.Repeat([]byte("x"), startMaxBody)},
+		{ID: "psp/3/1236", Payload: bytes.Repeat([]byte("x"), 100<<10)},
 	}
 	fixed := time.Unix(1_800_000_000, 0)
-	paths := []struct {
-		name  string
-		make  func(t *testing.T, cfg HTTPConfig) *HTTP
-		start bool
-	}{
-		{"net/http", viaTransport, false},
-		{"own Send", newHTTP, false},
-		{"own Start", newHTTP, true},
-	}
-	var raw [][]byte
-	for _, p := range paths {
-		sink := sinktest.Start(t, sinktest.OK)
-		cfg := httpConfig("http://user:pa55@" + sink.Addr + "/notify?merchant=7")
-		cfg.Headers = map[string]string{"X-Api-Key": "k-123", "Host": "callbacks.example", "User-Agent": "psp-notifier/1"}
-		cfg.ForwardHeaders = true
-		cfg.KeyHeader = "Merchant-Id"
-		cfg.Signing = &SigningConfig{Scheme: "shaper", Secret: testSecret}
-		h := p.make(t, cfg)
-		h.cur.Load().now = func() time.Time { return fixed }
-		starts := 0
-		for _, m := range append(msgs, msgs...) {
-			var started bool
-			var err error
-			if p.start {
-				started, err = startOrSend(t, h, m, 2*time.Second)
-			} else {
-				err = h.Send(testCtx(t), m)
+	pki := kafkaconntest.NewPKI(t, "127.0.0.1")
+	for _, scheme := range []string{"http", "https"} {
+		t.Run(scheme, func(t *testing.T) {
+			paths := []struct {
+				name string
+				make func(t *testing.T, cfg HTTPConfig) *HTTP
+			}{{"net/http", viaTransport}, {"own client", newHTTP}}
+			var raw [][]byte
+			for _, p := range paths {
+				var srv *capture
+				if scheme == "https" {
+					srv = startCapture(t, pki, nil)
+				} else {
+					srv = startCapture(t, nil, nil)
+				}
+				cfg := httpConfig(strings.Replace(srv.url, "://", "://user:pa55@", 1) + "/notify?merchant=7")
+				cfg.TLS = srv.tls
+				cfg.Headers = map[string]string{"X-Api-Key": "k-123", "Host": "callbacks.example", "User-Agent": "psp-notifier/1"}
+				cfg.ForwardHeaders = true
+				cfg.KeyHeader = "Merchant-Id"
+				cfg.Signing = &SigningConfig{Scheme: "shaper", Secret: testSecret}
+				h := p.make(t, cfg)
+				h.cur.Load().now = func() time.Time { return fixed }
+				for _, m := range append(msgs, msgs...) {
+					if err := h.Send(testCtx(t), m); err != nil {
+						t.Fatalf("%s: %s: %v", p.name, m.ID, err)
+					}
+				}
+				conns := srv.rawConns()
+				if len(conns) != 1 {
+					t.Fatalf("%s: %d connections; want 1, kept alive", p.name, len(conns))
+				}
+				raw = append(raw, conns[0])
 			}
-			if err != nil {
-				t.Fatalf("%s: %s: %v", p.name, m.ID, err)
+			if !bytes.Contains(raw[0], []byte("Accept-Encoding: gzip\r\n\r\n")) {
+				t.Fatalf("net/http's requests have no Accept-Encoding: gzip as their last header:\n%s", raw[0][:400])
 			}
-			if started {
-				starts++
+			if !bytes.Equal(raw[1], raw[0]) {
+				a, b := string(raw[0]), string(raw[1])
+				n := 0
+				for n < min(len(a), len(b)) && a[n] == b[n] {
+					n++
+				}
+				t.Errorf("the own client wrote other bytes than net/http, from byte %d:\nnet/http: %q\nown:      %q", n, a[n:min(n+120, len(a))], b[n:min(n+120, len(b))])
 			}
-		}
-		if p.start && starts != 2*len(msgs)-1 {
-			t.Errorf("Start took %d of %d; want all but the first (no connection yet)", starts, 2*len(msgs))
-		}
-		conns := sink.RawConns()
-		if len(conns) != 1 {
-			t.Fatalf("%s: %d connections; want 1, kept alive", p.name, len(conns))
-		}
-		raw = append(raw, conns[0])
-	}
-	if !bytes.Contains(raw[0], []byte("Accept-Encoding: gzip\r\n\r\n")) {
-		t.Fatalf("net/http's requests have no Accept-Encoding: gzip as their last header:\n%s", raw[0][:400])
-	}
-	for i := 1; i < len(raw); i++ {
-		if !bytes.Equal(raw[i], raw[0]) {
-			a, b := string(raw[0]), string(raw[i])
-			n := 0
-			for n < min(len(a), len(b)) && a[n] == b[n] {
-				n++
-			}
-			t.Errorf("%s wrote other bytes than net/http, from byte %d:\nnet/http: %q\n%s: %q", paths[i].name, n, a[n:min(n+120, len(a))], paths[i].name, b[n:min(n+120, len(b))])
-		}
+		})
 	}
 }
 
-// Every answer means the same through the sink's own client as through
-// net/http: 2xx, an error status with its body, a Retry-After, a redirect
-// (not followed), a gzip body, 1xx answers before the final one, a
-// connection closed after the answer.
-func TestHTTPOwnClientJudgesEveryAnswerAsNetHTTPDoes(t *testing.T) {
-	gz := func(s string) []byte {
-		var b bytes.Buffer
-		z := gzip.NewWriter(&b)
-		z.Write([]byte(s))
-		z.Close()
-		return b.Bytes()
-	}
-	answers := map[string]http.HandlerFunc{
-		"204": func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) },
-		"404 with a body": func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(http.StatusNotFound)
-			w.Write([]byte("no such merchant"))
-		},
-		"429 Retry-After": func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Retry-After", "7")
-			w.WriteHeader(http.StatusTooManyRequests)
-		},
-		"302": func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/elsewhere", http.StatusFound) },
-		"503 gzip": func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Accept-Encoding") != "gzip" {
-				t.Errorf("Accept-Encoding = %q; want gzip", r.Header.Get("Accept-Encoding"))
-			}
-			w.Header().Set("Content-Encoding", "gzip")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write(gz("busy, come back later"))
-		},
-		"103 then 200": func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Link", "</style.css>; rel=preload")
-			w.WriteHeader(http.StatusEarlyHints)
-			w.WriteHeader(http.StatusEarlyHints)
-			w.WriteHeader(http.StatusOK)
-		},
-		"500 Connection: close": func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Connection", "close")
-			w.WriteHeader(http.StatusInternalServerError)
-			w.Write([]byte("closing"))
-		},
-	}
-	type verdict struct {
-		code, body string
-		retryAfter time.Duration // rounded to seconds
-	}
-	judge := func(err error) verdict {
-		v := verdict{code: shaper.RequestCode(err)}
-		var se *shaper.StatusError
-		if errors.As(err, &se) {
-			v.body = se.Body
-			if !se.RetryAfter.IsZero() {
-				v.retryAfter = time.Until(se.RetryAfter).Round(time.Second)
-			}
+// verdict is what the pipeline makes of a Send's answer: the request's
+// label, and the parts of a status error the retry policy and the dead
+// letter read.
+type verdict struct {
+	code, body string
+	retryAfter time.Duration // rounded to seconds
+	notSent    bool
+	timeout    bool
+}
+
+func judged(err error) verdict {
+	v := verdict{code: shaper.RequestCode(err), notSent: errors.Is(err, shaper.ErrNotSent), timeout: errors.Is(err, context.DeadlineExceeded)}
+	var se *shaper.StatusError
+	if errors.As(err, &se) {
+		v.body = se.Body
+		if !se.RetryAfter.IsZero() {
+			v.retryAfter = time.Until(se.RetryAfter).Round(time.Second)
 		}
-		return v
 	}
-	for name, answer := range answers {
-		t.Run(name, func(t *testing.T) {
-			srv := newServer(t, answer)
-			m := &shaper.Message{ID: "1", Payload: []byte("x")}
-			want := judge(viaTransport(t, httpConfig(srv.URL)).Send(testCtx(t), m))
-			own := newHTTP(t, httpConfig(srv.URL))
-			for i := range 3 { // Send, then Start where a connection was kept
-				started, err := startOrSend(t, own, m, 2*time.Second)
-				if got := judge(err); got != want {
-					t.Errorf("attempt %d (Start took it: %v) = %+v; net/http's = %+v", i, started, got, want)
+	return v
+}
+
+func gzipString(s string) string {
+	var b bytes.Buffer
+	z := gzip.NewWriter(&b)
+	z.Write([]byte(s))
+	z.Close()
+	return b.String()
+}
+
+// Every answer means the same through the sink's own client as through
+// net/http, over http:// and https://, for three requests in a row: a
+// status of each class with its body and Retry-After, bodies sized by
+// Content-Length, chunked or ended by the close of the connection, a gzip
+// body, 1xx answers before the final one, a connection closed after the
+// answer, and answers that are not HTTP.
+func TestHTTPOwnClientJudgesEveryAnswerAsNetHTTPDoes(t *testing.T) {
+	answers := map[string]struct {
+		raw   string
+		close bool
+	}{
+		"204":                   {"HTTP/1.1 204 No Content\r\n\r\n", false},
+		"200 with a body":       {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false},
+		"404 chunked":           {"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nno \r\ne\r\nsuch merchant.\r\n0\r\n\r\n", false},
+		"429 Retry-After":       {"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nslow", false},
+		"503 Retry-After date":  {"HTTP/1.1 503 Service Unavailable\r\nRetry-After: " + time.Now().Add(time.Minute).UTC().Format(http.TimeFormat) + "\r\nContent-Length: 0\r\n\r\n", false},
+		"302":                   {"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n", false},
+		"503 gzip":              {"HTTP/1.1 503 Service Unavailable\r\nContent-Encoding: gzip\r\nContent-Length: " + fmt.Sprint(len(gzipString("busy, come back later"))) + "\r\n\r\n" + gzipString("busy, come back later"), false},
+		"103 then 200":          {"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false},
+		"500 Connection: close": {"HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\nContent-Length: 7\r\n\r\nclosing", true},
+		"400 until close":       {"HTTP/1.1 400 Bad Request\r\n\r\nthe body ends with the connection", true},
+		"body cut short":        {"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100\r\n\r\nshort", true},
+		"malformed status":      {"HTTP/1.1 OK\r\n\r\n", true},
+		"malformed header":      {"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", true},
+		"not HTTP":              {"SSH-2.0-OpenSSH_9.6\r\n", true},
+		"closed at once":        {"", true},
+	}
+	pki := kafkaconntest.NewPKI(t, "127.0.0.1")
+	for _, scheme := range []string{"http", "https"} {
+		for name, a := range answers {
+			t.Run(scheme+"/"+name, func(t *testing.T) {
+				answer := func() (string, bool) { return a.raw, a.close }
+				var p *kafkaconntest.PKI
+				if scheme == "https" {
+					p = pki
 				}
-			}
-		})
+				verdicts := func(make func(*testing.T, HTTPConfig) *HTTP) []verdict {
+					srv := startCapture(t, p, answer)
+					cfg := httpConfig(srv.url + "/hook")
+					cfg.TLS = srv.tls
+					h := make(t, cfg)
+					var out []verdict
+					for range 3 {
+						out = append(out, judged(h.Send(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")})))
+					}
+					return out
+				}
+				want, got := verdicts(viaTransport), verdicts(newHTTP)
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("attempt %d: own client %+v; net/http %+v", i, got[i], want[i])
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -226,7 +310,7 @@ func TestHTTPOwnClientDropsConnectionsItCannotKeep(t *testing.T) {
 	h := newHTTP(t, httpConfig(srv.URL))
 	m := &shaper.Message{ID: "1", Payload: []byte("x")}
 	for i := range 3 {
-		if _, err := startOrSend(t, h, m, 2*time.Second); err != nil {
+		if err := h.Send(testCtx(t), m); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		time.Sleep(300 * time.Millisecond) // the server closes the idle connection
@@ -238,7 +322,7 @@ func TestHTTPOwnClientDropsConnectionsItCannotKeep(t *testing.T) {
 	long, opened = true, 0
 	mu.Unlock()
 	for i := range 3 {
-		if _, err := startOrSend(t, h, m, 2*time.Second); err != nil {
+		if err := h.Send(testCtx(t), m); err != nil {
 			t.Fatalf("request %d with a long body: %v", i, err)
 		}
 	}
@@ -249,39 +333,10 @@ func TestHTTPOwnClientDropsConnectionsItCannotKeep(t *testing.T) {
 	}
 }
 
-// Start declines what it cannot write at once, and sends nothing then.
-func TestHTTPStartDeclinesWhatItCannotWriteAtOnce(t *testing.T) {
-	sink := sinktest.Start(t, sinktest.OK)
-	h := newHTTP(t, httpConfig(sink.URL))
-	never := func(error) { t.Error("done called for a declined Start") }
-	m := &shaper.Message{ID: "1", Payload: []byte("x")}
-	if h.Start(testCtx(t), m, time.Second, never) {
-		t.Fatal("Start took a request with no connection open; want it declined (dialling is not for the scheduler)")
-	}
-	if err := h.Send(testCtx(t), m); err != nil {
-		t.Fatal(err)
-	}
-	for name, m := range map[string]*shaper.Message{
-		"a payload over 8 KiB": {ID: "2", Payload: make([]byte, startMaxBody+1)},
-		"an id with a newline": {ID: "3\nX-Evil: 1", Payload: []byte("x")},
-	} {
-		if h.Start(testCtx(t), m, time.Second, never) {
-			t.Errorf("Start took %s; want it declined", name)
-		}
-	}
-	tls := newHTTP(t, httpConfig("https://"+sink.Addr+"/"))
-	if tls.Start(testCtx(t), m, time.Second, never) {
-		t.Error("Start took a request to an https:// URL; want it declined (net/http sends those)")
-	}
-	if n := sink.RequestCount(); n != 1 {
-		t.Errorf("the sink saw %d requests; want 1 (the Send)", n)
-	}
-}
-
-// A started request that gets no answer ends at its timeout, or at once
+// A request that gets no answer ends at its ctx's deadline, or at once
 // when its ctx ends, with the errors net/http gives; Close waits for the
 // connection's reader, ending what is still in flight when its ctx ends.
-func TestHTTPStartedRequestsEndAtTheirTimeoutCtxOrClose(t *testing.T) {
+func TestHTTPOwnClientRequestsEndAtTheirDeadlineCtxOrClose(t *testing.T) {
 	sink := sinktest.Start(t, func(r *http.Request, _ int) sinktest.Action {
 		return sinktest.Action{Hang: r.Header.Get("Idempotency-Key") != "warm"}
 	})
@@ -297,12 +352,9 @@ func TestHTTPStartedRequestsEndAtTheirTimeoutCtxOrClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	start := func(ctx context.Context, timeout time.Duration) <-chan error {
-		t.Helper()
+	send := func(ctx context.Context) <-chan error {
 		answer := make(chan error, 1)
-		if !h.Start(ctx, &shaper.Message{ID: "hang", Payload: []byte("x")}, timeout, func(err error) { answer <- err }) {
-			t.Fatal("Start declined with an idle connection")
-		}
+		go func() { answer <- h.Send(ctx, &shaper.Message{ID: "hang", Payload: []byte("x")}) }()
 		return answer
 	}
 	wait := func(answer <-chan error, what string, want error) {
@@ -310,7 +362,7 @@ func TestHTTPStartedRequestsEndAtTheirTimeoutCtxOrClose(t *testing.T) {
 		select {
 		case err := <-answer:
 			if !errors.Is(err, want) {
-				t.Errorf("%s: done(%v); want %v", what, err, want)
+				t.Errorf("%s: Send = %v; want %v", what, err, want)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s: no answer within 10s", what)
@@ -318,15 +370,18 @@ func TestHTTPStartedRequestsEndAtTheirTimeoutCtxOrClose(t *testing.T) {
 	}
 
 	warm()
-	wait(start(testCtx(t), 100*time.Millisecond), "timeout of 100ms", context.DeadlineExceeded)
+	ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
+	defer cancel()
+	wait(send(ctx), "a deadline 100ms away", context.DeadlineExceeded)
 	warm()
-	ctx, cancel := context.WithCancel(testCtx(t))
-	answer := start(ctx, time.Minute)
+	ctx, cancel = context.WithCancel(testCtx(t))
+	answer := send(ctx)
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	wait(answer, "ctx cancelled", context.Canceled)
 	warm()
-	answer = start(testCtx(t), time.Minute)
+	answer = send(testCtx(t))
+	time.Sleep(50 * time.Millisecond) // written, and hanging
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancelClose()
 	closed := make(chan error, 1)
@@ -339,45 +394,9 @@ func TestHTTPStartedRequestsEndAtTheirTimeoutCtxOrClose(t *testing.T) {
 	select {
 	case err := <-answer:
 		if err == nil || !strings.Contains(err.Error(), "POST http://"+sink.Addr) {
-			t.Errorf("the request in flight at Close: done(%v); want an error naming the sink", err)
-		}
-	default:
-		t.Error("Close returned before the request in flight was answered")
-	}
-}
-
-// A connection's reader hands an answer to its done after the connection
-// is idle again, and done may take long (an ack, a dead letter). The
-// answer to the next request on that connection, which came in time, is
-// read after done returns, past the request's deadline: it is still an
-// answer, not a timeout.
-func TestHTTPAnAnswerReadLateBehindASlowDoneIsNoTimeout(t *testing.T) {
-	sink := sinktest.Start(t, sinktest.OK)
-	cfg := httpConfig(sink.URL)
-	cfg.MaxInFlight = 1
-	h := newHTTP(t, cfg)
-	if err := h.Send(testCtx(t), &shaper.Message{ID: "warm", Payload: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	first, second := make(chan error, 1), make(chan error, 1)
-	if !h.Start(testCtx(t), &shaper.Message{ID: "1", Payload: []byte("x")}, time.Second, func(err error) {
-		first <- err
-		time.Sleep(300 * time.Millisecond) // a slow settle, on the reader
-	}) {
-		t.Fatal("Start declined with an idle connection")
-	}
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	if !h.Start(testCtx(t), &shaper.Message{ID: "2", Payload: []byte("x")}, 100*time.Millisecond, func(err error) { second <- err }) {
-		t.Fatal("Start declined with the connection idle again")
-	}
-	select {
-	case err := <-second:
-		if err != nil {
-			t.Errorf("the second request, answered at once and read 200ms past its deadline: %v; want nil", err)
+			t.Errorf("the request in flight at Close: Send = %v; want an error naming the sink", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("no answer within 10s")
+		t.Error("the request in flight at Close was not answered")
 	}
 }
