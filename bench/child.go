@@ -38,6 +38,11 @@ type child struct {
 // startChild writes config (with admin.listen and shutdown filled in) and
 // starts `shaper run` on it; its log goes to a file beside the config.
 func startChild(bin, dir, name, pipelines string) (*child, error) {
+	return startChildEnv(bin, dir, name, pipelines, nil)
+}
+
+// startChildEnv is startChild with env added to the child's environment.
+func startChildEnv(bin, dir, name, pipelines string, env []string) (*child, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -56,6 +61,9 @@ func startChild(bin, dir, name, pipelines string) (*child, error) {
 	defer logFile.Close() // the child has its own descriptor
 	c := &child{admin: admin, log: logPath, exited: make(chan struct{})}
 	c.cmd = exec.Command(bin, "--log-level", "warn", "run", "--config", path)
+	if env != nil {
+		c.cmd.Env = append(os.Environ(), env...)
+	}
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	// A child outlives nothing: if the harness dies, so does it, rather
 	// than go on using the CPU of the next run.

@@ -57,7 +57,7 @@ type options struct {
 	tmp        string          // configs, logs and the shaper binary of this run
 }
 
-var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations", "peers"}
+var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations", "peers", "tuning"}
 
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -153,6 +153,7 @@ func realMain(ctx context.Context, args []string) error {
 		run("lanes", func() (err error) { rep.Lanes, err = runLanes(ctx, o, env); return }),
 		run("destinations", func() (err error) { rep.Destinations, err = runDestinations(ctx, o, env); return }),
 		run("peers", func() (err error) { rep.Peers, err = runPeers(ctx, o, env); return }),
+		run("tuning", func() (err error) { rep.Tuning, err = runTuning(ctx, o, env); return }),
 	)
 	if ctx.Err() != nil {
 		return ctx.Err() // interrupted: nothing worth writing
@@ -168,6 +169,9 @@ func realMain(ctx context.Context, args []string) error {
 	}
 	if rep.Peers != nil {
 		rep.Peers.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
+	}
+	if rep.Tuning != nil {
+		rep.Tuning.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Machine.LoadEnd = loadAverage()

@@ -33,6 +33,8 @@ type Report struct {
 	Destinations *DestinationsSection `json:"destinations,omitempty"`
 	// Peers is shaper beside the loops users would write instead.
 	Peers *PeersSection `json:"peers,omitempty"`
+	// Tuning is what each knob of internal/tuning buys (bench/tuning.go).
+	Tuning *TuningSection `json:"tuning,omitempty"`
 
 	written []string
 }
@@ -475,6 +477,9 @@ func (r *Report) markdown() string {
 		s.markdown(p)
 	}
 	if s := r.Peers; s != nil {
+		s.markdown(p)
+	}
+	if s := r.Tuning; s != nil {
 		s.markdown(p)
 	}
 	return b.String()

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shaper-dev/shaper/internal/window"
+)
+
+// TuningSection is what each knob of package internal/tuning buys on the
+// path users run (docs/tuning.md): a `shaper run` child delivers a
+// JetStream backlog to an HTTPS sink, leaky at each limit, with every knob
+// on, every knob off, and each knob off alone (SHAPER_TUNING), the rows of
+// a limit taken in turn, run after run. The child's CPU is its process CPU
+// clock over the window, per message the sink received in it.
+type TuningSection struct {
+	Load          Load          `json:"load"`
+	Runs          int           `json:"runs"`
+	WarmupSeconds float64       `json:"warmup_seconds"`
+	WindowSeconds float64       `json:"window_seconds"`
+	Cases         []TuningCase  `json:"cases"`
+	MeasuredBy    Provenance    `json:"measured_by"`
+	Rows          []TuningKnobs `json:"rows"`
+}
+
+// TuningKnobs is one row of every case: the SHAPER_TUNING of the child.
+type TuningKnobs struct {
+	Name string `json:"name"`
+	Env  string `json:"env"`
+}
+
+// TuningCase is one limit and a measurement per row, in Rows' order.
+type TuningCase struct {
+	Limit float64         `json:"limit"`
+	Rows  []TuningMeasure `json:"rows"`
+}
+
+// TuningMeasure is a row's runs in one case, their medians, and the median
+// CPU per message over the row with every knob on (0: not measured).
+type TuningMeasure struct {
+	Runs     []TuningRun `json:"runs"`
+	Median   TuningRun   `json:"median"`
+	CPURatio float64     `json:"cpu_ratio"`
+}
+
+// TuningRun is one run's window: the messages the sink received, the
+// child's CPU per message (µs) and as a share of a core, and the spacing
+// of the arrivals at the sink's handler.
+type TuningRun struct {
+	Delivered  int     `json:"delivered"`
+	CPUUs      float64 `json:"cpu_us_per_msg"`
+	CPUPct     float64 `json:"cpu_pct_of_core"`
+	RateErrPct float64 `json:"rate_err_pct"`
+	Max100ms   int     `json:"max_per_100ms"`
+	JitterP99  float64 `json:"jitter_p99_us"`
+}
+
+// tuningRows are the section's rows: every knob on, every one off, and
+// each off alone.
+var tuningRows = []TuningKnobs{
+	{"on", "on"}, {"off", "off"},
+	{"clock off", "off:clock"}, {"procs off", "off:procs"}, {"heap off", "off:heap"}, {"conn off", "off:conn"},
+}
+
+// tuningStream is the JetStream stream the section reads.
+const tuningStream = "TUNING"
+
+func runTuning(ctx context.Context, o *options, env *environment) (_ *TuningSection, err error) {
+	probe := startLoadProbe()
+	s := &TuningSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, Rows: tuningRows}
+	if o.quick {
+		s.Runs, s.WarmupSeconds, s.WindowSeconds = 1, 1, 3
+	}
+	limits := []float64{100, 1000}
+	n := int(slices.Max(limits) * (s.WarmupSeconds + s.WindowSeconds + 10))
+	if err := env.js.stream(ctx, tuningStream); err != nil {
+		return nil, err
+	}
+	defer env.js.deleteStream(context.WithoutCancel(ctx), tuningStream)
+	progress("tuning: %d messages into JetStream", n)
+	if err := env.js.publish(ctx, tuningStream, 0, n, nil); err != nil {
+		return nil, err
+	}
+	sink, err := startTLSSink(o.tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer sink.close()
+
+	for _, limit := range limits {
+		c := TuningCase{Limit: limit, Rows: make([]TuningMeasure, len(tuningRows))}
+		for rep := 1; rep <= s.Runs; rep++ {
+			for i, row := range tuningRows {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				id := fmt.Sprintf("tuning-%g-%d-%d", limit, i, rep)
+				r, err := measureTuning(ctx, env, sink, o.tmp, id, limit, row, s)
+				if err != nil {
+					return nil, fmt.Errorf("%g/s, %s, run %d: %w", limit, row.Name, rep, err)
+				}
+				progress("tuning: %g/s %-10s run %d: %6.1f µs/msg (%4.1f%% of a core), %+.2f%%, most %d per 100 ms, jitter p99 %s",
+					limit, row.Name, rep, r.CPUUs, r.CPUPct, r.RateErrPct, r.Max100ms, micros(r.JitterP99))
+				c.Rows[i].Runs = append(c.Rows[i].Runs, r)
+			}
+		}
+		for i := range c.Rows {
+			c.Rows[i].Median = medianTuning(c.Rows[i].Runs)
+		}
+		if on := c.Rows[0].Median.CPUUs; on > 0 {
+			for i := range c.Rows {
+				c.Rows[i].CPURatio = c.Rows[i].Median.CPUUs / on
+			}
+		}
+		s.Cases = append(s.Cases, c)
+	}
+	s.Load = probe.stop()
+	return s, nil
+}
+
+// measureTuning runs one child of row at limit and measures its window.
+func measureTuning(ctx context.Context, env *environment, sink *tlsSink, dir, id string, limit float64, row TuningKnobs, s *TuningSection) (TuningRun, error) {
+	sink.reset()
+	pipelines := fmt.Sprintf(`
+  - name: tuning
+    source: {nats: {url: %q, subject: %s.in, stream: %s, durable: %s}}
+    bucket: {capacity: 1000, max_queue_time: 1m}
+    rate: {mode: leaky, limit: %v}
+    sink:
+      http: {url: %q, max_in_flight: 8, tls: {ca_file: %q}}
+`, env.js.URL(), tuningStream, tuningStream, id, limit, sink.url, sink.caFile)
+	ch, err := startChildEnv(env.bin, dir, id, pipelines, []string{"SHAPER_TUNING=" + row.Env})
+	if err != nil {
+		return TuningRun{}, err
+	}
+	defer ch.stop(10 * time.Second)
+	if err := sink.waitFirst(ctx, time.Minute); err != nil {
+		return TuningRun{}, fmt.Errorf("%w; its log:\n%s", err, ch.tail())
+	}
+	time.Sleep(time.Duration(s.WarmupSeconds * float64(time.Second)))
+	t0, cpu0 := time.Now(), tuningCPU(ch)
+	time.Sleep(time.Duration(s.WindowSeconds * float64(time.Second)))
+	t1, cpu1 := time.Now(), tuningCPU(ch)
+	arr := between(sink.arrivals(), t0, t1)
+	r := TuningRun{Delivered: len(arr), CPUPct: 100 * (cpu1 - cpu0).Seconds() / t1.Sub(t0).Seconds()}
+	if r.Delivered > 0 {
+		r.CPUUs = float64((cpu1 - cpu0).Microseconds()) / float64(r.Delivered)
+	}
+	r.RateErrPct = 100 * (pacedRate(arr) - limit) / limit
+	r.Max100ms = window.Most(arr, 100*time.Millisecond)
+	_, r.JitterP99 = jitter(arr, time.Duration(float64(time.Second)/limit))
+	return r, nil
+}
+
+// tuningCPU is the child's CPU time from its process CPU clock, or from
+// /proc in ticks where that clock cannot be read.
+func tuningCPU(ch *child) time.Duration {
+	if d, err := processCPU(ch.pid()); err == nil {
+		return d
+	}
+	return ch.cpu()
+}
+
+// medianTuning holds the median of each figure of runs, each on its own.
+func medianTuning(runs []TuningRun) TuningRun {
+	of := func(f func(TuningRun) float64) float64 { return medianOf(runs, f) }
+	return TuningRun{
+		Delivered:  int(of(func(r TuningRun) float64 { return float64(r.Delivered) })),
+		CPUUs:      of(func(r TuningRun) float64 { return r.CPUUs }),
+		CPUPct:     of(func(r TuningRun) float64 { return r.CPUPct }),
+		RateErrPct: of(func(r TuningRun) float64 { return r.RateErrPct }),
+		Max100ms:   int(of(func(r TuningRun) float64 { return float64(r.Max100ms) })),
+		JitterP99:  of(func(r TuningRun) float64 { return r.JitterP99 }),
+	}
+}
+
+// tlsSink is an HTTPS server in the harness process that answers 204 over
+// HTTP/1.1 and records when each request reached its handler. caFile is
+// its certificate, for the child's tls.ca_file.
+type tlsSink struct {
+	srv    *httptest.Server
+	url    string
+	caFile string
+
+	mu      sync.Mutex
+	arrived []time.Time
+	first   chan struct{} // closed at the first request after reset
+}
+
+func startTLSSink(dir string) (*tlsSink, error) {
+	s := &tlsSink{first: make(chan struct{})}
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		s.mu.Lock()
+		if len(s.arrived) == 0 {
+			close(s.first)
+		}
+		s.arrived = append(s.arrived, now)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	s.srv.TLS = &tls.Config{NextProtos: []string{"http/1.1"}}
+	s.srv.StartTLS()
+	s.url = s.srv.URL + "/callback"
+	s.caFile = filepath.Join(dir, "tuning-sink-ca.pem")
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})
+	if err := os.WriteFile(s.caFile, cert, 0o600); err != nil {
+		s.srv.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *tlsSink) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.arrived, s.first = nil, make(chan struct{})
+}
+
+// waitFirst waits for the first request after reset.
+func (s *tlsSink) waitFirst(ctx context.Context, timeout time.Duration) error {
+	s.mu.Lock()
+	first := s.first
+	s.mu.Unlock()
+	select {
+	case <-first:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("no request at the HTTPS sink within %v", timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// arrivals returns the arrival times since reset, sorted.
+func (s *tlsSink) arrivals() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.arrived)
+	sortTimes(out)
+	return out
+}
+
+func (s *tlsSink) close() { s.srv.Close() }
+
+// markdown writes the tuning section.
+func (s *TuningSection) markdown(p func(string, ...any)) {
+	p("## Tuning")
+	p("")
+	p("What each knob of `internal/tuning` buys on the path users run ([tuning.md](tuning.md)): a `shaper run` child")
+	p("delivers a JetStream backlog to an HTTPS sink (TLS, HTTP/1.1, answering 204; the broker and the sink in the harness")
+	p("process), leaky, `max_in_flight` 8, with `SHAPER_TUNING` set as the row says: every knob on, every knob off, and each")
+	p("knob off alone. The rows of a limit run in turn, %d %s; the figures are the medians. CPU is the child's process CPU",
+		s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
+	p("clock over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink received in it;",
+		s.WindowSeconds, s.WarmupSeconds)
+	p("rate, spacing and jitter are of the arrivals at the sink's handler. *× on*: the ratio to the row with every knob on.")
+	if m := s.MeasuredBy; m.Command != "" {
+		p("Measured by `%s` (%s, commit %s).", reproducible(m.Command), m.Date, orDash(m.Commit))
+	}
+	p("")
+	p("%s", loadLine(s.Load))
+	p("")
+	p("| limit | SHAPER_TUNING | CPU per message (share of a core) | × on | rate error | most per 100 ms | jitter p99 |")
+	p("|---|---|---:|---:|---:|---:|---:|")
+	for _, c := range s.Cases {
+		for i, m := range c.Rows {
+			limit := ""
+			if i == 0 {
+				limit = fmt.Sprintf("%v/s", c.Limit)
+			}
+			r := m.Median
+			p("| %s | `%s` | %.0f µs (%.0f%%) | %s | %s | %d | %s |", limit, s.Rows[i].Env, r.CPUUs, r.CPUPct,
+				ratioText(m.CPURatio), signedPct(r.RateErrPct), r.Max100ms, micros(r.JitterP99))
+		}
+	}
+	p("")
+}
