@@ -5,6 +5,9 @@ import (
 	"errors"
 	"io"
 	"math"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,27 +30,6 @@ func at(ms ...float64) []time.Time {
 		out[i] = t0.Add(time.Duration(m * float64(time.Millisecond)))
 	}
 	return out
-}
-
-func TestMaxInWindowCountsTheBusiestHalfOpenWindow(t *testing.T) {
-	tests := []struct {
-		name string
-		give []time.Time
-		w    time.Duration
-		want int
-	}{
-		{"empty", nil, 100 * time.Millisecond, 0},
-		{"evenly spaced", at(0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110), 100 * time.Millisecond, 10},
-		{"the end is open", at(0, 100), 100 * time.Millisecond, 1},
-		{"a cluster later on", at(0, 500, 501, 502, 503, 900), 100 * time.Millisecond, 4},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := window.Most(tt.give, tt.w); got != tt.want {
-				t.Errorf("window.Most(%s) = %d; want %d", tt.name, got, tt.want)
-			}
-		})
-	}
 }
 
 // reserveBacklog takes n slots the way the pipeline's scheduler does with a
@@ -129,24 +111,46 @@ BenchmarkReserve/shaper-leaky-2   	1000	 20.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkReserve/x-time-rate-2    	1000	 30.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkReserve/shaper-leaky-2   	1000	 22.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkReserve/shaper-leaky-2   	1000	 50.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkLaneMemory/active/lanes=100000-2         	       1	       380.0 B/lane
+BenchmarkLaneMemory/idle_per_key/lanes=100000-2   	       1	       372.5 B/lane
+BenchmarkLaneMemory/active/lanes=100000-2         	       1	       378.0 B/lane
+BenchmarkLaneMemory/active/lanes=100000-2         	       1	       390.0 B/lane
 PASS
 `
-	got := parseBenchmarks(out)
+	got := limiterBenchmarks(parseBenchmarks(out))
 	if len(got) != 2 || got[0].Name != "Reserve/shaper-leaky" || got[1].Name != "Reserve/x-time-rate" {
-		t.Fatalf("parseBenchmarks names = %+v; want Reserve/shaper-leaky, Reserve/x-time-rate", got)
+		t.Fatalf("limiterBenchmarks names = %+v; want Reserve/shaper-leaky, Reserve/x-time-rate", got)
 	}
 	if l := got[0]; l.NsPerOp != 22 || l.NsMin != 20 || l.NsMax != 50 || l.Runs != 3 {
-		t.Errorf("parseBenchmarks(shaper-leaky) = %+v; want median 22, range 20–50, 3 runs", l)
+		t.Errorf("limiterBenchmarks(shaper-leaky) = %+v; want median 22, range 20–50, 3 runs", l)
+	}
+	mem := laneMemory(parseBenchmarks(out))
+	want := []LaneMemory{{Name: "active", Lanes: 100_000, BytesPerLane: 380, Runs: 3}, {Name: "idle_per_key", Lanes: 100_000, BytesPerLane: 372.5, Runs: 1}}
+	if len(mem) != len(want) || mem[0] != want[0] || mem[1] != want[1] {
+		t.Errorf("laneMemory = %+v; want %+v", mem, want)
 	}
 }
 
-func TestRenderSVGIsWellFormedXML(t *testing.T) {
-	sec := &PictureSection{Burst: 20, Limit: 100, BinMs: 100, Panels: []PicturePanel{
-		{Limiter: implLeaky, Label: "leaky <mode> & co", In: []int{0, 20, 0, 0}, Out: []int{0, 10, 10, 0}, Max100ms: 10, Took: 0.2},
-		{Limiter: implFixed, Label: "fixed", In: []int{0, 20, 0, 0}, Out: []int{0, 20, 0, 0}, Max100ms: 20, Took: 0.1},
-	}}
-	svg := renderSVG(sec)
-	checkSVG(t, "renderSVG", svg, "leaky &lt;mode&gt; &amp; co", "requests per second", "seconds")
+func TestPicturesAreWellFormedXML(t *testing.T) {
+	tests := []struct {
+		name, svg string
+		want      []string
+	}{
+		{"shaping", shapingSVG(&PictureSection{Burst: 20, Limit: 100, BinMs: 100, Panels: []PicturePanel{
+			{Limiter: implLeaky, Label: "leaky <mode> & co", In: []int{0, 20, 0, 0}, Out: []int{0, 10, 10, 0}, Max100ms: 10, Took: 0.2},
+			{Limiter: implFixed, Label: "fixed", In: []int{0, 20, 0, 0}, Out: []int{0, 20, 0, 0}, Max100ms: 20, Took: 0.1},
+		}}), []string{"leaky &lt;mode&gt; &amp; co", "requests per second", "seconds"}},
+		{"pushback", pushbackSVG(&PushbackSection{Limit: 100, Steps: pushbackSteps, Seconds: 4, Runs: []PushbackRun{
+			{Name: "adaptive", Label: "adaptive <min 5> & co", Samples: []PushbackSample{{T: 0.5, Limit: 100, Capacity: 3, Delivered: 3}, {T: 1, Limit: 80, Capacity: 3, Delivered: 2, Throttled: 1}}},
+			{Name: "fixed", Label: "fixed", Samples: []PushbackSample{{T: 0.5, Limit: 100, Capacity: 3, Delivered: 3}}},
+		}}), []string{"adaptive &lt;min 5&gt; &amp; co", "limit in force", "sink capacity", "requests per second"}},
+		{"lanes", lanesSVG(&LaneTwoKeys{Limit: 100, A: 20, B: 2, BinMs: 100, Runs: []LaneTwoKeysRun{
+			{Label: "without <lanes>", Seconds: 0.3, FirstB: 0.2, LastB: 0.25, ACumulative: []int{10, 20, 20}, BSeconds: []float64{0.2, 0.25}},
+		}}), []string{"without &lt;lanes&gt;", "last B: 0.25 s", "B delivered (of 2)"}},
+	}
+	for _, tt := range tests {
+		checkSVG(t, tt.name, tt.svg, tt.want...)
+	}
 }
 
 // checkSVG fails the test unless svg is well-formed XML holding every want.
@@ -280,14 +284,6 @@ func TestMeasurePushbackCountsEachStepsSteadyState(t *testing.T) {
 	}
 }
 
-func TestRenderPushbackSVGIsWellFormedXML(t *testing.T) {
-	sec := &PushbackSection{Limit: 100, Steps: pushbackSteps, Seconds: 4, Runs: []PushbackRun{
-		{Name: "adaptive", Label: "adaptive <min 5> & co", Samples: []PushbackSample{{T: 0.5, Limit: 100, Capacity: 3, Delivered: 3}, {T: 1, Limit: 80, Capacity: 3, Delivered: 2, Throttled: 1}}},
-		{Name: "fixed", Label: "fixed", Samples: []PushbackSample{{T: 0.5, Limit: 100, Capacity: 3, Delivered: 3}}},
-	}}
-	checkSVG(t, "renderPushbackSVG", renderPushbackSVG(sec), "adaptive &lt;min 5&gt; &amp; co", "limit in force", "sink capacity", "requests per second")
-}
-
 // The page says how to run a figure again, never where a run wrote its
 // files or what someone noted after the command.
 func TestReproducibleKeepsWhatIsMeasuredAndDropsWhereItWasWritten(t *testing.T) {
@@ -304,6 +300,126 @@ func TestReproducibleKeepsWhatIsMeasuredAndDropsWhereItWasWritten(t *testing.T) 
 	for _, tt := range tests {
 		if got := reproducible(tt.give); got != tt.want {
 			t.Errorf("reproducible(%q) = %q; want %q", tt.give, got, tt.want)
+		}
+	}
+}
+
+// TestRenderedDocsAreTheFiguresOfBenchmarksJSON renders docs/benchmarks.json
+// again, as `go run ./bench -render` does, and finds docs/benchmarks.md and
+// the pictures as they are: the page holds what the JSON holds.
+func TestRenderedDocsAreTheFiguresOfBenchmarksJSON(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if err := rerender(filepath.Join(root, "docs", "benchmarks.json"), out); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"benchmarks.md", "shaping.svg", "pushback.svg", "lanes.svg"} {
+		got, err1 := os.ReadFile(filepath.Join(out, name))
+		want, err2 := os.ReadFile(filepath.Join(root, "docs", name))
+		if err := errors.Join(err1, err2); err != nil || string(got) != string(want) {
+			t.Errorf("%s rendered from docs/benchmarks.json differs from docs/%s (%v): run go run ./bench -render docs/benchmarks.json", name, name, err)
+		}
+	}
+}
+
+func TestGoalsAreHeldToTheirTargets(t *testing.T) {
+	lanes := &LanesSection{
+		Decisions: []LimiterBench{{Name: "TakeWithActiveLanes/turns/lanes=10000", NsPerOp: 50}, {Name: "TakeWithActiveLanes/per_key/lanes=10000", NsPerOp: 300}},
+		CPU:       []LaneCPU{{Keys: 1, Window: Window{ChildCost: ChildCost{ShaperUs: 100}}}, {Keys: 10_000, Window: Window{ChildCost: ChildCost{ShaperUs: 125}}}},
+		CPURatio:  1.25,
+	}
+	destinations := func(maxConnections int64) *DestinationsSection {
+		return &DestinationsSection{Hosts: 1000, Limit: 2000, MaxInFlightPerHost: 2, Runs: []DestinationRun{
+			{Name: destinationsFixed, Hosts: 1, Requests: 100, HostsReached: 1, Connections: 1, MaxConnections: 1},
+			{Name: destinationsMany, Hosts: 1000, Requests: 40_000, HostsReached: 1000, Connections: 1000 * maxConnections, MaxConnections: maxConnections},
+		}}
+	}
+	tests := []struct {
+		name string
+		give *Report
+		want map[string]bool // a part of each goal's text, and whether it is met
+	}{
+		{"lanes", &Report{Lanes: lanes}, map[string]bool{"(keys in turns)": true, "(rate.per_key)": false, "within 20% of 1 lane": false}},
+		{"connections reused", &Report{Destinations: destinations(2)}, map[string]bool{"connections opened per host": true}},
+		{"one connection too many", &Report{Destinations: destinations(3)}, map[string]bool{"connections opened per host": false}},
+		{"a connection per request", &Report{Destinations: destinations(40)}, map[string]bool{"connections opened per host": false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			goals := tt.give.goals()
+			if len(goals) != len(tt.want) {
+				t.Fatalf("goals() = %+v; want %d goals", goals, len(tt.want))
+			}
+			for _, g := range goals {
+				found := false
+				for part, met := range tt.want {
+					if strings.Contains(g.Goal, part) {
+						found = true
+						if g.Met != met {
+							t.Errorf("goal %q met = %v (measured %s); want %v", g.Goal, g.Met, g.Measured, met)
+						}
+					}
+				}
+				if !found {
+					t.Errorf("goal %q: not one of %v", g.Goal, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestFleetCountsEachHostsRequestsAndAcceptedConnections(t *testing.T) {
+	f, err := startFleet(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	urls := f.urls()
+	for i, u := range urls {
+		if want := "http://" + hostIP(i) + ":"; !strings.HasPrefix(u, want) {
+			t.Errorf("urls()[%d] = %q; want it to start %q", i, u, want)
+		}
+	}
+	// One client keeps its connection to host 0 for three requests; three
+	// clients each open their own to host 1 and keep it; host 2 gets
+	// nothing.
+	post := func(c *http.Client, url string) {
+		resp, err := c.Post(url, "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	keep := &http.Client{Transport: &http.Transport{}}
+	defer keep.CloseIdleConnections()
+	for range 3 {
+		post(keep, urls[0])
+	}
+	for range 3 {
+		c := &http.Client{Transport: &http.Transport{}}
+		defer c.CloseIdleConnections()
+		post(c, urls[1])
+	}
+	if got, want := f.counts(), (fleetCounts{requests: 6, connections: 4, maxConnections: 3, maxOpen: 3, reached: 2}); got != want {
+		t.Errorf("counts() = %+v; want %+v", got, want)
+	}
+	if n := f[0].maxOpen.Load(); n != 1 {
+		t.Errorf("host 0: most open at once = %d; want 1", n)
+	}
+}
+
+func TestHostIPNamesDistinctLoopbackAddressesOutside127_0_0(t *testing.T) {
+	tests := []struct {
+		give int
+		want string
+	}{{0, "127.0.1.1"}, {249, "127.0.1.250"}, {250, "127.0.2.1"}, {999, "127.0.4.250"}, {maxFleet - 1, "127.0.254.250"}}
+	for _, tt := range tests {
+		if got := hostIP(tt.give); got != tt.want {
+			t.Errorf("hostIP(%d) = %q; want %q", tt.give, got, tt.want)
 		}
 	}
 }

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"bufio"
+	"cmp"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,7 +21,6 @@ type Machine struct {
 	MemoryMiB  int    `json:"memory_mib"`
 	Kernel     string `json:"kernel"`
 	Go         string `json:"go"`
-	Commit     string `json:"commit"`
 	// LoadStart and LoadEnd are the 1-minute load averages when the run
 	// started and ended: a load near or above Cores means other work shared
 	// the machine.
@@ -30,9 +28,9 @@ type Machine struct {
 	LoadEnd   float64 `json:"load_end"`
 }
 
-func describeMachine(root string) Machine {
+func describeMachine() Machine {
 	m := Machine{
-		CPU:        cpuModel(),
+		CPU:        cmp.Or(procValue("/proc/cpuinfo", "model name"), runtime.GOARCH),
 		Cores:      runtime.NumCPU(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0),
 		Go:         runtime.Version(),
@@ -41,48 +39,26 @@ func describeMachine(root string) Machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = "Linux " + strings.TrimSpace(string(b))
 	}
-	if kb := meminfo("MemTotal"); kb > 0 {
-		m.MemoryMiB = int(kb / 1024)
-	}
-	// Read-only: the commit the figures belong to, "-dirty" when the tree
-	// has changes.
-	cmd := exec.Command("git", "describe", "--always", "--dirty")
-	cmd.Dir = root
-	if out, err := cmd.Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
-	}
+	m.MemoryMiB = int(procKiB("/proc/meminfo", "MemTotal") / 1024)
 	return m
 }
 
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return runtime.GOARCH
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+// procValue returns the value of key in a /proc file of "key: value"
+// lines; "" if it has none.
+func procValue(path, key string) string {
+	b, _ := os.ReadFile(path) // a file that cannot be read has no key
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == key {
 			return strings.TrimSpace(v)
 		}
 	}
-	return runtime.GOARCH
+	return ""
 }
 
-func meminfo(key string) int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
+// procKiB returns the value of key in a /proc file that gives it in kB.
+func procKiB(path, key string) int64 {
+	n, _ := strconv.ParseInt(strings.TrimSuffix(procValue(path, key), " kB"), 10, 64)
+	return n
 }
 
 func loadAverage() float64 {
@@ -142,50 +118,25 @@ func processCPU(pid int) (time.Duration, error) {
 	return time.Duration(ts.Nano()), nil
 }
 
-// procMemory returns a process's resident set now and its peak (VmRSS,
-// VmHWM of /proc/<pid>/status), in bytes.
-func procMemory(pid int) (rss, peak int64, err error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		switch k {
-		case "VmRSS":
-			rss = n << 10
-		case "VmHWM":
-			peak = n << 10
-		}
-	}
-	return rss, peak, sc.Err()
+// peakRSS is a process's peak resident set (VmHWM of
+// /proc/<pid>/status), in MiB.
+func peakRSS(p *proc) float64 {
+	return float64(procKiB(fmt.Sprintf("/proc/%d/status", p.pid()), "VmHWM")) / 1024
 }
 
-// selfCPU returns the CPU time this process has used (getrusage), with
-// microsecond resolution.
-func selfCPU() time.Duration {
+// rusage returns the CPU time getrusage counts for who: this process
+// (RUSAGE_SELF), or its children that have been waited for
+// (RUSAGE_CHILDREN); microsecond resolution.
+func rusage(who int) time.Duration {
 	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	if err := syscall.Getrusage(who, &ru); err != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// childrenCPU returns the CPU time of this process's children that have
-// been waited for (getrusage RUSAGE_CHILDREN).
-func childrenCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+// selfCPU returns the CPU time this process has used.
+func selfCPU() time.Duration { return rusage(syscall.RUSAGE_SELF) }
 
 // machineBusy returns the CPU time every process on the machine has used
 // (the non-idle fields of /proc/stat's cpu line).
@@ -223,7 +174,7 @@ type loadProbe struct {
 }
 
 func startLoadProbe() *loadProbe {
-	return &loadProbe{start: time.Now(), busy: machineBusy(), self: selfCPU(), kids: childrenCPU(), loadStart: loadAverage()}
+	return &loadProbe{start: time.Now(), busy: machineBusy(), self: selfCPU(), kids: rusage(syscall.RUSAGE_CHILDREN), loadStart: loadAverage()}
 }
 
 // Load is what else ran on the machine during a section.
@@ -239,7 +190,7 @@ type Load struct {
 func (p *loadProbe) stop() Load {
 	elapsed := time.Since(p.start)
 	busy := machineBusy() - p.busy
-	ours := selfCPU() - p.self + childrenCPU() - p.kids
+	ours := selfCPU() - p.self + rusage(syscall.RUSAGE_CHILDREN) - p.kids
 	foreign := max(busy-ours, 0)
 	return Load{
 		ForeignPct: 100 * foreign.Seconds() / (elapsed.Seconds() * float64(runtime.NumCPU())),

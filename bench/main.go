@@ -6,17 +6,18 @@
 // that pushes back, what keys cost (lanes) and what per-message
 // destinations cost (url_from to many hosts), and what shaper costs beside
 // the loop a user would write instead and Benthos (peers), and writes
-// docs/benchmarks.md, docs/benchmarks.json, docs/shaping.svg and
-// docs/pushback.svg.
+// docs/benchmarks.md, docs/benchmarks.json and the pictures.
 //
-// It reports against the project's goals and never fails on a missed one:
-// the figures are for people to read. It needs the Go toolchain (it builds
-// cmd/shaper for the child processes and runs `go test -bench`) and
-// redis-server; brokers are embedded (nats-server, kfake).
+// Every section runs on one runner (runner.go): it starts the brokers,
+// publishes, runs in-process pipelines or `shaper run` children on a
+// small spec, and measures what reached the sinks. It reports against the
+// project's goals and never fails on a missed one: the figures are for
+// people to read. It needs the Go toolchain (it builds cmd/shaper and runs
+// `go test -bench`) and redis-server; brokers are embedded.
 //
 // Run it on a quiet machine: every figure is measured on the same cores as
-// the brokers and the sink, and each section's table says how much CPU
-// other processes took meanwhile.
+// the brokers and the sink, and each section says how much CPU other
+// processes took meanwhile.
 package main
 
 import (
@@ -62,30 +63,20 @@ var sections = []string{"precision", "overhead", "throughput", "scale", "picture
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &options{}
-	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json, shaping.svg, pushback.svg and lanes.svg, relative to the module root")
+	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and the pictures, relative to the module root")
 	only := fs.String("only", "", "comma-separated sections to run (default all): "+strings.Join(sections, ", "))
 	fs.BoolVar(&o.quick, "quick", false, "short runs, to check the harness itself; the figures are not for publishing")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines of precision, picture and pushback, the brokers, the sinks) to this file")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines, the brokers, the sinks) to this file")
 	fs.StringVar(&o.shaper, "shaper", "", "use this shaper binary for the `shaper run` children instead of building ./cmd/shaper")
 	peerCases := fs.String("peer-cases", "", "with peers: comma-separated cases to run (default all): jetstream-1000, jetstream-100, kafka-1000, core-1000, jetstream-5000")
 	render := fs.String("render", "", "measure nothing: write benchmarks.md and the pictures again from this benchmarks.json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o.only = map[string]bool{}
-	for s := range strings.SplitSeq(*only, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
+	o.only, o.peerCases = set(*only), set(*peerCases)
+	for s := range o.only {
 		if !slices.Contains(sections, s) {
 			return fmt.Errorf("-only: unknown section %q (want %s)", s, strings.Join(sections, ", "))
-		}
-		o.only[s] = true
-	}
-	o.peerCases = map[string]bool{}
-	for c := range strings.SplitSeq(*peerCases, ",") {
-		if c = strings.TrimSpace(c); c != "" {
-			o.peerCases[c] = true
 		}
 	}
 	var err error
@@ -115,67 +106,36 @@ func realMain(ctx context.Context, args []string) error {
 	}
 
 	start := time.Now()
-	rep := &Report{
-		Command: commandLine(args),
-		Date:    start.UTC().Format("2006-01-02 15:04 MST"),
-		Machine: describeMachine(o.root),
-		Quick:   o.quick,
-	}
+	rep := &Report{Command: commandLine(args), Date: start.UTC().Format("2006-01-02 15:04 MST"), Machine: describeMachine(), Quick: o.quick}
 	progress("%s on %s (%d cores), %s", rep.Command, rep.Machine.CPU, rep.Machine.Cores, rep.Machine.Go)
-	env, err := setup(ctx, o)
+	b, err := startBench(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer env.close()
-
-	run := func(name string, f func() error) error {
-		if len(o.only) > 0 && !o.only[name] {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		t := time.Now()
-		progress("== %s", name)
-		err := f()
-		progress("== %s took %.0fs", name, time.Since(t).Seconds())
-		return err
-	}
+	defer b.close()
 	// A section that fails is left out and named in the report; the others
 	// still run, and the harness exits 1 after writing what it measured.
-	err = errors.Join(
-		run("precision", func() (err error) { rep.Precision, err = runPrecision(ctx, o, env.js); return }),
-		run("overhead", func() (err error) { rep.Overhead, err = runOverhead(ctx, o, env); return }),
-		run("throughput", func() (err error) { rep.Throughput, err = runThroughput(ctx, o, env); return }),
-		run("scale", func() (err error) { rep.Scale, err = runScale(ctx, o, env); return }),
-		run("picture", func() (err error) { rep.Picture, err = runPicture(ctx, o, env); return }),
-		run("pushback", func() (err error) { rep.Pushback, err = runPushback(ctx, o, env); return }),
-		run("lanes", func() (err error) { rep.Lanes, err = runLanes(ctx, o, env); return }),
-		run("destinations", func() (err error) { rep.Destinations, err = runDestinations(ctx, o, env); return }),
-		run("peers", func() (err error) { rep.Peers, err = runPeers(ctx, o, env); return }),
-		run("tuning", func() (err error) { rep.Tuning, err = runTuning(ctx, o, env); return }),
-	)
+	var errs []error
+	for _, name := range sections {
+		if len(o.only) > 0 && !o.only[name] || ctx.Err() != nil {
+			continue
+		}
+		t, probe := time.Now(), startLoadProbe()
+		progress("== %s", name)
+		s, err := rep.run(ctx, b, name)
+		progress("== %s took %.0fs", name, time.Since(t).Seconds())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		*s = Common{Load: probe.stop(), MeasuredBy: &Provenance{Command: rep.Command, Date: rep.Date}}
+	}
 	if ctx.Err() != nil {
 		return ctx.Err() // interrupted: nothing worth writing
 	}
-	if rep.Pushback != nil {
-		rep.Pushback.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
-	}
-	if rep.Lanes != nil {
-		rep.Lanes.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
-	}
-	if rep.Destinations != nil {
-		rep.Destinations.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
-	}
-	if rep.Peers != nil {
-		rep.Peers.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
-	}
-	if rep.Tuning != nil {
-		rep.Tuning.MeasuredBy = Provenance{Command: rep.Command, Date: rep.Date, Commit: rep.Machine.Commit}
-	}
+	err = errors.Join(errs...)
 	rep.Seconds = time.Since(start).Seconds()
 	rep.Machine.LoadEnd = loadAverage()
-	rep.Goals = evaluateGoals(rep)
 	if err != nil {
 		rep.Failures = strings.Split(err.Error(), "\n")
 	}
@@ -186,66 +146,42 @@ func realMain(ctx context.Context, args []string) error {
 	return err
 }
 
-// environment is what several sections share: the shaper binary and the
-// embedded brokers.
-type environment struct {
-	bin   string
-	js    *jetStream
-	kafka *kafkaCluster
-}
-
-// Kafka topics of the run, created with the cluster.
-const (
-	topicSteady      = "steady"
-	topicIdle        = "idle"
-	topicThroughput  = "through"
-	topicBacklog100k = "backlog100k"
-	topicBacklog1M   = "backlog1m"
-)
-
-func setup(ctx context.Context, o *options) (_ *environment, err error) {
-	env := &environment{}
-	defer func() {
-		if err != nil {
-			env.close()
-		}
-	}()
-	if env.bin = o.shaper; env.bin == "" {
-		progress("building cmd/shaper")
-		if env.bin, err = shaperBinary(ctx, o.root, o.tmp); err != nil {
-			return nil, err
-		}
+// run measures the section name into the report, and returns where its
+// load and provenance go.
+func (r *Report) run(ctx context.Context, b *bench, name string) (*Common, error) {
+	runs := map[string]func(context.Context, *bench) (section, error){
+		"precision": into(&r.Precision, runPrecision), "overhead": into(&r.Overhead, runOverhead),
+		"throughput": into(&r.Throughput, runThroughput), "scale": into(&r.Scale, runScale),
+		"picture": into(&r.Picture, runPicture), "pushback": into(&r.Pushback, runPushback),
+		"lanes": into(&r.Lanes, runLanes), "destinations": into(&r.Destinations, runDestinations),
+		"peers": into(&r.Peers, runPeers), "tuning": into(&r.Tuning, runTuning),
 	}
-	if env.js, err = startJetStream(); err != nil {
+	s, err := runs[name](ctx, b)
+	if err != nil {
 		return nil, err
 	}
-	if env.kafka, err = startKafka(topicSteady, topicIdle, topicThroughput, topicBacklog100k, topicBacklog1M,
-		topicLanesOne, topicLanesMany, topicLanesBacklog,
-		topicDestinations, topicDestinationOne, topicDestinationURL); err != nil {
-		return nil, err
-	}
-	need := func(s string) bool { return len(o.only) == 0 || o.only[s] }
-	if need("overhead") {
-		if err := env.kafka.publish(ctx, topicSteady, 0, 20_000); err != nil {
-			return nil, err
-		}
-	}
-	if need("throughput") {
-		progress("publishing %d messages to Kafka", throughputBacklog)
-		if err := env.kafka.publish(ctx, topicThroughput, 0, throughputBacklog); err != nil {
-			return nil, err
-		}
-	}
-	return env, nil
+	return s.common(), nil
 }
 
-func (e *environment) close() {
-	if e.kafka != nil {
-		e.kafka.close()
+// into is run, putting what it measured into dst.
+func into[S section](dst *S, run func(context.Context, *bench) (S, error)) func(context.Context, *bench) (section, error) {
+	return func(ctx context.Context, b *bench) (section, error) {
+		s, err := run(ctx, b)
+		if err == nil {
+			*dst = s
+		}
+		return s, err
 	}
-	if e.js != nil {
-		e.js.close()
+}
+
+func set(list string) map[string]bool {
+	m := map[string]bool{}
+	for s := range strings.SplitSeq(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			m[s] = true
+		}
 	}
+	return m
 }
 
 // rerender writes the markdown and the pictures again from a report's JSON,
@@ -259,7 +195,6 @@ func rerender(path, out string) error {
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	rep.Goals = evaluateGoals(&rep)
 	if err := rep.write(out); err != nil {
 		return err
 	}

@@ -1,23 +1,21 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/window"
 )
 
 // OverheadSection is what shaping costs: one limiter decision, the CPU per
 // delivered message end to end, and an idle daemon.
 type OverheadSection struct {
-	Load Load `json:"load"`
+	Common
 	// LimiterCommand ran the limiter benchmarks; Limiter holds the median
 	// of each over its runs, and Benchstat the benchstat summary (empty
 	// when benchstat could not be run, with the reason in BenchstatError).
@@ -32,25 +30,11 @@ type OverheadSection struct {
 	Idle []IdleCPU `json:"idle"`
 }
 
-// LimiterBench is one sub-benchmark's median over -count runs.
-type LimiterBench struct {
-	Name        string  `json:"name"`
-	NsPerOp     float64 `json:"ns_per_op"`
-	NsMin       float64 `json:"ns_per_op_min"`
-	NsMax       float64 `json:"ns_per_op_max"`
-	AllocsPerOp float64 `json:"allocs_per_op"`
-	BytesPerOp  float64 `json:"bytes_per_op"`
-	Runs        int     `json:"runs"`
-}
-
 // CPUPerMessage is the CPU a shaper child used per delivered message.
 type CPUPerMessage struct {
-	Source    string  `json:"source"`
-	Limit     float64 `json:"limit"`
-	Seconds   float64 `json:"seconds"`
-	Delivered int64   `json:"delivered"`
-	Rate      float64 `json:"rate"`
-	ChildCost
+	Source string  `json:"source"`
+	Limit  float64 `json:"limit"`
+	Window
 }
 
 // ChildCost is what a `shaper run` child cost per delivered message over a
@@ -71,266 +55,372 @@ type ChildCost struct {
 	AllocBytes float64 `json:"shaper_alloc_bytes_per_msg"`
 }
 
-// IdleCPU is what an idle daemon uses.
+// IdleCPU is what an idle daemon uses: Pct is CPU time over wall time, in
+// percent of one core.
 type IdleCPU struct {
 	Source  string  `json:"source"`
 	Seconds float64 `json:"seconds"`
 	CPUms   float64 `json:"cpu_ms"`
-	// Pct is CPU time over wall time, in percent of one core.
-	Pct float64 `json:"cpu_pct_of_core"`
+	Pct     float64 `json:"cpu_pct_of_core"`
 }
 
-func runOverhead(ctx context.Context, o *options, env *environment) (*OverheadSection, error) {
-	probe := startLoadProbe()
+// steadyRun starts a daemon on pipelines, waits until it has delivered
+// warm messages (counted by count), and measures it over window; it
+// returns the running daemon, which the caller ends.
+func (b *bench) steadyRun(ctx context.Context, name, pipelines string, count func() int64, warm int64, window time.Duration) (*proc, Window, error) {
+	p, err := b.startShaper(name, pipelines)
+	if err != nil {
+		return nil, Window{}, err
+	}
+	if !waitFor(ctx, time.Minute, func() bool { return count() >= warm }) {
+		p.kill()
+		return nil, Window{}, fmt.Errorf("no steady delivery within a minute; log:\n%s", p.tail())
+	}
+	return p, daemons{p}.measure([]func() int64{count}, window)[0], nil
+}
+
+func runOverhead(ctx context.Context, b *bench) (*OverheadSection, error) {
 	sec := &OverheadSection{}
-	if err := limiterBenchmarks(ctx, o, sec); err != nil {
+	count, benchtime, window, idle := "10", "300ms", 8*time.Second, 30*time.Second
+	if b.o.quick {
+		count, benchtime, window, idle = "3", "100ms", 3*time.Second, 5*time.Second
+	}
+	command, out, err := b.goBench(ctx, ".", "-benchmem", "-count", count, "-benchtime", benchtime, "./bench/limiters/")
+	if err != nil {
 		return nil, err
 	}
+	sec.LimiterCommand, sec.Limiter = command, limiterBenchmarks(parseBenchmarks(out))
+	sec.Benchstat, sec.BenchstatError = b.benchstat(ctx, out)
+
 	progress("overhead: CPU per message, Kafka → HTTP at 1000/s")
-	c, err := cpuPerMessage(ctx, o, env, 1000)
+	if err := b.publishKafka(ctx, "steady", 20_000); err != nil {
+		return nil, err
+	}
+	s, err := startSink(false)
 	if err != nil {
 		return nil, err
 	}
-	sec.CPUPerMessage = append(sec.CPUPerMessage, c)
+	defer s.close()
+	// A second of steady delivery after the group formed.
+	p, w, err := b.steadyRun(ctx, "cpu-per-message", pipelineYAML("cpu", b.kafkaYAML("steady", "shaper-cpu", true),
+		"bucket: {capacity: 1000, max_queue_time: 1m}", "rate: {limit: 1000}", fmt.Sprintf("sink: {http: {url: %q}}", s.URL)), s.count.Load, 1000, window)
+	if err != nil {
+		return nil, err
+	}
+	p.stop(10 * time.Second)
+	c := CPUPerMessage{Source: "Kafka (kfake)", Limit: 1000, Window: w}
 	progress("overhead: %.1f µs/msg in shaper (%.1f%% of a core, %.0f allocs/msg), %.1f µs/msg in broker + sink", c.ShaperUs, c.ShaperPct, c.Allocs, c.HarnessUs)
+	sec.CPUPerMessage = []CPUPerMessage{c}
 
-	idle, err := idleCPU(ctx, o, env)
+	// One child per source kind, each on an empty topic or stream, side by
+	// side. Kafka uses the production default timings (heartbeat 3s,
+	// max_wait 500ms, commit_interval 1s); JetStream's idle source asks
+	// the server for a message once a second.
+	drop, err := b.stream(ctx, "IDLE", 0)
 	if err != nil {
 		return nil, err
 	}
-	sec.Idle = idle
-	sec.Load = probe.stop()
-	return sec, nil
-}
-
-// limiterBenchmarks runs the limiter sub-benchmarks of bench/limiters in
-// one `go test` and summarises them, with benchstat when it can be run.
-func limiterBenchmarks(ctx context.Context, o *options, sec *OverheadSection) error {
-	count, benchtime := "10", "300ms"
-	if o.quick {
-		count, benchtime = "3", "100ms"
-	}
-	args := []string{"test", "-run", "^$", "-bench", ".", "-benchmem", "-count", count, "-benchtime", benchtime, "./bench/limiters/"}
-	sec.LimiterCommand = "go " + strings.Join(args, " ")
-	progress("overhead: %s", sec.LimiterCommand)
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = o.root
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %w\n%s", sec.LimiterCommand, err, out.String())
-	}
-	sec.Limiter = parseBenchmarks(out.String())
-	for _, b := range sec.Limiter {
-		progress("overhead: %-36s %6.1f ns/op (%.1f–%.1f) %g allocs/op", b.Name, b.NsPerOp, b.NsMin, b.NsMax, b.AllocsPerOp)
-	}
-
-	path := filepath.Join(o.tmp, "limiters.bench")
-	if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
-		return err
-	}
-	bctx, cancel := context.WithTimeout(ctx, 90*time.Second) // no proxy: give up, the table stands without it
-	defer cancel()
-	bs := exec.CommandContext(bctx, "go", "run", "golang.org/x/perf/cmd/benchstat@latest", path)
-	bs.Dir = o.tmp // outside the module: benchstat is not one of its dependencies
-	var bsOut, bsErr bytes.Buffer
-	bs.Stdout, bs.Stderr = &bsOut, &bsErr
-	if err := bs.Run(); err != nil {
-		sec.BenchstatError = fmt.Sprintf("go run golang.org/x/perf/cmd/benchstat@latest: %v: %s", err, strings.TrimSpace(bsErr.String()))
-		progress("overhead: %s", sec.BenchstatError)
-		return nil
-	}
-	sec.Benchstat = strings.ReplaceAll(bsOut.String(), path, "limiters.bench")
-	return nil
-}
-
-// parseBenchmarks reads `go test -bench` output and returns, per
-// benchmark in order of first appearance, the median and range of ns/op
-// and the median allocs and bytes.
-func parseBenchmarks(out string) []LimiterBench {
-	type runs struct{ ns, allocs, bytes []float64 }
-	var order []string
-	byName := map[string]*runs{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
-			continue
-		}
-		name := strings.TrimPrefix(f[0], "Benchmark")
-		if i := strings.LastIndexByte(name, '-'); i > 0 {
-			if _, err := strconv.Atoi(name[i+1:]); err == nil {
-				name = name[:i] // the -GOMAXPROCS suffix
-			}
-		}
-		r := byName[name]
-		if r == nil {
-			r = &runs{}
-			byName[name] = r
-			order = append(order, name)
-		}
-		for i := 2; i+1 < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				continue
-			}
-			switch f[i+1] {
-			case "ns/op":
-				r.ns = append(r.ns, v)
-			case "allocs/op":
-				r.allocs = append(r.allocs, v)
-			case "B/op":
-				r.bytes = append(r.bytes, v)
-			}
-		}
-	}
-	var list []LimiterBench
-	for _, name := range order {
-		r := byName[name]
-		if len(r.ns) == 0 {
-			continue
-		}
-		list = append(list, LimiterBench{
-			Name: name, NsPerOp: median(r.ns), NsMin: slices.Min(r.ns), NsMax: slices.Max(r.ns),
-			AllocsPerOp: median(r.allocs), BytesPerOp: median(r.bytes), Runs: len(r.ns),
-		})
-	}
-	return list
-}
-
-// cpuPerMessage runs a `shaper run` child from a Kafka backlog to the sink
-// at limit, and measures its CPU (from /proc/<pid>/stat) over a window of
-// steady delivery.
-func cpuPerMessage(ctx context.Context, o *options, env *environment, limit float64) (CPUPerMessage, error) {
-	window := 8 * time.Second
-	if o.quick {
-		window = 3 * time.Second
-	}
-	c := CPUPerMessage{Source: "Kafka (kfake)", Limit: limit}
-	sink, err := startSink(false)
-	if err != nil {
-		return c, err
-	}
-	defer sink.close()
-	ch, err := startChild(env.bin, o.tmp, "cpu-per-message", fmt.Sprintf(`
-  - name: cpu
-    source:%s
-    bucket: {capacity: 1000, max_queue_time: 1m}
-    rate: {limit: %v}
-    sink:
-      http: {url: %q}
-`, env.kafka.sourceYAML(topicSteady, "shaper-cpu", true), limit, sink.URL))
-	if err != nil {
-		return c, err
-	}
-	defer ch.kill()
-	if !sink.waitCount(ctx, int64(limit), time.Minute) { // a second of steady delivery after the group formed
-		return c, fmt.Errorf("no steady delivery within a minute; log:\n%s", ch.tail())
-	}
-	m := measureChild(ch, sink, window)
-	c.Seconds, c.Delivered, c.Rate, c.ChildCost = m.seconds, m.delivered, m.rate, m.cost
-	ch.stop(10 * time.Second)
-	return c, nil
-}
-
-// childWindow is what a child and this process used over a window.
-type childWindow struct {
-	seconds              float64
-	delivered            int64
-	rate                 float64
-	cost                 ChildCost
-	childCPU, harnessCPU time.Duration
-}
-
-// measureCounted samples the child's CPU, this process's CPU and the
-// deliveries count gives, waits window, and samples them again.
-func measureCounted(ch *child, count func() int64, window time.Duration) childWindow {
-	const mallocs, bytes = "go_memstats_mallocs_total", "go_memstats_alloc_bytes_total"
-	m0, _ := ch.scrape(mallocs, bytes) // a failed scrape leaves the allocations at 0
-	t0, cpu0, self0, n0 := time.Now(), ch.cpu(), selfCPU(), count()
-	time.Sleep(window)
-	t1, cpu1, self1, n1 := time.Now(), ch.cpu(), selfCPU(), count()
-	m1, _ := ch.scrape(mallocs, bytes)
-	w := childWindow{
-		seconds: t1.Sub(t0).Seconds(), delivered: n1 - n0,
-		childCPU: cpu1 - cpu0, harnessCPU: self1 - self0,
-	}
-	w.rate = float64(w.delivered) / w.seconds
-	w.cost.ShaperPct = 100 * w.childCPU.Seconds() / w.seconds
-	if w.delivered > 0 {
-		w.cost.ShaperUs = float64(w.childCPU.Microseconds()) / float64(w.delivered)
-		w.cost.HarnessUs = float64(w.harnessCPU.Microseconds()) / float64(w.delivered)
-		if m0 != nil && m1 != nil {
-			w.cost.Allocs = (m1[mallocs] - m0[mallocs]) / float64(w.delivered)
-			w.cost.AllocBytes = (m1[bytes] - m0[bytes]) / float64(w.delivered)
-		}
-	}
-	return w
-}
-
-// measureChild samples the child's CPU, this process's CPU and the sink's
-// count, waits window, and samples them again.
-func measureChild(ch *child, sink *sink, window time.Duration) childWindow {
-	return measureCounted(ch, sink.count.Load, window)
-}
-
-// idleCPU runs one `shaper run` child per source kind, each on an empty
-// topic or stream, side by side, and measures their CPU over 30s once they
-// are ready. Kafka uses the production default timings (heartbeat 3s,
-// max_wait 500ms, commit_interval 1s); JetStream's idle source asks the
-// server for a message once a second.
-func idleCPU(ctx context.Context, o *options, env *environment) ([]IdleCPU, error) {
-	window := 30 * time.Second
-	if o.quick {
-		window = 5 * time.Second
-	}
-	sink, err := startSink(false)
-	if err != nil {
-		return nil, err
-	}
-	defer sink.close()
-	if err := env.js.stream(ctx, "IDLE"); err != nil {
-		return nil, err
-	}
+	defer drop()
 	kinds := []struct{ name, source string }{
-		{"Kafka (kfake), default timings", env.kafka.sourceYAML(topicIdle, "shaper-idle", false)},
-		{"NATS JetStream", fmt.Sprintf(`
-      nats: {url: %q, subject: IDLE.in, stream: IDLE}`, env.js.URL())},
+		{"Kafka (kfake), default timings", b.kafkaYAML("idle", "shaper-idle", false)},
+		{"NATS JetStream", b.natsYAML("IDLE", "")},
 	}
 	var configs []string
 	for _, k := range kinds {
-		configs = append(configs, fmt.Sprintf(`
-  - name: idle
-    source:%s
-    bucket: {capacity: 1000, max_queue_time: 5s}
-    rate: {limit: 100}
-    sink:
-      http: {url: %q}
-`, k.source, sink.URL))
+		configs = append(configs, pipelineYAML("idle", k.source, "bucket: {capacity: 1000, max_queue_time: 5s}", "rate: {limit: 100}", fmt.Sprintf("sink: {http: {url: %q}}", s.URL)))
 	}
-	children, err := startChildren(ctx, env.bin, o.tmp, "idle", configs, 2*time.Minute)
+	ds, err := b.startDaemons(ctx, "idle", configs)
 	if err != nil {
 		return nil, err
 	}
-	defer killAll(children)
+	defer ds.kill()
 	time.Sleep(3 * time.Second) // past the start: connections made, group joined, first fetches parked
-	progress("overhead: idle CPU of %d children over %v", len(children), window)
-	t0 := time.Now()
-	cpu0 := make([]time.Duration, len(children))
-	for i, ch := range children {
-		cpu0[i] = ch.cpu()
-	}
-	time.Sleep(window)
+	progress("overhead: idle CPU of %d children over %v", len(ds), idle)
+	t0, cpu0 := time.Now(), []time.Duration{ds[0].cpu(), ds[1].cpu()}
+	time.Sleep(idle)
 	secs := time.Since(t0).Seconds()
-	var out []IdleCPU
-	for i, ch := range children {
-		d := ch.cpu() - cpu0[i]
+	for i, p := range ds {
+		d := p.cpu() - cpu0[i]
 		r := IdleCPU{Source: kinds[i].name, Seconds: secs, CPUms: float64(d.Milliseconds()), Pct: 100 * d.Seconds() / secs}
 		progress("overhead: idle %s: %.0f ms CPU in %.0fs = %.3f%%", r.Source, r.CPUms, secs, r.Pct)
-		out = append(out, r)
+		sec.Idle = append(sec.Idle, r)
 	}
-	for _, ch := range children {
-		ch.stop(10 * time.Second)
+	ds.stop()
+	return sec, nil
+}
+
+// benchstat summarises the output of `go test -bench` with benchstat, or
+// says why it could not.
+func (b *bench) benchstat(ctx context.Context, out string) (summary, failure string) {
+	path := filepath.Join(b.o.tmp, "limiters.bench")
+	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+		return "", err.Error()
 	}
-	return out, nil
+	bctx, cancel := context.WithTimeout(ctx, 90*time.Second) // no proxy: give up, the table stands without it
+	defer cancel()
+	// Outside the module: benchstat is not one of its dependencies.
+	res, err := b.goCmd(bctx, b.o.tmp, "run", "golang.org/x/perf/cmd/benchstat@latest", path)
+	if err != nil {
+		progress("overhead: %v", err)
+		return "", strings.TrimSpace(err.Error())
+	}
+	return strings.ReplaceAll(res, path, "limiters.bench"), ""
+}
+
+// ThroughputSection is the ceiling with the limit out of the way: a very
+// high limit, a `shaper run` child, a backlog in the broker and the sink
+// on loopback, all on the same machine.
+type ThroughputSection struct {
+	Common
+	Setup string           `json:"setup"`
+	Cases []ThroughputCase `json:"cases"`
+}
+
+// ThroughputCase is one source at one max_in_flight. Exhausted is set when
+// the backlog ran out inside the window: the rate is then a lower bound.
+type ThroughputCase struct {
+	Source      string `json:"source"`
+	MaxInFlight int    `json:"max_in_flight"`
+	Window
+	Exhausted bool `json:"backlog_exhausted,omitempty"`
+}
+
+// throughputBacklog is how many messages each source holds for the
+// throughput section; every case starts again from the beginning (a new
+// group or durable).
+const throughputBacklog = 200_000
+
+func runThroughput(ctx context.Context, b *bench) (*ThroughputSection, error) {
+	sec := &ThroughputSection{Setup: "limit 1000000/s (off), bucket capacity 1000, a `shaper run` child; the broker (kfake or embedded nats-server) and the HTTP sink run in the harness process on the same 2 cores"}
+	window := 4 * time.Second
+	if b.o.quick {
+		window = 2 * time.Second
+	}
+	progress("throughput: publishing %d messages to Kafka and to JetStream", throughputBacklog)
+	if err := b.publishKafka(ctx, "through", throughputBacklog); err != nil {
+		return nil, err
+	}
+	drop, err := b.stream(ctx, "THROUGH", throughputBacklog)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	for _, label := range []string{"Kafka (kfake)", "NATS JetStream"} {
+		for _, inFlight := range []int{1, 8, 64} {
+			name := fmt.Sprintf("through-%s-%d", strings.Fields(strings.ToLower(label))[0], inFlight)
+			source := b.kafkaYAML("through", "shaper-"+name, true)
+			if label == "NATS JetStream" {
+				source = b.natsYAML("THROUGH", name)
+			}
+			c, err := b.throughputCase(ctx, name, source, inFlight, window)
+			if err != nil {
+				return nil, fmt.Errorf("%s max_in_flight %d: %w", label, inFlight, err)
+			}
+			c.Source = label
+			progress("throughput %-14s max_in_flight %2d: %6.0f msg/s, shaper %.1f µs/msg (%.0f%% of a core), broker+sink %.1f µs/msg",
+				label, inFlight, c.Rate, c.ShaperUs, c.ShaperPct, c.HarnessUs)
+			sec.Cases = append(sec.Cases, c)
+		}
+	}
+	return sec, nil
+}
+
+func (b *bench) throughputCase(ctx context.Context, name, source string, inFlight int, window time.Duration) (ThroughputCase, error) {
+	s, err := startSink(false)
+	if err != nil {
+		return ThroughputCase{}, err
+	}
+	defer s.close()
+	// Past the group join and the first fetches.
+	p, w, err := b.steadyRun(ctx, name, pipelineYAML("through", source, "bucket: {capacity: 1000, max_queue_time: 1m}", "rate: {limit: 1000000}",
+		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: %d}}", s.URL, inFlight)), s.count.Load, 3000, window)
+	if err != nil {
+		return ThroughputCase{}, err
+	}
+	p.kill() // a drain would only add time; nothing here needs the commits
+	return ThroughputCase{MaxInFlight: inFlight, Window: w, Exhausted: s.count.Load() >= throughputBacklog}, nil
+}
+
+// ScaleSection is memory under a large backlog and the Redis-shared
+// limiter across replicas.
+type ScaleSection struct {
+	Common
+	Backlog []BacklogRun `json:"backlog"`
+	Shared  []SharedRun  `json:"shared"`
+}
+
+// BacklogRun is a `shaper run` child working through a Kafka backlog with
+// bucket capacity 1000 and no effective limit.
+type BacklogRun struct {
+	Backlog   int     `json:"backlog"`
+	Delivered int64   `json:"delivered"`
+	Seconds   float64 `json:"seconds"`
+	Rate      float64 `json:"msgs_per_sec"`
+	// HeapMiB is the most go_memstats_heap_inuse_bytes the child's
+	// /metrics showed (sampled every 200ms); RSSMiB its peak resident set
+	// (VmHWM of /proc/<pid>/status).
+	HeapMiB float64 `json:"heap_inuse_mib_max"`
+	RSSMiB  float64 `json:"rss_mib_peak"`
+	// Capped is set when the run stopped at the time cap before the
+	// backlog was through.
+	Capped bool `json:"capped,omitempty"`
+}
+
+// SharedRun is three `shaper run` replicas sharing one limit through a
+// real redis-server. RateErrPct compares the aggregate with the one
+// shared limit; CallsPerRequest is the EVALSHA and EVAL calls the server
+// ran (INFO commandstats) per request the sink received, over the window;
+// Fallback is set when a replica reported shaper_limiter_fallback at the
+// end of the window: it ran on its local limit for a while.
+type SharedRun struct {
+	Replicas        int     `json:"replicas"`
+	Limit           float64 `json:"limit"`
+	Seconds         float64 `json:"seconds"`
+	Rate            float64 `json:"aggregate_rate"`
+	RateErrPct      float64 `json:"rate_err_pct"`
+	Max100ms        int     `json:"max_per_100ms"`
+	Allowed100ms    int     `json:"allowed_per_100ms"`
+	CallsPerRequest float64 `json:"redis_calls_per_request"`
+	Requests        int     `json:"requests"`
+	Fallback        bool    `json:"fallback,omitempty"`
+}
+
+func runScale(ctx context.Context, b *bench) (*ScaleSection, error) {
+	sec := &ScaleSection{}
+	sizes := []struct {
+		topic string
+		n     int
+		cap   time.Duration
+	}{{"backlog100k", 100_000, 2 * time.Minute}, {"backlog1m", 1_000_000, 75 * time.Second}}
+	if b.o.quick {
+		sizes[1].n, sizes[1].cap = 200_000, 10*time.Second
+	}
+	for _, s := range sizes {
+		progress("scale: publishing a backlog of %d to Kafka", s.n)
+		if err := b.publishKafka(ctx, s.topic, s.n); err != nil {
+			return nil, err
+		}
+		r, err := b.backlogRun(ctx, s.topic, s.n, s.cap)
+		if err != nil {
+			return nil, fmt.Errorf("backlog %d: %w", s.n, err)
+		}
+		progress("scale: backlog %d: %d delivered in %.1fs (%.0f/s), heap ≤ %.1f MiB, peak RSS %.1f MiB",
+			r.Backlog, r.Delivered, r.Seconds, r.Rate, r.HeapMiB, r.RSSMiB)
+		sec.Backlog = append(sec.Backlog, r)
+	}
+	redis, err := startRedis(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer redis.close()
+	for _, limit := range []float64{100, 1000} {
+		r, err := b.sharedRun(ctx, redis, limit)
+		if err != nil {
+			return nil, fmt.Errorf("shared limit %v: %w", limit, err)
+		}
+		progress("scale: 3 replicas sharing %v/s: %.1f/s (%+.2f%%), max/100ms %d (≤%d), %.3f Redis calls per request",
+			limit, r.Rate, r.RateErrPct, r.Max100ms, r.Allowed100ms, r.CallsPerRequest)
+		sec.Shared = append(sec.Shared, r)
+	}
+	return sec, nil
+}
+
+// sampled runs sample every 200 ms while more holds, and once more after.
+func sampled(ctx context.Context, more func() bool, sample func()) {
+	for more() && ctx.Err() == nil {
+		sample()
+		time.Sleep(200 * time.Millisecond)
+	}
+	sample()
+}
+
+func (b *bench) backlogRun(ctx context.Context, topic string, n int, limit time.Duration) (BacklogRun, error) {
+	r := BacklogRun{Backlog: n}
+	s, err := startSink(false)
+	if err != nil {
+		return r, err
+	}
+	defer s.close()
+	p, err := b.startShaper("backlog-"+topic, pipelineYAML("backlog", b.kafkaYAML(topic, "shaper-backlog", true),
+		"bucket: {capacity: 1000, max_queue_time: 1m}", "rate: {limit: 1000000}", fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 64}}", s.URL)))
+	if err != nil {
+		return r, err
+	}
+	defer p.kill()
+	start := time.Now()
+	sampled(ctx, func() bool { return s.count.Load() < int64(n) && time.Since(start) < limit }, func() {
+		if m, err := p.scrape("go_memstats_heap_inuse_bytes"); err == nil {
+			r.HeapMiB = max(r.HeapMiB, m["go_memstats_heap_inuse_bytes"]/(1<<20))
+		}
+	})
+	r.Seconds = time.Since(start).Seconds()
+	r.Delivered = s.count.Load()
+	r.Capped = r.Delivered < int64(n)
+	r.Rate = float64(r.Delivered) / r.Seconds
+	if r.RSSMiB = peakRSS(p); r.Delivered == 0 {
+		return r, fmt.Errorf("nothing delivered; log:\n%s", p.tail())
+	}
+	return r, nil
+}
+
+// sharedRun starts three replicas on one JetStream durable (they share its
+// messages) with one limit in Redis, and measures what the sink receives
+// from all of them together over a steady window.
+func (b *bench) sharedRun(ctx context.Context, redis *redisServer, limit float64) (SharedRun, error) {
+	const replicas = 3
+	steady := 4 * time.Second
+	if b.o.quick {
+		steady = 2 * time.Second
+	}
+	r := SharedRun{Replicas: replicas, Limit: limit, Allowed100ms: int(limit/10) + 1}
+	stream := fmt.Sprintf("SHARED%d", int(limit))
+	// Enough for the start, the steady window and a margin, whatever the rate.
+	drop, err := b.stream(ctx, stream, int(limit*(steady.Seconds()+15)))
+	if err != nil {
+		return r, err
+	}
+	defer drop()
+	s, err := startSink(true)
+	if err != nil {
+		return r, err
+	}
+	defer s.close()
+	config := pipelineYAML("shared", b.natsYAML(stream, "shaper-shared"), "bucket: {capacity: 1000, max_queue_time: 1m}",
+		fmt.Sprintf("rate: {limit: %v, shared: {redis: {addr: %q}, key: \"shaper:bench:%v\", fallback_limit: %v, timeout: 200ms}}", limit, redis.Addr, limit, limit/replicas),
+		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 8}}", s.URL))
+	ds, err := b.startDaemons(ctx, fmt.Sprintf("shared-%v", limit), slices.Repeat([]string{config}, replicas))
+	if err != nil {
+		return r, err
+	}
+	defer ds.kill()
+	if !waitFor(ctx, time.Minute, s.reached(int64(limit))) {
+		return r, fmt.Errorf("no steady delivery within a minute; log:\n%s", ds[0].tail())
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := redis.client.ConfigResetStat(ctx).Err(); err != nil {
+		return r, err
+	}
+	from := time.Now()
+	time.Sleep(steady)
+	to := time.Now()
+	calls, err := redis.scriptCalls(ctx)
+	if err != nil {
+		return r, err
+	}
+	in := between(s.arrivals(), from, to)
+	r.Seconds = to.Sub(from).Seconds()
+	r.Requests = len(in)
+	r.Rate = float64(len(in)) / r.Seconds
+	r.RateErrPct = 100 * (r.Rate - limit) / limit
+	r.Max100ms = window.Most(in, 100*time.Millisecond)
+	if len(in) > 0 {
+		r.CallsPerRequest = float64(calls) / float64(len(in))
+	}
+	for _, p := range ds {
+		if m, err := p.scrape("shaper_limiter_fallback"); err == nil && m["shaper_limiter_fallback"] > 0 {
+			r.Fallback = true
+			progress("scale: a replica had fallen back to its local limit at the end of the window")
+		}
+	}
+	return r, nil
 }

@@ -27,7 +27,7 @@ func TestPeerRunTakesRateSpacingAndCPUPerMessageFromTheWindowsArrivals(t *testin
 	r := peerRun(100, ts, nil, 100*time.Millisecond, 22*time.Millisecond, 11*time.Millisecond, 5500*time.Microsecond)
 	want := PeerRun{
 		Seconds: 0.1, Delivered: 11, CPUUs: 2000, CPUPct: 22, BrokerUs: 1000, SinkUs: 500,
-		PeerTiming: PeerTiming{Rate: 100, RateErrPct: 0, Max100ms: 10, JitterP50: 0, JitterP99: 2000},
+		Timing: Timing{Rate: 100, RateErrPct: 0, Max100ms: 10, JitterP50: 0, JitterP99: 2000},
 	}
 	if math.Abs(r.Rate-want.Rate) > 1e-9 || math.Abs(r.RateErrPct) > 1e-9 || math.Abs(r.CPUPct-want.CPUPct) > 1e-9 {
 		t.Errorf("peerRun rate %v (error %v%%), CPU %v%% of a core; want %v (0%%), %v%%", r.Rate, r.RateErrPct, r.CPUPct, want.Rate, want.CPUPct)
@@ -45,7 +45,7 @@ func TestPeerCaseSummaryTakesMediansAndRatiosToTheHandWrittenLoop(t *testing.T) 
 	runs := func(cpu, broker []float64) []PeerRun {
 		out := make([]PeerRun, len(cpu))
 		for i := range cpu {
-			out[i] = PeerRun{CPUUs: cpu[i], BrokerUs: broker[i], PeerTiming: PeerTiming{Max100ms: 100 + i}}
+			out[i] = PeerRun{CPUUs: cpu[i], BrokerUs: broker[i], Timing: Timing{Max100ms: 100 + i}}
 		}
 		return out
 	}
@@ -86,18 +86,18 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 		shaper                PeerRun
 		want                  []bool // CPU, broker, precision; precision only above 1000/s
 	}{
-		{"all met", 1000, 0.6, 1.2, PeerRun{PeerTiming: PeerTiming{RateErrPct: -0.1, Max100ms: 102, JitterP99: 1000}}, []bool{true, true, true}},
-		{"CPU over", 1000, 0.61, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{false, true, true}},
-		{"broker over", 1000, 0.5, 1.21, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{true, false, true}},
-		{"rate error over", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{RateErrPct: 0.11, Max100ms: 101, JitterP99: 400}}, []bool{true, true, false}},
-		{"a crowded 100 ms", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
-		{"jitter over", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 1001}}, []bool{true, true, false}},
-		{"no CPU goal at 5000/s", 5000, 1.5, 0.3, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}}, []bool{true}},
+		{"all met", 1000, 0.6, 1.2, PeerRun{Timing: Timing{RateErrPct: -0.1, Max100ms: 102, JitterP99: 1000}}, []bool{true, true, true}},
+		{"CPU over", 1000, 0.61, 1, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 400}}, []bool{false, true, true}},
+		{"broker over", 1000, 0.5, 1.21, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 400}}, []bool{true, false, true}},
+		{"rate error over", 1000, 0.5, 1, PeerRun{Timing: Timing{RateErrPct: 0.11, Max100ms: 101, JitterP99: 400}}, []bool{true, true, false}},
+		{"a crowded 100 ms", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
+		{"jitter over", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 1001}}, []bool{true, true, false}},
+		{"no CPU goal at 5000/s", 5000, 1.5, 0.3, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 400}}, []bool{true}},
 		// With wire times the goal is held to them, whatever the
 		// handler's.
-		{"crowded at the handler only", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 106, JitterP99: 1200}, Wire: &PeerTiming{Max100ms: 102, JitterP99: 400}}, []bool{true, true, true}},
-		{"crowded on the wire", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101, JitterP99: 400}, Wire: &PeerTiming{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
-		{"rate error on the wire", 1000, 0.5, 1, PeerRun{PeerTiming: PeerTiming{Max100ms: 101}, Wire: &PeerTiming{RateErrPct: -0.11, Max100ms: 101}}, []bool{true, true, false}},
+		{"crowded at the handler only", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 106, JitterP99: 1200}, Wire: &Timing{Max100ms: 102, JitterP99: 400}}, []bool{true, true, true}},
+		{"crowded on the wire", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 101, JitterP99: 400}, Wire: &Timing{Max100ms: 103, JitterP99: 400}}, []bool{true, true, false}},
+		{"rate error on the wire", 1000, 0.5, 1, PeerRun{Timing: Timing{Max100ms: 101}, Wire: &Timing{RateErrPct: -0.11, Max100ms: 101}}, []bool{true, true, false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,7 +108,8 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 					{Name: partyShaper, ReadsBroker: true, Runs: []PeerRun{tt.shaper}, Median: tt.shaper, CPURatio: tt.cpuRatio, BrokerRatio: tt.brokerRatio},
 				},
 			}}}
-			goals := s.goals()
+			var goals goals
+			s.addGoals(&goals)
 			if len(goals) != len(tt.want) {
 				t.Fatalf("goals() = %+v; want %d goals", goals, len(tt.want))
 			}
@@ -126,14 +127,14 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 }
 
 func TestPeerMediansOfWireTimesNeedThemInEveryRun(t *testing.T) {
-	run := func(handler int, wire *PeerTiming) PeerRun {
-		return PeerRun{PeerTiming: PeerTiming{Max100ms: handler}, Wire: wire}
+	run := func(handler int, wire *Timing) PeerRun {
+		return PeerRun{Timing: Timing{Max100ms: handler}, Wire: wire}
 	}
-	m := medianRun([]PeerRun{run(104, &PeerTiming{Max100ms: 103}), run(106, &PeerTiming{Max100ms: 101}), run(105, &PeerTiming{Max100ms: 102})})
+	m := medianRun([]PeerRun{run(104, &Timing{Max100ms: 103}), run(106, &Timing{Max100ms: 101}), run(105, &Timing{Max100ms: 102})})
 	if m.Max100ms != 105 || m.Wire == nil || m.Wire.Max100ms != 102 {
 		t.Errorf("medianRun: most per 100 ms %d, on the wire %+v; want 105 and 102", m.Max100ms, m.Wire)
 	}
-	if m := medianRun([]PeerRun{run(104, &PeerTiming{Max100ms: 103}), run(106, nil), run(105, &PeerTiming{Max100ms: 102})}); m.Wire != nil || m.Max100ms != 105 {
+	if m := medianRun([]PeerRun{run(104, &Timing{Max100ms: 103}), run(106, nil), run(105, &Timing{Max100ms: 102})}); m.Wire != nil || m.Max100ms != 105 {
 		t.Errorf("medianRun with a run without wire times: on the wire %+v, most per 100 ms %d; want none and 105", m.Wire, m.Max100ms)
 	}
 }
@@ -142,14 +143,14 @@ func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewCloc
 	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: 200, Cases: []PeerCase{{
 		Source: "NATS JetStream", Limit: 1000, Allowed100ms: 102, Baseline: partyLoop,
 		Parties: []PeerParty{
-			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 200, CPUPct: 20, BrokerUs: 90, PeerTiming: PeerTiming{RateErrPct: -0.001, Max100ms: 104, JitterP99: 990}, Wire: &PeerTiming{RateErrPct: -0.001, Max100ms: 101, JitterP99: 900}}, CPURatio: 1, BrokerRatio: 1},
-			{Name: partyBenthos, Label: "benthos", Median: PeerRun{Delivered: 8000, CPUUs: 300, CPUPct: 30, PeerTiming: PeerTiming{RateErrPct: -25, Max100ms: 103}}, CPURatio: 1.5},
+			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 200, CPUPct: 20, BrokerUs: 90, Timing: Timing{RateErrPct: -0.001, Max100ms: 104, JitterP99: 990}, Wire: &Timing{RateErrPct: -0.001, Max100ms: 101, JitterP99: 900}}, CPURatio: 1, BrokerRatio: 1},
+			{Name: partyBenthos, Label: "benthos", Median: PeerRun{Delivered: 8000, CPUUs: 300, CPUPct: 30, Timing: Timing{RateErrPct: -25, Max100ms: 103}}, CPURatio: 1.5},
 			// 8000 × 12 µs is 96 ms of CPU: 9 ticks of 10 ms.
-			{Name: partyShaper, Label: "shaper", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 250, CPUPct: 25, BrokerUs: 12, PeerTiming: PeerTiming{Max100ms: 102}}, CPURatio: 1.25, BrokerRatio: 0.13},
+			{Name: partyShaper, Label: "shaper", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 250, CPUPct: 25, BrokerUs: 12, Timing: Timing{Max100ms: 102}}, CPURatio: 1.25, BrokerRatio: 0.13},
 		},
 	}}}
 	var b strings.Builder
-	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
+	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }, &Report{})
 	md := b.String()
 	for _, want := range []string{
 		// Wire times: the goal's columns hold them, the last the handler's.
@@ -167,7 +168,7 @@ func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewCloc
 	// exact: nothing is flagged, and the text says where they came from.
 	s.CPUClock = cpuClockProcess
 	b.Reset()
-	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
+	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }, &Report{})
 	md = b.String()
 	if !strings.Contains(md, "|  | shaper | 250 µs (25%) | 1.25× | 12 µs | 0.13× |") || strings.Contains(md, "†") {
 		t.Errorf("with CPUClock %q the markdown flags a figure, or lacks the shaper row unflagged:\n%s", s.CPUClock, md)
@@ -200,7 +201,9 @@ func TestProcessCPUCountsWhatGetrusageAndProcStatCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	rusage := time.Duration(after.Utime.Nano()+after.Stime.Nano()) - time.Duration(before.Utime.Nano()+before.Stime.Nano())
-	if d := c1 - c0; d < 100*time.Millisecond || d > rusage+20*time.Millisecond {
+	// On a loaded machine the loop gets less than its 200 ms of CPU; what
+	// it got, the clock and getrusage must agree on.
+	if d := c1 - c0; d <= 0 || d < rusage-20*time.Millisecond || d > rusage+20*time.Millisecond {
 		t.Errorf("CPU clock moved %v over a 200 ms busy loop; getrusage counted %v", d, rusage)
 	}
 
@@ -227,15 +230,15 @@ func TestProcessCPUCountsWhatGetrusageAndProcStatCount(t *testing.T) {
 func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tmp, bins := buildTestPeers(ctx, t, "sink", "natsserver", "jsloop")
+	tmp, bins := buildTestPeers(ctx, t, "sink", "broker", "loop")
 	var err error
-	b := &peerBench{o: &options{tmp: tmp}, bins: bins, warmup: 500 * time.Millisecond, window: time.Second}
+	b := &peerBench{b: &bench{o: &options{tmp: tmp}}, bins: bins, warmup: 500 * time.Millisecond, window: time.Second}
 	defer b.close()
 	if b.sink, err = startPeerSink(ctx, tmp, filepath.Join(bins, "sink")); err != nil {
 		t.Fatal(err)
 	}
-	if b.natsServer, b.natsURL, err = startReady(ctx, tmp, "natsserver", filepath.Join(bins, "natsserver"),
-		"-stream", peerStream, "-subject", peerStreamIn, "-backlog", "2000"); err != nil {
+	if b.natsServer, b.natsURL, err = startReady(ctx, tmp, "natsserver", filepath.Join(bins, "broker"),
+		"-kind", "nats", "-stream", peerStream, "-subject", peerStreamIn, "-backlog", "2000"); err != nil {
 		t.Fatal(err)
 	}
 	if b.nc, err = nats.Connect(b.natsURL); err != nil {
@@ -295,7 +298,7 @@ func TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler(t *testing.T) {
 	}
 	defer sink.close()
 	for _, keepAlive := range []bool{true, false} {
-		if err := sink.reset(); err != nil {
+		if _, err := sink.call(http.MethodPost, "/reset"); err != nil {
 			t.Fatal(err)
 		}
 		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: !keepAlive}}
@@ -338,7 +341,7 @@ func buildTestPeers(ctx context.Context, t *testing.T, programs ...string) (tmp,
 	}
 	tmp = t.TempDir()
 	bins = filepath.Join(tmp, "bin")
-	if err := buildPeers(ctx, root, bins, programs...); err != nil {
+	if err := buildPeers(ctx, &bench{o: &options{root: root, tmp: tmp}}, bins, programs...); err != nil {
 		t.Fatal(err)
 	}
 	return tmp, bins

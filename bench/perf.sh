@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # perf.sh profiles one party of the peers section with Linux perf: shaper
-# (`shaper run`) or the hand-written JetStream loop (bench/peers/jsloop),
+# (`shaper run`) or the hand-written JetStream loop (bench/peers/loop -source jetstream),
 # from JetStream to an HTTP sink at a paced rate, each of nats-server, the
 # sink and the party a process of its own, as `go run ./bench -only peers`
 # runs them. It prints the party's CPU per message and context switches per
@@ -33,13 +33,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$repo" && go build -o "$tmp/natsserver" ./bench/peers/natsserver &&
+(cd "$repo" && go build -o "$tmp/broker" ./bench/peers/broker &&
 	go build -o "$tmp/sink" ./bench/peers/sink &&
-	go build -o "$tmp/jsloop" ./bench/peers/jsloop &&
+	go build -o "$tmp/loop" ./bench/peers/loop &&
 	go build -o "$tmp/shaper" ./cmd/shaper)
 
 # Enough backlog for the warm-up, the profile and the count.
-"$tmp/natsserver" -stream IN -subject in.cb -backlog $((limit * (2 * secs + 10) + 1000)) >"$tmp/nats.out" 2>&1 &
+"$tmp/broker" -kind nats -stream IN -subject in.cb -backlog $((limit * (2 * secs + 10) + 1000)) >"$tmp/nats.out" 2>&1 &
 pids+=($!)
 "$tmp/sink" -listen 127.0.0.1:0 >"$tmp/sink.out" 2>&1 &
 pids+=($!)
@@ -51,7 +51,7 @@ nats=$(grep -m1 nats "$tmp/nats.out")
 sink=$(head -1 "$tmp/sink.out")/callback
 
 if [[ $party == loop ]]; then
-	"$tmp/jsloop" -nats "$nats" -stream IN -consumer perf -sink "$sink" -rate "$limit" -workers 8 >"$tmp/party.out" 2>&1 &
+	"$tmp/loop" -source jetstream -nats "$nats" -stream IN -consumer perf -sink "$sink" -rate "$limit" -workers 8 >"$tmp/party.out" 2>&1 &
 else
 	cat >"$tmp/shaper.yaml" <<YAML
 pipelines:

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/embedded"
 	"github.com/shaper-dev/shaper/shaper"
+	"github.com/shaper-dev/shaper/sources"
 )
 
 // BenchmarkPipelineCPU runs the real pipeline in this process, from a
@@ -40,31 +42,33 @@ func BenchmarkPipelineCPU(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/limit=%s/max_in_flight=%d", c.source, limit, c.inFlight), func(b *testing.B) {
 			ctx := context.Background()
 			name := fmt.Sprintf("cpu%d", i)
+			env := &bench{o: &options{}}
 			var src config.Source
 			switch c.source {
 			case "kafka":
-				k, err := startKafka(name)
+				k, err := embedded.StartKafka(kafkaPartitions, name)
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer k.close()
-				if err := k.publish(ctx, name, 0, b.N); err != nil {
+				defer k.Close()
+				env.kafka = k
+				if err := env.publishKafka(ctx, name, b.N); err != nil {
 					b.Fatal(err)
 				}
-				src = k.sourceConfig(name, "shaper-"+name)
+				src = config.Source{Kafka: sources.InProcessKafka(k.Addrs(), name, "shaper-"+name)}
 			default:
 				js, err := startJetStream()
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer js.close()
-				if err := js.stream(ctx, "CPU"); err != nil {
+				defer js.Close()
+				env.js = js
+				drop, err := env.stream(ctx, name, b.N)
+				if err != nil {
 					b.Fatal(err)
 				}
-				if err := js.publish(ctx, "CPU", 0, b.N, nil); err != nil {
-					b.Fatal(err)
-				}
-				src = js.sourceConfig("CPU", "shaper-cpu")
+				defer drop()
+				src = env.natsSource(name, "shaper-"+name)
 			}
 			sink, err := startSink(false)
 			if err != nil {
@@ -82,7 +86,7 @@ func BenchmarkPipelineCPU(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ok := sink.waitCount(ctx, int64(b.N), 10*time.Minute)
+			ok := waitFor(ctx, 10*time.Minute, sink.reached(int64(b.N)))
 			cpu, took := selfCPU()-cpu0, time.Since(start)
 			b.StopTimer()
 			if err := r.stop(); err != nil {

@@ -13,10 +13,11 @@ import (
 )
 
 // PushbackSection is how the pipeline follows a sink whose capacity steps
-// down and up again (docs/multi-tenant.md, "When the sink pushes back"): the same
-// schedule of capacities behind the adaptive rate and behind a fixed rate,
-// one after the other.
+// down and up again (docs/multi-tenant.md, "When the sink pushes back"):
+// the same schedule of capacities behind the adaptive rate and behind a
+// fixed rate, one after the other.
 type PushbackSection struct {
+	Common
 	// Limit is rate.limit of both runs.
 	Limit float64 `json:"limit"`
 	// Steps is the sink's schedule: from each step's At (seconds from its
@@ -28,20 +29,9 @@ type PushbackSection struct {
 	SettleSeconds float64       `json:"settle_seconds"`
 	SampleMs      int           `json:"sample_ms"`
 	Messages      int           `json:"messages"`
-	Load          Load          `json:"load"`
 	Runs          []PushbackRun `json:"runs"`
 	// TwoDestinations is the run with one destination held (issue 30).
 	TwoDestinations *TwoDestinations `json:"two_destinations,omitempty"`
-	// MeasuredBy is the run that measured the section, which stays with it
-	// when it is merged into the report of another run.
-	MeasuredBy Provenance `json:"measured_by"`
-}
-
-// Provenance is the command, date and commit of a harness run.
-type Provenance struct {
-	Command string `json:"command"`
-	Date    string `json:"date"`
-	Commit  string `json:"commit"`
 }
 
 // PushbackStep is one capacity of the sink's schedule.
@@ -110,19 +100,14 @@ const (
 	pushbackHold   = 2 * time.Second
 )
 
-func runPushback(ctx context.Context, o *options, env *environment) (*PushbackSection, error) {
-	probe := startLoadProbe()
+func runPushback(ctx context.Context, b *bench) (*PushbackSection, error) {
 	step := 30 * time.Second
-	if o.quick {
+	if b.o.quick {
 		step = 10 * time.Second
 	}
 	sec := &PushbackSection{
-		Limit: 100,
-		Steps: []PushbackStep{
-			{At: 0, Capacity: 100},
-			{At: step.Seconds(), Capacity: 30},
-			{At: 2 * step.Seconds(), Capacity: 80},
-		},
+		Limit:         100,
+		Steps:         []PushbackStep{{At: 0, Capacity: 100}, {At: step.Seconds(), Capacity: 30}, {At: 2 * step.Seconds(), Capacity: 80}},
 		Seconds:       3 * step.Seconds(),
 		SettleSeconds: step.Seconds() / 3,
 		SampleMs:      100,
@@ -138,9 +123,9 @@ func runPushback(ctx context.Context, o *options, env *environment) (*PushbackSe
 	}
 	for i, r := range runs {
 		progress("pushback: %s, the sink's capacity %s over %.0f s", r.label, scheduleText(sec.Steps), sec.Seconds)
-		run, err := pushbackRun(ctx, env.js, sec, i, r.adaptive)
+		run, err := b.pushbackRun(ctx, sec, i, r.adaptive)
 		if err != nil {
-			return nil, fmt.Errorf("pushback %s: %w", r.name, err)
+			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}
 		run.Name, run.Label = r.name, r.label
 		var follow []string
@@ -151,11 +136,34 @@ func runPushback(ctx context.Context, o *options, env *environment) (*PushbackSe
 		sec.Runs = append(sec.Runs, run)
 	}
 	var err error
-	if sec.TwoDestinations, err = twoDestinations(ctx, env.js, o.quick); err != nil {
-		return nil, fmt.Errorf("pushback, two destinations: %w", err)
+	if sec.TwoDestinations, err = b.twoDestinations(ctx); err != nil {
+		return nil, fmt.Errorf("two destinations: %w", err)
 	}
-	sec.Load = probe.stop()
 	return sec, nil
+}
+
+// pushbackRun runs one pipeline through the sink's schedule and measures
+// it.
+func (b *bench) pushbackRun(ctx context.Context, sec *PushbackSection, i int, adaptive *shaper.AdaptiveConfig) (PushbackRun, error) {
+	contract := &slidingContract{steps: sec.Steps}
+	s, err := serveSink(&sink{record: true, admit: contract.admit}, "127.0.0.1")
+	if err != nil {
+		return PushbackRun{}, err
+	}
+	f, err := b.startFlow(ctx, pipelineSpec{
+		name: fmt.Sprintf("PUSH%d", i), rate: shaper.RateConfig{Mode: shaper.ModeLeaky, Limit: sec.Limit, Adaptive: adaptive},
+		// Nothing may expire while the sink holds the rate down.
+		capacity: 500, maxInFlight: 8, maxQueueTime: 5 * time.Minute,
+	}, sec.Messages, s)
+	if err != nil {
+		return PushbackRun{}, err
+	}
+	defer f.close()
+	limits, err := sampleLimit(ctx, f.p, contract, time.Duration(sec.SampleMs)*time.Millisecond, time.Duration(sec.Seconds*float64(time.Second)))
+	if err != nil {
+		return PushbackRun{}, err
+	}
+	return measurePushback(sec, contract.start(), s.arrivals(), s.refusals(), limits), nil
 }
 
 // TwoDestinations is one pipeline at Limit whose messages name, in turn,
@@ -186,9 +194,9 @@ type TwoDestinations struct {
 
 // twoDestinations runs the TwoDestinations case: A on 127.0.0.1, B on
 // 127.0.0.2, each a sink of this harness, behind one pipeline.
-func twoDestinations(ctx context.Context, js *jetStream, quick bool) (*TwoDestinations, error) {
+func (b *bench) twoDestinations(ctx context.Context) (*TwoDestinations, error) {
 	d := &TwoDestinations{Limit: 100, Capacity: 200, MaxQueueTime: 10, RetryAfter: 60, Seconds: 65}
-	if quick {
+	if b.o.quick {
 		d.MaxQueueTime, d.RetryAfter, d.Seconds = 2, 3, 8
 	}
 	d.PerKeyCapacity = d.Capacity / 4 // the default with url_from on JetStream
@@ -197,27 +205,28 @@ func twoDestinations(ctx context.Context, js *jetStream, quick bool) (*TwoDestin
 		return nil, err
 	}
 	defer a.close()
-	b, err := serveSink(&sink{record: true}, "127.0.0.2")
+	ok, err := serveSink(&sink{record: true}, "127.0.0.2")
 	if err != nil {
 		return nil, err
 	}
-	defer b.close()
+	defer ok.close()
 	const name, durable = "PUSHDEST", "shaper-pushback-destinations"
-	if err := js.stream(ctx, name); err != nil {
+	drop, err := b.stream(ctx, name, 0)
+	if err != nil {
 		return nil, err
 	}
-	defer js.deleteStream(context.WithoutCancel(ctx), name)
+	defer drop()
 	// Enough for B at the whole limit all along: its lane never runs dry.
 	d.Published = 2 * int(d.Limit*(d.Seconds+10))
-	urls := []string{a.URL, b.URL}
-	if err := js.Publish(ctx, name+".in", d.Published, func(i int) []byte {
+	urls := []string{a.URL, ok.URL}
+	if err := b.js.Publish(ctx, name+".in", d.Published, func(i int) []byte {
 		return fmt.Appendf(nil, `{"url":%q,"payment":"pay_%010d"}`, urls[i%2], i)
 	}); err != nil {
 		return nil, err
 	}
 	progress("pushback: two destinations at %g/s, A answering 429 Retry-After: %d to everything, for %.0f s", d.Limit, d.RetryAfter, d.Seconds)
 	r, err := startPipeline(ctx, pipelineSpec{
-		name: name, source: js.sourceConfig(name, durable), urlFrom: "json:url", allowedHosts: []string{"127.0.0.1", "127.0.0.2"},
+		name: name, source: b.natsSource(name, durable), urlFrom: "json:url", allowedHosts: []string{"127.0.0.1", "127.0.0.2"},
 		rate:     shaper.RateConfig{Mode: shaper.ModeLeaky, Limit: d.Limit},
 		capacity: d.Capacity, maxInFlight: 8, maxQueueTime: time.Duration(d.MaxQueueTime * float64(time.Second)),
 		onExpire: shaper.OnExpireDrop, maxBackoff: 2 * time.Duration(d.RetryAfter) * time.Second,
@@ -227,86 +236,41 @@ func twoDestinations(ctx context.Context, js *jetStream, quick bool) (*TwoDestin
 	}
 	first := func() time.Time {
 		var t time.Time
-		for _, ts := range [][]time.Time{a.refusals(), b.arrivals()} {
+		for _, ts := range [][]time.Time{a.refusals(), ok.arrivals()} {
 			if len(ts) > 0 && (t.IsZero() || ts[0].Before(t)) {
 				t = ts[0]
 			}
 		}
 		return t
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for first().IsZero() && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(ctx, 30*time.Second, func() bool { return !first().IsZero() })
 	origin := first()
-	if origin.IsZero() {
-		_ = r.stop()
-		return nil, fmt.Errorf("no request within 30s")
-	}
 	end := origin.Add(time.Duration(d.Seconds * float64(time.Second)))
-	select {
-	case <-time.After(time.Until(end)):
-	case <-ctx.Done():
-		_ = r.stop()
-		return nil, ctx.Err()
+	if !origin.IsZero() {
+		time.Sleep(time.Until(end))
 	}
-	ok, refused := b.arrivals(), a.refusals()
+	delivered, refused := ok.arrivals(), a.refusals()
 	if err := r.stop(); err != nil {
 		progress("pushback, two destinations: pipeline stop: %v", err)
 	}
+	if origin.IsZero() {
+		return nil, fmt.Errorf("no request within 30s")
+	}
 	st := r.p.Status()
-	d.BDelivered = len(between(ok, origin.Add(time.Second), end))
+	d.BDelivered = len(between(delivered, origin.Add(time.Second), end))
 	d.BRate = round2(float64(d.BDelivered) / (d.Seconds - 1))
 	for _, t := range refused {
 		d.ARequestsAt = append(d.ARequestsAt, round2(t.Sub(origin).Seconds()))
 	}
-	if d.Unacked, err = js.Unacked(ctx, name, durable); err != nil {
+	if d.Unacked, err = b.js.Unacked(ctx, name, durable); err != nil {
 		return nil, err
 	}
 	d.Delivered, d.Expired = st.Outcomes[shaper.OutcomeDelivered], st.Outcomes[shaper.OutcomeDropped]
 	d.Lost = int64(d.Published) - d.Delivered - d.Expired - st.Outcomes[shaper.OutcomeExpired] - st.Outcomes[shaper.OutcomeDeadLettered] - int64(d.Unacked)
-	d.Duplicates = int64(len(b.arrivals())) - d.Delivered
+	d.Duplicates = int64(len(ok.arrivals())) - d.Delivered
 	progress("pushback, two destinations: B %.1f/s (%.1f%% of the limit); A %d requests, at %v s; %d delivered, %d expired, %d unacked, %d lost, %d duplicates",
 		d.BRate, 100*d.BRate/d.Limit, len(d.ARequestsAt), d.ARequestsAt, d.Delivered, d.Expired, d.Unacked, d.Lost, d.Duplicates)
 	return d, nil
-}
-
-// pushbackRun runs one pipeline through the sink's schedule and measures
-// it.
-func pushbackRun(ctx context.Context, js *jetStream, sec *PushbackSection, i int, adaptive *shaper.AdaptiveConfig) (PushbackRun, error) {
-	var run PushbackRun
-	name := fmt.Sprintf("PUSH%d", i)
-	if err := js.stream(ctx, name); err != nil {
-		return run, err
-	}
-	defer js.deleteStream(context.WithoutCancel(ctx), name)
-	if err := js.publish(ctx, name, 0, sec.Messages, nil); err != nil {
-		return run, err
-	}
-	contract := &slidingContract{steps: sec.Steps}
-	sink, err := startThrottlingSink(contract.admit)
-	if err != nil {
-		return run, err
-	}
-	defer sink.close()
-	r, err := startPipeline(ctx, pipelineSpec{
-		name: name, source: js.sourceConfig(name, "shaper-pushback"), sinkURL: sink.URL,
-		rate:     shaper.RateConfig{Mode: shaper.ModeLeaky, Limit: sec.Limit, Adaptive: adaptive},
-		capacity: 500, maxInFlight: 8,
-		// Nothing may expire while the sink holds the rate down.
-		maxQueueTime: 5 * time.Minute,
-	})
-	if err != nil {
-		return run, err
-	}
-	limits, err := sampleLimit(ctx, r.p, contract, time.Duration(sec.SampleMs)*time.Millisecond, time.Duration(sec.Seconds*float64(time.Second)))
-	if err := r.stop(); err != nil {
-		progress("pushback %s: pipeline stop: %v", name, err)
-	}
-	if err != nil {
-		return run, err
-	}
-	return measurePushback(sec, contract.start(), sink.arrivals(), sink.refusals(), limits), nil
 }
 
 // limitAt is the limit in force at one moment.
@@ -498,97 +462,4 @@ func followText(s float64) string {
 		return "not within 10%"
 	}
 	return fmt.Sprintf("%.1f s", s)
-}
-
-// The push-back picture, in the style of shaping.svg: one panel per run on
-// one time axis, each with the sink's capacity (a grey step), the limit in
-// force (dashed), the rate delivered over the second before each sample (a
-// coloured line) and a red tick under the axis for each sample with 429s.
-const pushbackPanelH = 150
-
-var pushbackColours = []string{"#1f77b4", "#c62828"}
-
-func renderPushbackSVG(sec *PushbackSection) string {
-	var b strings.Builder
-	n := len(sec.Runs)
-	height := svgTop + n*pushbackPanelH + (n-1)*svgPanelGap + svgBottom
-	plotW := float64(svgWidth - svgLeft - svgRight)
-	x := func(s float64) float64 { return svgLeft + plotW*s/sec.Seconds }
-	yMax := math.Ceil(sec.Limit*1.2/10) * 10
-
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="11">`+"\n",
-		svgWidth, height, svgWidth, height)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">A sink whose capacity steps %s, behind rate.limit %g</text>`+"\n", svgLeft, scheduleText(sec.Steps), sec.Limit)
-	lx := float64(svgLeft)
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="38" x2="%.0f" y2="38" stroke="#b0b0b0" stroke-width="5"/><text x="%.0f" y="42">sink capacity (per sliding second)</text>`+"\n", lx, lx+18, lx+22)
-	lx += 210
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="38" x2="%.0f" y2="38" stroke="#333" stroke-dasharray="4 3"/><text x="%.0f" y="42">limit in force</text>`+"\n", lx, lx+18, lx+22)
-	lx += 110
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="38" x2="%.0f" y2="38" stroke="#333" stroke-width="2"/><text x="%.0f" y="42">delivered (2xx over the last 1 s)</text>`+"\n", lx, lx+18, lx+22)
-	lx += 215
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="34" x2="%.0f" y2="42" stroke="#c62828"/><text x="%.0f" y="42">a 429 (under the axis)</text>`+"\n", lx, lx, lx+6)
-
-	tick := 10.0
-	if sec.Seconds < 60 {
-		tick = 5
-	}
-	for i, run := range sec.Runs {
-		top := float64(svgTop + i*(pushbackPanelH+svgPanelGap))
-		bottom := top + pushbackPanelH
-		y := func(v float64) float64 { return bottom - pushbackPanelH*math.Min(v, yMax)/yMax }
-		colour := pushbackColours[i%len(pushbackColours)]
-
-		fmt.Fprintf(&b, `<text x="%d" y="%.0f" font-size="12" font-weight="bold" fill="%s">%s</text>`+"\n", svgLeft, top-6, colour, xmlEscape(run.Label))
-		fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end" fill="#555">429s: %.1f%% of requests, %.1f%% in steady state</text>`+"\n", svgWidth-svgRight, top-6, run.ThrottledPct, run.SteadyThrottledPct)
-		for v := 0.0; v <= yMax; v += 50 {
-			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e6e6e6"/>`+"\n", svgLeft, y(v), svgWidth-svgRight, y(v))
-			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%g/s</text>`+"\n", svgLeft-6, y(v)+4, v)
-		}
-		// The capacity, a step line under the others.
-		var capPath strings.Builder
-		for j, st := range sec.Steps {
-			next := sec.Seconds
-			if j+1 < len(sec.Steps) {
-				next = sec.Steps[j+1].At
-			}
-			verb := "L"
-			if j == 0 {
-				verb = "M"
-			}
-			fmt.Fprintf(&capPath, "%s%.1f,%.1f L%.1f,%.1f ", verb, x(st.At), y(float64(st.Capacity)), x(next), y(float64(st.Capacity)))
-		}
-		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="#b0b0b0" stroke-width="5" stroke-linejoin="round"/>`+"\n", strings.TrimSpace(capPath.String()))
-		// The limit in force and the delivered rate.
-		var limPath, outPath strings.Builder
-		for j, s := range run.Samples {
-			verb := "L"
-			if j == 0 {
-				verb = "M"
-			}
-			fmt.Fprintf(&limPath, "%s%.1f,%.1f ", verb, x(s.T), y(s.Limit))
-			fmt.Fprintf(&outPath, "%s%.1f,%.1f ", verb, x(s.T), y(s.Delivered))
-		}
-		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="#333" stroke-dasharray="4 3" stroke-width="1.2"/>`+"\n", strings.TrimSpace(limPath.String()))
-		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`+"\n", strings.TrimSpace(outPath.String()), colour)
-		// 429s: a tick under the axis at each sample that saw any.
-		for _, s := range run.Samples {
-			if s.Throttled > 0 {
-				fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#c62828"/>`+"\n", x(s.T), bottom+2, x(s.T), bottom+8)
-			}
-		}
-		// Axes.
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#333"/>`+"\n", svgLeft, bottom, svgWidth-svgRight, bottom)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#333"/>`+"\n", svgLeft, top, svgLeft, bottom)
-		for s := 0.0; s <= sec.Seconds; s += tick {
-			if i == n-1 {
-				fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%g</text>`+"\n", x(s), bottom+20, s)
-			}
-		}
-	}
-	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">seconds from the sink's first request</text>`+"\n", svgLeft+plotW/2, height-8)
-	fmt.Fprintf(&b, `<text transform="translate(14 %d) rotate(-90)" text-anchor="middle">requests per second</text>`+"\n",
-		svgTop+(n*pushbackPanelH+(n-1)*svgPanelGap)/2)
-	b.WriteString("</svg>\n")
-	return b.String()
 }

@@ -3,7 +3,11 @@ package main
 import (
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/window"
 )
 
 func sortTimes(ts []time.Time) {
@@ -24,6 +28,31 @@ func pacedRate(ts []time.Time) float64 {
 		return 0
 	}
 	return float64(len(ts)-1) / ts[len(ts)-1].Sub(ts[0]).Seconds()
+}
+
+// Timing is how the arrivals of a window at a sink were spread (in the
+// peers section, by one of the sink's clocks: when its handler ran, or
+// when the bytes reached its host).
+type Timing struct {
+	// Rate is (n-1)/(t_n - t_1) over the window's arrivals, and RateErrPct
+	// its error against the limit.
+	Rate       float64 `json:"rate"`
+	RateErrPct float64 `json:"rate_err_pct"`
+	// Max100ms is the most arrivals in any 100 ms of the window.
+	Max100ms int `json:"max_per_100ms"`
+	// JitterP50 and JitterP99 are quantiles of |gap - 1/limit| between
+	// consecutive arrivals of the window, in microseconds.
+	JitterP50 float64 `json:"jitter_p50_us"`
+	JitterP99 float64 `json:"jitter_p99_us"`
+}
+
+// timing is the timing of the sorted arrivals st against limit.
+func timing(limit float64, st []time.Time) Timing {
+	t := Timing{Rate: pacedRate(st)}
+	t.RateErrPct = 100 * (t.Rate - limit) / limit
+	t.Max100ms = window.Most(st, 100*time.Millisecond)
+	t.JitterP50, t.JitterP99 = jitter(st, time.Duration(float64(time.Second)/limit))
+	return t
 }
 
 // jitter returns the p50 and p99 of |gap - interval| over consecutive
@@ -68,4 +97,75 @@ func median(vs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// benchRuns is what one benchmark of `go test -bench` output reported:
+// every value of each unit, over its runs.
+type benchRuns struct {
+	name   string
+	values map[string][]float64
+}
+
+// parseBenchmarks reads `go test -bench` output and returns its
+// benchmarks in order of first appearance, each named without its
+// Benchmark prefix and -GOMAXPROCS suffix.
+func parseBenchmarks(out string) []*benchRuns {
+	var list []*benchRuns
+	byName := map[string]*benchRuns{}
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := strings.TrimPrefix(f[0], "Benchmark")
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i]
+			}
+		}
+		r := byName[name]
+		if r == nil {
+			r = &benchRuns{name: name, values: map[string][]float64{}}
+			byName[name] = r
+			list = append(list, r)
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				r.values[f[i+1]] = append(r.values[f[i+1]], v)
+			}
+		}
+	}
+	return list
+}
+
+// LimiterBench is one sub-benchmark's median over -count runs.
+type LimiterBench struct {
+	Name        string  `json:"name"`
+	NsPerOp     float64 `json:"ns_per_op"`
+	NsMin       float64 `json:"ns_per_op_min"`
+	NsMax       float64 `json:"ns_per_op_max"`
+	AllocsPerOp float64 `json:"allocs_per_op"`
+	BytesPerOp  float64 `json:"bytes_per_op"`
+	Runs        int     `json:"runs"`
+}
+
+// limiterBenchmarks are the medians and the range of ns/op of the
+// benchmarks that report it.
+func limiterBenchmarks(list []*benchRuns) []LimiterBench {
+	var out []LimiterBench
+	for _, r := range list {
+		if ns := r.values["ns/op"]; len(ns) > 0 {
+			out = append(out, LimiterBench{Name: r.name, NsPerOp: median(ns), NsMin: slices.Min(ns), NsMax: slices.Max(ns),
+				AllocsPerOp: median(r.values["allocs/op"]), BytesPerOp: median(r.values["B/op"]), Runs: len(ns)})
+		}
+	}
+	return out
+}
+
+// runsOf is how many runs the first benchmark had.
+func runsOf(l []LimiterBench) int {
+	if len(l) == 0 {
+		return 0
+	}
+	return l[0].Runs
 }

@@ -23,12 +23,11 @@ import (
 // a limit taken in turn, run after run. The child's CPU is its process CPU
 // clock over the window, per message the sink received in it.
 type TuningSection struct {
-	Load          Load          `json:"load"`
+	Common
 	Runs          int           `json:"runs"`
 	WarmupSeconds float64       `json:"warmup_seconds"`
 	WindowSeconds float64       `json:"window_seconds"`
 	Cases         []TuningCase  `json:"cases"`
-	MeasuredBy    Provenance    `json:"measured_by"`
 	Rows          []TuningKnobs `json:"rows"`
 }
 
@@ -74,23 +73,20 @@ var tuningRows = []TuningKnobs{
 // tuningStream is the JetStream stream the section reads.
 const tuningStream = "TUNING"
 
-func runTuning(ctx context.Context, o *options, env *environment) (_ *TuningSection, err error) {
-	probe := startLoadProbe()
+func runTuning(ctx context.Context, b *bench) (*TuningSection, error) {
 	s := &TuningSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, Rows: tuningRows}
-	if o.quick {
+	if b.o.quick {
 		s.Runs, s.WarmupSeconds, s.WindowSeconds = 1, 1, 3
 	}
 	limits := []float64{100, 1000}
 	n := int(slices.Max(limits) * (s.WarmupSeconds + s.WindowSeconds + 10))
-	if err := env.js.stream(ctx, tuningStream); err != nil {
-		return nil, err
-	}
-	defer env.js.deleteStream(context.WithoutCancel(ctx), tuningStream)
 	progress("tuning: %d messages into JetStream", n)
-	if err := env.js.publish(ctx, tuningStream, 0, n, nil); err != nil {
+	drop, err := b.stream(ctx, tuningStream, n)
+	if err != nil {
 		return nil, err
 	}
-	sink, err := startTLSSink(o.tmp)
+	defer drop()
+	sink, err := startTLSSink(b.o.tmp)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +100,7 @@ func runTuning(ctx context.Context, o *options, env *environment) (_ *TuningSect
 					return nil, ctx.Err()
 				}
 				id := fmt.Sprintf("tuning-%g-%d-%d", limit, i, rep)
-				r, err := measureTuning(ctx, env, sink, o.tmp, id, limit, row, s)
+				r, err := measureTuning(ctx, b, sink, id, limit, row, s)
 				if err != nil {
 					return nil, fmt.Errorf("%g/s, %s, run %d: %w", limit, row.Name, rep, err)
 				}
@@ -123,22 +119,17 @@ func runTuning(ctx context.Context, o *options, env *environment) (_ *TuningSect
 		}
 		s.Cases = append(s.Cases, c)
 	}
-	s.Load = probe.stop()
 	return s, nil
 }
 
 // measureTuning runs one child of row at limit and measures its window.
-func measureTuning(ctx context.Context, env *environment, sink *tlsSink, dir, id string, limit float64, row TuningKnobs, s *TuningSection) (TuningRun, error) {
+func measureTuning(ctx context.Context, b *bench, sink *tlsSink, id string, limit float64, row TuningKnobs, s *TuningSection) (TuningRun, error) {
 	sink.reset()
-	pipelines := fmt.Sprintf(`
-  - name: tuning
-    source: {nats: {url: %q, subject: %s.in, stream: %s, durable: %s}}
-    bucket: {capacity: 1000, max_queue_time: 1m}
-    rate: {mode: leaky, limit: %v}
-    sink:
-      http: {url: %q, max_in_flight: 8, tls: {ca_file: %q}}
-`, env.js.URL(), tuningStream, tuningStream, id, limit, sink.url, sink.caFile)
-	ch, err := startChildEnv(env.bin, dir, id, pipelines, []string{"SHAPER_TUNING=" + row.Env})
+	pipelines := pipelineYAML("tuning", b.natsYAML(tuningStream, id),
+		"bucket: {capacity: 1000, max_queue_time: 1m}",
+		fmt.Sprintf("rate: {mode: leaky, limit: %v}", limit),
+		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 8, tls: {ca_file: %q}}}", sink.url, sink.caFile))
+	ch, err := b.startShaperEnv(id, pipelines, []string{"SHAPER_TUNING=" + row.Env})
 	if err != nil {
 		return TuningRun{}, err
 	}
@@ -163,7 +154,7 @@ func measureTuning(ctx context.Context, env *environment, sink *tlsSink, dir, id
 
 // tuningCPU is the child's CPU time from its process CPU clock, or from
 // /proc in ticks where that clock cannot be read.
-func tuningCPU(ch *child) time.Duration {
+func tuningCPU(ch *proc) time.Duration {
 	if d, err := processCPU(ch.pid()); err == nil {
 		return d
 	}
@@ -252,10 +243,12 @@ func (s *tlsSink) arrivals() []time.Time {
 
 func (s *tlsSink) close() { s.srv.Close() }
 
+// The tuning section has no goal: it says what each knob buys.
+func (s *TuningSection) addGoals(*goals) {}
+
 // markdown writes the tuning section.
-func (s *TuningSection) markdown(p func(string, ...any)) {
-	p("## Tuning")
-	p("")
+func (s *TuningSection) markdown(p func(string, ...any), r *Report) {
+	p("## Tuning\n")
 	p("What each knob of `internal/tuning` buys on the path users run ([tuning.md](tuning.md)): a `shaper run` child")
 	p("delivers a JetStream backlog to an HTTPS sink (TLS, HTTP/1.1, answering 204; the broker and the sink in the harness")
 	p("process), leaky, `max_in_flight` 8, with `SHAPER_TUNING` set as the row says: every knob on, every knob off, and each")
@@ -264,23 +257,19 @@ func (s *TuningSection) markdown(p func(string, ...any)) {
 	p("clock over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink received in it;",
 		s.WindowSeconds, s.WarmupSeconds)
 	p("rate, spacing and jitter are of the arrivals at the sink's handler. *× on*: the ratio to the row with every knob on.")
-	if m := s.MeasuredBy; m.Command != "" {
-		p("Measured by `%s` (%s, commit %s).", reproducible(m.Command), m.Date, orDash(m.Commit))
-	}
+	measuredBy(p, s.Common, r)
 	p("")
-	p("%s", loadLine(s.Load))
-	p("")
-	p("| limit | SHAPER_TUNING | CPU per message (share of a core) | × on | rate error | most per 100 ms | jitter p99 |")
-	p("|---|---|---:|---:|---:|---:|---:|")
+	p("%s\n", loadLine(s.Load))
+	table(p, "limit", "SHAPER_TUNING", ">CPU per message (share of a core)", ">× on", ">rate error", ">most per 100 ms", ">jitter p99")
 	for _, c := range s.Cases {
 		for i, m := range c.Rows {
 			limit := ""
 			if i == 0 {
 				limit = fmt.Sprintf("%v/s", c.Limit)
 			}
-			r := m.Median
-			p("| %s | `%s` | %.0f µs (%.0f%%) | %s | %s | %d | %s |", limit, s.Rows[i].Env, r.CPUUs, r.CPUPct,
-				ratioText(m.CPURatio), signedPct(r.RateErrPct), r.Max100ms, micros(r.JitterP99))
+			m := m.Median
+			p("| %s | `%s` | %.0f µs (%.0f%%) | %s | %s | %d | %s |", limit, s.Rows[i].Env, m.CPUUs, m.CPUPct,
+				ratioText(c.Rows[i].CPURatio), signedPct(m.RateErrPct), m.Max100ms, micros(m.JitterP99))
 		}
 	}
 	p("")

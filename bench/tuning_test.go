@@ -39,7 +39,7 @@ func TestTuningMarkdownShowsEachRowWithItsRatioToOn(t *testing.T) {
 		s.Cases = append(s.Cases, c)
 	}
 	var b strings.Builder
-	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
+	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }, &Report{})
 	out := b.String()
 	for _, want := range []string{"| 100/s | `on` | 200 µs", "|  | `off` | 300 µs (0%) | 1.50× |", "| 1000/s | `on` |", "`off:conn`"} {
 		if !strings.Contains(out, want) {

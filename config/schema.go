@@ -216,60 +216,104 @@ func applySchemaFacts(s *jsonschema.Schema) error {
 		if !ok || d.Properties == nil {
 			continue
 		}
-		for pair := d.Properties.Oldest(); pair != nil; pair = pair.Next() {
-			decl, ok := declaringField(t, pair.Key)
-			if !ok {
-				return fmt.Errorf("config: schema: %s.%s: no Go field has this key", name, pair.Key)
-			}
-			facts, ok := schemaKeys[decl]
-			if !ok {
-				continue
-			}
-			used[decl] = true
-			p := pair.Value
-			if facts.required {
-				d.Required = append(d.Required, pair.Key)
-			}
-			if facts.minItems > 0 {
-				p.MinItems = &facts.minItems
-			}
-			if facts.maximum > 0 {
-				p.Maximum = json.Number(strconv.FormatInt(facts.maximum, 10))
-			}
-			if facts.pattern != "" {
-				p.Pattern = orEnv(facts.pattern)
-			}
-			if facts.enum != nil {
-				values := make([]any, len(facts.enum))
-				for i, v := range facts.enum {
-					values[i] = v
-				}
-				p.Type = ""
-				p.AnyOf = []*jsonschema.Schema{{Type: "string", Enum: values}, {Ref: "#/$defs/env"}}
-			}
+		if err := applyKeyFacts(name, t, d, used); err != nil {
+			return err
 		}
-		if keys := schemaChoices[name]; keys != nil {
-			used[name] = true
-			for _, k := range keys {
-				if _, ok := d.Properties.Get(k); !ok {
-					return fmt.Errorf("config: schema: %s: exactly one of %v: no key %s", name, keys, k)
-				}
-				d.OneOf = append(d.OneOf, &jsonschema.Schema{Required: []string{k}})
-			}
+		if err := applyChoices(name, d, used); err != nil {
+			return err
 		}
-		for k, needs := range schemaNeeds[name] {
-			used[name+"."+k] = true
-			for _, n := range append([]string{k}, needs...) {
-				if _, ok := d.Properties.Get(n); !ok {
-					return fmt.Errorf("config: schema: %s: %s needs %v: no key %s", name, k, needs, n)
-				}
-			}
-			if d.DependentRequired == nil {
-				d.DependentRequired = map[string][]string{}
-			}
-			d.DependentRequired[k] = needs
+		if err := applyNeeds(name, d, used); err != nil {
+			return err
 		}
 	}
+	return checkFactsUsed(used)
+}
+
+// applyKeyFacts adds to d, the definition of the Go struct t named name,
+// the schemaKeys of its keys, and marks in used each field whose facts it
+// adds. It fails on a key that no Go field of t declares.
+func applyKeyFacts(name string, t reflect.Type, d *jsonschema.Schema, used map[string]bool) error {
+	for pair := d.Properties.Oldest(); pair != nil; pair = pair.Next() {
+		decl, ok := declaringField(t, pair.Key)
+		if !ok {
+			return fmt.Errorf("config: schema: %s.%s: no Go field has this key", name, pair.Key)
+		}
+		facts, ok := schemaKeys[decl]
+		if !ok {
+			continue
+		}
+		used[decl] = true
+		facts.apply(d, pair.Key, pair.Value)
+	}
+	return nil
+}
+
+// apply writes the facts into p, the schema of key, and d, the schema of
+// the mapping that holds it.
+func (facts keyFacts) apply(d *jsonschema.Schema, key string, p *jsonschema.Schema) {
+	if facts.required {
+		d.Required = append(d.Required, key)
+	}
+	if facts.minItems > 0 {
+		p.MinItems = &facts.minItems
+	}
+	if facts.maximum > 0 {
+		p.Maximum = json.Number(strconv.FormatInt(facts.maximum, 10))
+	}
+	if facts.pattern != "" {
+		p.Pattern = orEnv(facts.pattern)
+	}
+	if facts.enum != nil {
+		values := make([]any, len(facts.enum))
+		for i, v := range facts.enum {
+			values[i] = v
+		}
+		p.Type = ""
+		p.AnyOf = []*jsonschema.Schema{{Type: "string", Enum: values}, {Ref: "#/$defs/env"}}
+	}
+}
+
+// applyChoices adds to d, the definition named name, the schemaChoices of
+// that mapping as a oneOf, and marks them in used. It fails on a choice
+// that is not a key of d.
+func applyChoices(name string, d *jsonschema.Schema, used map[string]bool) error {
+	keys := schemaChoices[name]
+	if keys == nil {
+		return nil
+	}
+	used[name] = true
+	for _, k := range keys {
+		if _, ok := d.Properties.Get(k); !ok {
+			return fmt.Errorf("config: schema: %s: exactly one of %v: no key %s", name, keys, k)
+		}
+		d.OneOf = append(d.OneOf, &jsonschema.Schema{Required: []string{k}})
+	}
+	return nil
+}
+
+// applyNeeds adds to d, the definition named name, the schemaNeeds of that
+// mapping as dependentRequired, and marks them in used. It fails on a key
+// that is not a key of d.
+func applyNeeds(name string, d *jsonschema.Schema, used map[string]bool) error {
+	for k, needs := range schemaNeeds[name] {
+		used[name+"."+k] = true
+		for _, n := range append([]string{k}, needs...) {
+			if _, ok := d.Properties.Get(n); !ok {
+				return fmt.Errorf("config: schema: %s: %s needs %v: no key %s", name, k, needs, n)
+			}
+		}
+		if d.DependentRequired == nil {
+			d.DependentRequired = map[string][]string{}
+		}
+		d.DependentRequired[k] = needs
+	}
+	return nil
+}
+
+// checkFactsUsed fails on a fact of schemaKeys, schemaChoices or
+// schemaNeeds that used does not mark: it names a key or a mapping the
+// file does not have.
+func checkFactsUsed(used map[string]bool) error {
 	for decl := range schemaKeys {
 		if !used[decl] {
 			return fmt.Errorf("config: schema: %s is not a key of the file", decl)

@@ -48,7 +48,15 @@ func brokerOutage(t *testing.T, p *childtest.Process, admin string, want string,
 	if !strings.Contains(body, want) {
 		t.Errorf("/readyz while the broker is down = %q; want a reason mentioning %q", body, want)
 	}
-	time.Sleep(2 * time.Second) // a while down: still alive, still not ready
+	// A while down (2s): alive and not ready all along.
+	var last string
+	if !testwait.Holds(2*time.Second, func() bool {
+		code, b := readyz(admin)
+		last = fmt.Sprintf("%d %q", code, b)
+		return !p.Exited() && code != http.StatusOK
+	}) && !p.Exited() {
+		t.Errorf("/readyz during the outage = %s; want not ready until the broker is back", last)
+	}
 	if p.Exited() {
 		t.Fatalf("shaper exited while the broker was down: %v", p.Cmd.ProcessState)
 	}
@@ -134,12 +142,15 @@ func TestRedisDownUpAndPausedKeepsTheRateBoundedAndLosesNothing(t *testing.T) {
 			return err == nil && m.Sum("shaper_limiter_fallback") == want
 		}
 	}
-	phase := func(name string, d time.Duration) {
-		from := time.Now()
-		time.Sleep(d)
-		got := len(sink.Between(from, time.Now()))
+	// phase lasts k deliveries, about a second or two at the rate the
+	// phase should have, and checks that the pipeline delivers and is
+	// ready meanwhile.
+	phase := func(name string, k int) {
+		from, base := time.Now(), sink.DeliveredCount()
+		testwait.For(t, time.Minute, fmt.Sprintf("%d deliveries while %s", k, name), func() bool { return sink.DeliveredCount() >= base+k })
+		took := time.Since(from)
 		code, body := readyz(admin)
-		t.Logf("%-22s %5.1f/s at the sink; /readyz %d %q", name+":", float64(got)/d.Seconds(), code, body)
+		t.Logf("%-22s %5.1f/s at the sink; /readyz %d %q", name+":", float64(len(sink.Between(from, time.Now())))/took.Seconds(), code, body)
 		if p.Exited() {
 			t.Fatalf("shaper exited during %s: %v", name, p.Cmd.ProcessState)
 		}
@@ -149,18 +160,18 @@ func TestRedisDownUpAndPausedKeepsTheRateBoundedAndLosesNothing(t *testing.T) {
 	}
 
 	testwait.For(t, time.Minute, "deliveries", func() bool { return sink.DeliveredCount() >= 20 })
-	phase("shared", 2*time.Second)
+	phase("shared", 2*limit)
 
 	rs.Stop()
 	testwait.For(t, 10*time.Second, "shaper_limiter_fallback 1 with Redis down", fallbackIs(1))
 	if _, body, err := childtest.Get(admin, "/v1/pipelines"); err != nil || !strings.Contains(body, `"limiter": "fallback"`) {
 		t.Errorf("/v1/pipelines with Redis down = %q, %v; want it to show \"limiter\": \"fallback\"", body, err)
 	}
-	phase("redis down (fallback)", 2*time.Second)
+	phase("redis down (fallback)", 2*fallback)
 
 	rs.Restart()
 	testwait.For(t, 15*time.Second, "shaper_limiter_fallback 0 with Redis back", fallbackIs(0))
-	phase("redis back", 2*time.Second)
+	phase("redis back", 2*limit)
 
 	// A stalled Redis: CLIENT PAUSE holds every command for 2s; calls
 	// time out after 50ms, and the limiter falls back instead of waiting.
@@ -172,9 +183,9 @@ func TestRedisDownUpAndPausedKeepsTheRateBoundedAndLosesNothing(t *testing.T) {
 	cancel()
 	_ = rc.Close()
 	paused := testwait.Until(2*time.Second, fallbackIs(1))
-	phase("redis paused", time.Second)
+	phase("redis paused", fallback)
 	testwait.For(t, 15*time.Second, "shaper_limiter_fallback 0 after the pause", fallbackIs(0))
-	phase("after the pause", time.Second)
+	phase("after the pause", limit)
 	if !paused {
 		t.Errorf("shaper_limiter_fallback never turned 1 while Redis was paused")
 	}

@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"testing"
 	"time"
@@ -22,8 +23,9 @@ type crashRun struct {
 
 // crashLoop starts a shaper on config, kills it with SIGKILL at a random
 // moment once it is delivering, and starts it again, kills times, then lets
-// a last one finish. It returns what each killed life did.
-func crashLoop(t *testing.T, config string, sink *sinktest.Sink, n, kills int, finished func() ([]string, error)) []crashRun {
+// a last one finish until f's broker has every message as finished. It
+// returns what each killed life did.
+func crashLoop(t *testing.T, config string, sink *sinktest.Sink, n, kills int, f fixture) []crashRun {
 	t.Helper()
 	var runs []crashRun
 	var cuts []time.Time // kill times
@@ -36,15 +38,17 @@ func crashLoop(t *testing.T, config string, sink *sinktest.Sink, n, kills int, f
 			break
 		}
 		p := startShaper(t, fmt.Sprintf("life-%d", i+1), config)
+		// Killed at a random moment once delivering: after 5 to 54 more
+		// deliveries (up to half a second at the tests' 100/s).
+		at := min(base+5+rand.IntN(50), n)
 		testwait.For(t, 60*time.Second, "deliveries to resume after a restart", func() bool {
-			return sink.DeliveredCount() >= min(base+5, n)
+			return sink.DeliveredCount() >= at
 		})
-		time.Sleep(jitter(0, 500*time.Millisecond))
 		p.Kill()
 		got, _ := sink.Delivered()
 		before = append(before, got)
 		cuts = append(cuts, time.Now())
-		ids, err := finished()
+		ids, err := f.finished()
 		if err != nil {
 			t.Fatalf("after kill %d: what the broker has as finished: %v", i+1, err)
 		}
@@ -60,7 +64,9 @@ func crashLoop(t *testing.T, config string, sink *sinktest.Sink, n, kills int, f
 	testwait.For(t, 2*time.Minute, "every message delivered after the last restart", func() bool {
 		return sink.DeliveredCount() >= n
 	})
-	time.Sleep(500 * time.Millisecond) // room for a late duplicate to show
+	// Nothing can come again once the broker has every message as
+	// finished: a late duplicate has shown.
+	f.settled(30 * time.Second)
 	last.Stop()
 
 	// Duplicates caused by kill i: 2xx answers after it (before the next
@@ -124,8 +130,7 @@ func TestCrashSIGKILLTenTimesLosesNothing(t *testing.T) {
 			Rate:   fmt.Sprintf("{limit: %d}", limit),
 			Sink:   fmt.Sprintf(`{http: {url: "%s", max_in_flight: %d, timeout: 2s}}`, sink.URL, inFlight),
 		}.YAML())
-		runs := crashLoop(t, config, sink, n, kills, f.finished)
-		f.settled(30 * time.Second)
+		runs := crashLoop(t, config, sink, n, kills, f)
 		// docs/guarantees.md's bound: what was in flight, plus, for Kafka, what
 		// finished since the last commit (limit × commit_interval), for
 		// JetStream the acks not yet published (limit × 50 ms, the

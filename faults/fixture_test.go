@@ -25,16 +25,16 @@ type fixture struct {
 }
 
 // restart runs a second shaper on config until the sink has delivered all
-// n (two minutes at most), leaves 500ms for a duplicate to show, drains it
-// and waits for the broker to settle. It returns the keys answered 2xx and
-// how many 2xx answers there were (sinktest.Sink.Delivered).
+// n (two minutes at most) and the broker has every message as finished (so
+// nothing can come again: a duplicate has shown), and drains it. It returns
+// the keys answered 2xx and how many 2xx answers there were
+// (sinktest.Sink.Delivered).
 func (f fixture) restart(t testing.TB, sink *sinktest.Sink, config string, n int) (map[string]int, int) {
 	t.Helper()
 	second := startShaper(t, "second", config)
 	testwait.For(t, 2*time.Minute, "every message delivered after the restart", func() bool { return sink.DeliveredCount() >= n })
-	time.Sleep(500 * time.Millisecond) // room for a duplicate to show
-	second.Stop()
 	f.settled(30 * time.Second)
+	second.Stop()
 	return sink.Delivered()
 }
 

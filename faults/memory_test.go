@@ -12,6 +12,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 const (
@@ -49,17 +50,17 @@ func workThroughBacklog(t testing.TB, source string, upTo int) memorySample {
 	start := time.Now()
 	p := startShaper(t, "backlog", config)
 	admin := p.Admin()
+	// A sample every 100ms until upTo are delivered.
 	var s memorySample
-	for sink.DeliveredCount() < upTo {
-		if time.Since(start) > 8*time.Minute {
-			t.Fatalf("delivered only %d of %d in %v", sink.DeliveredCount(), upTo, time.Since(start))
-		}
+	if _, ok := testwait.Every(100*time.Millisecond, 8*time.Minute, func() bool {
 		if m, err := childtest.Scrape(admin); err == nil {
 			s.heap = max(s.heap, m.Sum("go_memstats_heap_inuse_bytes"))
 			s.rss = max(s.rss, m.Sum("process_resident_memory_bytes"))
 			s.depth = max(s.depth, m.Sum("shaper_bucket_depth"))
 		}
-		time.Sleep(100 * time.Millisecond)
+		return sink.DeliveredCount() >= upTo
+	}); !ok {
+		t.Fatalf("delivered only %d of %d in %v", sink.DeliveredCount(), upTo, time.Since(start))
 	}
 	s.took = time.Since(start)
 	s.delivered = sink.DeliveredCount()

@@ -209,7 +209,11 @@ func TestPoisonPayloadsAreDeliveredUnchangedOrDeadLetteredNeverLost(t *testing.T
 		p.WaitMetrics(30*time.Second, "dead letters to fail and be nacked", func(m childtest.Metrics) bool {
 			return m.Sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`) >= n/5
 		})
-		time.Sleep(2 * time.Second) // a few more rounds of redelivery while the target is down
+		// A few more rounds of redelivery while the target is down: three
+		// nacks a message on average.
+		p.WaitMetrics(30*time.Second, "two more rounds of dead letters failing", func(m childtest.Metrics) bool {
+			return m.Sum("shaper_messages_nacked_total", `reason="dead_letter_failed"`) >= 3*(n/5)
+		})
 		ids, err := f.finished()
 		if err != nil {
 			t.Fatal(err)
@@ -345,10 +349,11 @@ func TestPoisonADeadLetterTooLargeForItsTargetIsSentWithoutItsPayload(t *testing
 		p.WaitMetrics(30*time.Second, "the message to complete", func(m childtest.Metrics) bool {
 			return m.Sum("shaper_messages_completed_total") >= 1
 		})
-		time.Sleep(1500 * time.Millisecond) // past max_backoff: a nacked message would be back
+		// Acked or committed at the broker: it cannot come back. A message
+		// nacked instead would come back every max_backoff, forever.
+		f.settled(30 * time.Second)
 		m, _ := childtest.Scrape(p.Admin())
 		p.Stop()
-		f.settled(30 * time.Second)
 		dls := f.dlq(1)
 		if got := m.Sum("shaper_messages_completed_total", `outcome="dead_lettered"`); got != 1 || sink.RequestCount() != 1 {
 			t.Errorf("%v dead-lettered, %v dead-letter nacks, %d requests to the sink; want 1 dead letter after 1 request",

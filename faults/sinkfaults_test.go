@@ -13,6 +13,7 @@ import (
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/freeport"
 	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/shaper"
 )
 
 // Shaping under retries. The sink sees arrivals, not departures: the
@@ -103,8 +104,10 @@ type sinkFault struct {
 	name string
 	// rule is the sink's behaviour; start is when the test began.
 	rule func(s *faultState) sinktest.Rule
-	// before runs before the shaper starts, after runs once it has started.
-	refuseFor time.Duration // the sink does not listen at first, for this long
+	// refused is how many attempts the sink refuses at first, not
+	// listening until the shaper has counted them
+	// (shaper_requests_total{code="error"}); 0: it listens from the start.
+	refused int
 	// breaker is sink.http.breaker: "" for the default (on), or
 	// "{failures: 0}" for a fault whose failures come in runs the breaker
 	// would take for an outage, when the fault tests the retries.
@@ -170,10 +173,12 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 			check: checkGaveUpOnOneIn(3),
 		},
 		{
-			name:      "connection refused",
-			refuseFor: 1500 * time.Millisecond,
-			rule:      func(s *faultState) sinktest.Rule { return sinktest.OK },
-			check:     checkErrorsCounted("the refused attempts"),
+			name: "connection refused",
+			// Enough to open the default breaker (its failures in a row)
+			// and have its first probe refused too.
+			refused: shaper.DefaultBreakerFailures + 1,
+			rule:    func(s *faultState) sinktest.Rule { return sinktest.OK },
+			check:   checkErrorsCounted("the refused attempts"),
 		},
 		{
 			name: "429 with Retry-After in seconds",
@@ -260,13 +265,14 @@ func TestSinkFaultsEndEveryMessageDeliveredOrDeadLetteredWithinRateAndInFlight(t
 				return a
 			}
 			var sink *sinktest.Sink
-			if fault.refuseFor == 0 {
+			if fault.refused == 0 {
 				sink = sinktest.StartAt(t, addr, rule)
 			}
 			p := startShaper(t, "shaper", config)
-			p.Admin() // started: the sink's refusal runs from here
-			if fault.refuseFor > 0 {
-				time.Sleep(fault.refuseFor)
+			if fault.refused > 0 {
+				p.WaitMetrics(time.Minute, fmt.Sprintf("%d attempts refused", fault.refused), func(m childtest.Metrics) bool {
+					return m.Sum("shaper_requests_total", `code="error"`) >= float64(fault.refused)
+				})
 				sink = sinktest.StartAt(t, addr, rule)
 			}
 			m := p.WaitMetrics(2*time.Minute, "every message delivered or dead-lettered", func(m childtest.Metrics) bool {

@@ -71,6 +71,10 @@ func soak(t *testing.T, f fixture, d time.Duration) {
 	ctx, stopProducing := context.WithCancel(context.Background())
 	var producing sync.WaitGroup
 	producing.Go(func() { produce(ctx, f, produceRate) })
+	// The chaos loop's waits end with the soak: a fault in progress at
+	// its end is ended then.
+	soaking, stopSoaking := context.WithTimeout(t.Context(), d)
+	defer stopSoaking()
 
 	counts := map[string]int{}
 	type event struct {
@@ -84,9 +88,7 @@ func soak(t *testing.T, f fixture, d time.Duration) {
 		life++
 		p = startShaper(t, "life-"+strconv.Itoa(life), config)
 	}
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		time.Sleep(jitter(2*time.Second, 8*time.Second))
+	for hold(soaking, jitter(2*time.Second, 8*time.Second)) {
 		var kind string
 		switch x := rand.IntN(10); {
 		case x < 3:
@@ -107,18 +109,18 @@ func soak(t *testing.T, f fixture, d time.Duration) {
 			counts["broker restart"]++
 			if f.nats != nil {
 				f.nats.stop()
-				time.Sleep(jitter(time.Second, 4*time.Second))
+				hold(soaking, jitter(time.Second, 4*time.Second))
 				f.nats.start()
 			} else {
 				f.kafka.Stop()
-				time.Sleep(jitter(time.Second, 4*time.Second))
+				hold(soaking, jitter(time.Second, 4*time.Second))
 				f.kafka.Restart()
 			}
 		default:
 			kind = "sink 503 burst"
 			counts["sink 503 burst"]++
 			ss.burst.Store(true)
-			time.Sleep(jitter(500*time.Millisecond, 3*time.Second))
+			hold(soaking, jitter(500*time.Millisecond, 3*time.Second))
 			ss.burst.Store(false)
 		}
 		events = append(events, event{time.Now(), kind})
@@ -160,6 +162,19 @@ func soak(t *testing.T, f fixture, d time.Duration) {
 		byFault[cause]++
 	}
 	t.Logf("duplicates after each kind of fault: %v", byFault)
+}
+
+// hold waits d, the length of a fault or of the calm between two, and
+// reports true; or false at once when ctx ends first.
+func hold(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // produce publishes `{"n":i}` at about rate messages a second until ctx
@@ -209,10 +224,9 @@ func produce(ctx context.Context, f fixture, rate int) {
 					cancel()
 				}
 			}
-			if err == nil {
+			if err == nil || !hold(ctx, 100*time.Millisecond) {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
 }

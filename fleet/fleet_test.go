@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -101,16 +102,6 @@ func names(f *Fleet) []string {
 	return out
 }
 
-// waitFor polls cond every 10ms until it holds or 5s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func TestAReloadChangesTheRateInPlaceAndReplacesAPipelineWhoseSourceChanged(t *testing.T) {
 	f, reloads := running(t, testConfig(t, 10, "a", "b"))
 	before := f.Pipelines()
@@ -119,7 +110,7 @@ func TestAReloadChangesTheRateInPlaceAndReplacesAPipelineWhoseSourceChanged(t *t
 	next.Pipelines[1].Source.NATS.Subject = "s.elsewhere"
 	reloads <- Reload{Config: next, Why: "test"}
 
-	waitFor(t, "b replaced", func() bool { return f.Pipelines()[1] != before[1] })
+	testwait.For(t, 5*time.Second, "b replaced", func() bool { return f.Pipelines()[1] != before[1] })
 	after := f.Pipelines()
 	if after[0] != before[0] {
 		t.Error("pipeline a was replaced; want its rate changed in place")
@@ -135,7 +126,7 @@ func TestAReloadChangesTheRateInPlaceAndReplacesAPipelineWhoseSourceChanged(t *t
 func TestAReloadAddsAndRemovesPipelinesAndKeepsThoseThatCannotBeBuilt(t *testing.T) {
 	f, reloads := running(t, testConfig(t, 10, "a", "b"))
 	reloads <- Reload{Config: testConfig(t, 10, "a", "c", "broken"), Why: "test"}
-	waitFor(t, "b gone, c added", func() bool {
+	testwait.For(t, 5*time.Second, "b gone, c added", func() bool {
 		got := names(f)
 		return len(got) == 2 && got[0] == "a" && got[1] == "c"
 	})

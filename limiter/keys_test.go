@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -36,19 +37,23 @@ func keyReplicas(t *testing.T, addr string, n int, cfg limiter.SharedKeysConfig,
 // sendAsFastAsAllowed has each limiter send for d: wait for Next, then
 // Allow; it returns every slot taken, across them all.
 func sendAsFastAsAllowed(lims []shaper.Limiter, d time.Duration) []time.Time {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
 	var mu sync.Mutex
 	var taken []time.Time
 	var wg sync.WaitGroup
-	end := time.Now().Add(d)
 	for _, l := range lims {
 		wg.Go(func() {
-			for {
+			timer := time.NewTimer(time.Hour)
+			defer timer.Stop()
+			for ctx.Err() == nil {
 				now := time.Now()
-				if now.After(end) {
-					return
-				}
 				if next := l.Next(now); next.After(now) {
-					time.Sleep(min(next.Sub(now), end.Sub(now)+time.Millisecond))
+					timer.Reset(next.Sub(now))
+					select {
+					case <-timer.C:
+					case <-ctx.Done(): // the slot comes after the run
+					}
 					continue
 				}
 				if l.Allow(now) {
@@ -68,7 +73,7 @@ func sendAsFastAsAllowed(lims []shaper.Limiter, d time.Duration) []time.Time {
 func TestSharedKeysHoldAKeyToOneLimitAcrossReplicas(t *testing.T) {
 	addr := redistest.Start(t).Addr
 	log := &logtest.Buffer{}
-	reps := keyReplicas(t, addr, 3, limiter.SharedKeysConfig{Prefix: "shaper:test:key:", Mode: limiter.Leaky, Limit: 20, Burst: 1, FallbackLimit: 5}, log)
+	reps := keyReplicas(t, addr, 3, limiter.SharedKeysConfig{Prefix: "shaper:test:key:", Mode: limiter.Leaky, Limit: 20, Burst: 1, FallbackLimit: 5, Timeout: loadedTimeout}, log)
 	now := time.Now()
 	var a, b []shaper.Limiter
 	for _, r := range reps {

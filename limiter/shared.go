@@ -32,11 +32,15 @@ const (
 	// DefaultSharedTimeout is SharedConfig.Timeout when it is left zero.
 	DefaultSharedTimeout = 50 * time.Millisecond
 
-	// leaseSpan is how much of the schedule one Redis call reserves: a
-	// lease of limit·leaseSpan slots, so Redis sees about one call per
-	// 20ms of slots from each busy replica whatever the rate.
-	leaseSpan = 20 * time.Millisecond
-	// maxLease caps a lease (above 50 000/s the span shrinks instead).
+	// A lease is leaseSlots slots, the most a stall can strand at little
+	// cost to Redis (one call per leaseSlots slots, 0.1 per request), but
+	// never more than leaseSpanMax of the schedule, and at least
+	// leaseSpanMin of it, which caps the calls above 5000/s at 500 a
+	// second. See Leases.
+	leaseSlots   = 10
+	leaseSpanMax = 10 * time.Millisecond
+	leaseSpanMin = 2 * time.Millisecond
+	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
 	// maxLate is the longest a leased slot may be handed out after its
 	// time (or one interval, if shorter); a later caller skips it. It
@@ -134,18 +138,42 @@ func (c SharedConfig) validate() error {
 //
 // A Redis call costs a round trip (30–40µs on loopback, more across a
 // network), too much for every slot. So one call reserves a lease: k
-// consecutive slots of the global schedule, k = limit × 20ms rounded up
-// (1 to 1000), about one call per 20ms of slots from each busy replica. The replica
-// hands the lease out locally, slot i at its own time on the global
-// schedule; one Reserve in k waits for the call.
+// consecutive slots of the global schedule, k = 10, or limit × 10ms
+// rounded up where that is less (1 at 100/s, 6 at 600/s), or limit × 2ms
+// where that is more (20 at 10 000/s; at most 1000). The replica hands the
+// lease out locally, slot i at its own time on the global schedule; one
+// Reserve in k waits for the call. Redis sees at most 100 calls a second
+// from the whole fleet up to 1000/s, 0.1 per slot up to 5000/s, and 500 a
+// second above.
 //
-// Slot times come from the server's clock. The reply carries the server's
-// now, and the replica takes that instant as the local time the reply
-// arrived. The server read its clock somewhere within the round trip, so a
-// slot is never handed out before its server time and is late by at most
-// one round trip. Within a lease slots keep their exact spacing; only the
-// seams between leases (this replica's own included) carry the difference
-// of two round trips, microseconds on loopback.
+// Why leases this short: a slot that passes in a lease that a replica
+// holds is lost to the fleet, and a replica stopped for longer than the
+// span it holds ahead (a container throttled by its CPU quota stops for
+// 100ms) loses all of it. Giving the slots back afterwards cannot help
+// without doubling: they have passed, and the schedule after them is
+// leased already, so handing them out again puts two slots where the
+// schedule has one. Catching up late has the same cost, since every slot
+// handed out up to d late lets a window hold limit·d slots more. So the
+// loss is kept small where it arises, by holding few slots ahead: a
+// stall strands at most one lease, 10ms of slots below 1000/s, 10 slots
+// up to 5000/s, and the stranded slots are counted (Unused). Ten slots is
+// where Redis stays off the hot path (0.1 calls per request); shorter
+// leases would strand less and cost a call for every few requests.
+//
+// Slot times come from the server's clock. Each reply carries the
+// server's now, read somewhere within the round trip, so the local time
+// the reply arrived, less that now, is a latest possible offset between
+// the two clocks: mapped with it, no slot is handed out before its server
+// time. A slow round trip (a goroutine that a busy machine ran tens of
+// milliseconds late) would shift a whole lease that late, onto the slots
+// of the next lease, another replica's: two slots where the schedule has
+// one. So the replica maps every lease with the least such offset it has
+// seen, aged by a drift allowance of 100ppm; the offset of a reply that
+// cannot be right together with the kept one (the server's clock was set
+// back) replaces it. A lease is then late by the fastest recent round
+// trip, microseconds on loopback, however slowly its own reply came; its
+// first slots may have passed by then and are let go, which only
+// under-sends. Within a lease slots keep their exact spacing.
 //
 // A leased slot goes at its time, or at most min(1/limit, 2ms) late to a
 // caller who came late, which absorbs a scheduler's wake-up jitter (in
@@ -156,18 +184,18 @@ func (c SharedConfig) validate() error {
 // seams.
 //
 // The price of leases is elsewhere. A replica that stops asking wastes the
-// rest of its lease (up to 20ms of the global rate); a busy replica holds
+// rest of its lease (up to 10ms of the global rate); a busy replica holds
 // slots that others cannot take for that long; and after SetRate lowers
 // the rate, leases already taken keep their old spacing, so right after a
 // change the global rate can exceed the new limit by one lease per replica
-// (20ms of slots at the old rate). Bigger leases would mean fewer calls and
-// more of all three.
+// (up to 10ms of slots at the old rate). Bigger leases would mean fewer
+// calls and more of all three.
 //
 // # The limit
 //
 // The limit and burst live in Redis beside the state, and every call uses
 // the ones stored there. SetRate on one replica writes them at once, so
-// every replica's next lease is at the new rate (within about 20ms). At
+// every replica's next lease is at the new rate (within about 10ms). At
 // start a replica writes its configured limit only if the key holds none:
 // the first writer wins until someone calls SetRate. Otherwise every
 // restart of a replica, a rolling deploy for instance, would undo a rate
@@ -263,6 +291,12 @@ type Shared struct {
 	pending bool
 	pendSeq uint64
 	lease   lease
+	// epoch is the local time of the server's time zero by the least
+	// offset seen (see Leases), as of epochAt; zero before any reply.
+	epoch, epochAt time.Time
+	// unused counts leased slots given up: skipped because they had
+	// passed, or still in a lease when it was dropped.
+	unused int64
 	// op is the Redis call for the shared limit asked for or running,
 	// nil when none is. A probe is never op, nor is a call left running
 	// when the limiter fell back.
@@ -531,14 +565,33 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 			l.next--
 			return t, false, true
 		}
+		s.unused++
 	}
 	return time.Time{}, false, false
+}
+
+// dropLeaseLocked gives up the rest of the lease, counting it as unused.
+// It requires that s.mu is held.
+func (s *Shared) dropLeaseLocked() {
+	s.unused += int64(max(s.lease.n-s.lease.next, 0))
+	s.lease = lease{}
+}
+
+// Unused returns how many leased slots this replica has given up since it
+// started: slots that had passed when it came to them (it woke too late,
+// or stopped asking) and slots of a lease it dropped (SetRate, a fallback,
+// Close). It is exported as shaper_limiter_unused_total.
+func (s *Shared) Unused() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unused
 }
 
 // leaseSizeLocked returns how many slots to lease at the current limit. It
 // requires that s.mu is held.
 func (s *Shared) leaseSizeLocked() int {
-	k := math.Ceil(s.limit * leaseSpan.Seconds())
+	k := math.Min(math.Ceil(s.limit*leaseSpanMax.Seconds()), leaseSlots)
+	k = math.Max(k, math.Ceil(s.limit*leaseSpanMin.Seconds()))
 	return int(math.Max(1, math.Min(k, maxLease)))
 }
 
@@ -582,7 +635,7 @@ func (s *Shared) SetRate(limit float64, burst int) {
 	s.limit, s.burst = limit, burst
 	s.pending = true
 	s.pendSeq++
-	s.lease = lease{}
+	s.dropLeaseLocked()
 	s.syncLocalLocked()
 	s.signal()
 }
@@ -615,6 +668,7 @@ func (s *Shared) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
+		s.dropLeaseLocked()
 		s.mu.Unlock()
 		s.cancel()
 		close(s.quit)
@@ -730,14 +784,14 @@ func (s *Shared) do(ctx context.Context, op *call) {
 		err = fmt.Errorf("limiter: shared key %q: %w", s.key, err)
 	}
 	s.mu.Lock()
-	s.applyLocked(op, r, recv, err)
+	s.applyLocked(op, r, recv, recv.Sub(start), err)
 	s.mu.Unlock()
 	s.signal() // a call slot is free
 }
 
-// applyLocked takes in the result of op, received at recv. It requires
-// that s.mu is held.
-func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
+// applyLocked takes in the result of op, received at recv after a round
+// trip of rtt. It requires that s.mu is held.
+func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duration, err error) {
 	s.calls--
 	defer func() {
 		if s.op == op {
@@ -784,18 +838,42 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
 			return // not reached: the call that failed or timed out is the one that fell back
 		}
 		s.fallback = false
-		s.lease = lease{}
+		s.dropLeaseLocked()
 		s.log.Info("shared limiter: redis answers again; back to the shared limit",
 			"key", s.key, "limit", s.limit, "fallback_for", recv.Sub(s.since).Round(time.Millisecond))
 	}
+	at := s.mapLocked(r.now, recv, rtt)
 	if op.want > 0 && !newer && !s.closed {
+		s.dropLeaseLocked() // used up, or it would not have been asked for
 		s.lease = lease{
-			at:       recv,
+			at:       at,
 			off:      r.base - r.now,
 			interval: 1e6 / r.limit,
 			n:        op.want,
 		}
 	}
+}
+
+// maxDrift is how fast the server's clock is taken to drift from this
+// replica's at most (100ppm), to age the offset kept between them.
+const maxDrift = 1e-4
+
+// mapLocked returns the local time of the server's now, from a reply that
+// carried it and was received at recv after a round trip of rtt, and keeps
+// the least offset between the clocks (see Leases). It requires that s.mu
+// is held.
+func (s *Shared) mapLocked(now float64, recv time.Time, rtt time.Duration) time.Time {
+	epoch := recv.Add(-time.Duration(math.Min(now*1e3, maxNanos)))
+	if !s.epoch.IsZero() {
+		kept := s.epoch.Add(time.Duration(maxDrift * float64(recv.Sub(s.epochAt))))
+		// This reply says the offset lies in [epoch-rtt, epoch]; a kept
+		// one below that cannot be right (the server's clock went back).
+		if kept.Before(epoch) && !kept.Before(epoch.Add(-rtt)) {
+			epoch = kept
+		}
+	}
+	s.epoch, s.epochAt = epoch, recv
+	return epoch.Add(time.Duration(math.Min(now*1e3, maxNanos)))
 }
 
 // fallBackLocked switches to the local limiter because of err, at at. The
@@ -804,7 +882,7 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, err error) {
 func (s *Shared) fallBackLocked(err error, at time.Time) {
 	s.fallback = true
 	s.since = at
-	s.lease = lease{}
+	s.dropLeaseLocked()
 	if op := s.op; op != nil {
 		if !op.started {
 			close(op.done) // its waiters use the local limiter now

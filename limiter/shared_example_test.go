@@ -1,8 +1,11 @@
 package limiter_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,9 +41,16 @@ func ExampleNewShared() {
 	}
 	defer lim.Close()
 
+	// Waiting for a slot ends with the caller's context, here at Ctrl-C.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
 	for range 3 {
 		slot := lim.Reserve(time.Now())
-		time.Sleep(time.Until(slot))
+		select {
+		case <-time.After(time.Until(slot)):
+		case <-ctx.Done():
+			return
+		}
 		// send one request here
 	}
 	fmt.Println(lim.Limit(time.Now()), lim.Fallback())

@@ -140,9 +140,9 @@ func TestSharedProbeScheduleHoldsForAnyOutageOnAFakeClock(t *testing.T) {
 					}
 					calls = append(calls[:i], calls[i+1:]...)
 					if c.ok {
-						s.applyLocked(c.op, reply{limit: 100, burst: 1}, c.end, nil)
+						s.applyLocked(c.op, reply{limit: 100, burst: 1}, c.end, 0, nil)
 					} else {
-						s.applyLocked(c.op, reply{}, c.end, errors.New("redis down"))
+						s.applyLocked(c.op, reply{}, c.end, 0, errors.New("redis down"))
 					}
 				}
 			}

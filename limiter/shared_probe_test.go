@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/limiter"
 )
 
@@ -43,15 +45,19 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing.T) {
+	// An outage lasts until every replica has seen probes failed probes
+	// of Redis (at four a second, about probes/4 seconds): its length is
+	// counted in what the limiter does while Redis is down.
 	tests := []struct {
-		name string
-		down time.Duration
+		name   string
+		probes int
 	}{
-		{name: "4s", down: 4 * time.Second},
-		// Longer than the old 5s probe backoff, and long enough for
-		// go-redis's pool to count 20 (PoolSize on 2 cores) failed
-		// dials had the probes gone through it.
-		{name: "7s", down: 7 * time.Second},
+		{name: "16 probes", probes: 16},
+		// More than go-redis's pool counts failed dials before it dials
+		// only once a second (PoolSize, 20 on 2 cores), had the probes
+		// gone through it; and at four a second longer than the old 5s
+		// probe backoff.
+		{name: "28 probes", probes: 28},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,8 +95,7 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 			}
 
 			r := drive(t, lims)
-			time.Sleep(300 * time.Millisecond)
-			killed := time.Now()
+			r.reach(t, time.Now().Add(300*time.Millisecond)) // on the shared limit first
 			rs.Stop()
 			if took, ok := waitFor(2*time.Second, allFallback); !ok {
 				t.Fatalf("all replicas fell back = false %v after Redis died; want true", took)
@@ -102,7 +107,14 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 				dialsBefore[i], cmdsBefore[i] = counters[i].dials.Load(), counters[i].cmds.Load()
 				probesBefore[i] = logs[i].Count("probe failed")
 			}
-			time.Sleep(time.Until(killed.Add(tt.down)))
+			testwait.For(t, time.Duration(tt.probes)*time.Second, fmt.Sprintf("%d failed probes of every replica", tt.probes), func() bool {
+				for i := range lims {
+					if logs[i].Count("probe failed")-probesBefore[i] < tt.probes {
+						return false
+					}
+				}
+				return true
+			})
 			downFor := time.Since(fellBack)
 			var dials, probes float64
 			var cmds int64
@@ -115,25 +127,29 @@ func TestSharedIsBackWithinASecondOfRedisAnsweringAgainAfterAnyOutage(t *testing
 			rs.Restart() // returns once the server answers PING
 			answered := time.Now()
 			back := make([]time.Duration, n)
-			for left := n; left > 0 && time.Since(answered) < 5*time.Second; {
-				time.Sleep(2 * time.Millisecond)
+			isBack := make([]bool, n)
+			testwait.Every(2*time.Millisecond, 5*time.Second, func() bool {
+				left := 0
 				for i, l := range lims {
-					if back[i] == 0 && !l.Fallback() {
-						back[i] = time.Since(answered)
-						left--
+					if !isBack[i] && !l.Fallback() {
+						back[i], isBack[i] = time.Since(answered), true
+					}
+					if !isBack[i] {
+						left++
 					}
 				}
-			}
+				return left == 0
+			})
 			r.halt()
 			worst := time.Duration(0)
 			for i, b := range back {
-				if b == 0 {
+				if !isBack[i] {
 					t.Fatalf("replica %d still fallen back 5s after Redis answered again; want back within 1s:\n%s", i, logs[i])
 				}
 				worst = max(worst, b)
 			}
-			t.Logf("Redis down %v: back on the shared limit %v after Redis answered (worst of %d replicas: %v); while down, per replica at most %.1f probes/s, %.1f dials/s; %d commands through the clients",
-				tt.down, back, n, worst.Round(time.Millisecond), probes, dials, cmds)
+			t.Logf("Redis down %v (%d failed probes each): back on the shared limit %v after Redis answered (worst of %d replicas: %v); while down, per replica at most %.1f probes/s, %.1f dials/s; %d commands through the clients",
+				downFor.Round(time.Millisecond), tt.probes, back, n, worst.Round(time.Millisecond), probes, dials, cmds)
 			// The promise is 1s (in fact the probe interval plus one
 			// call); the margin is for a loaded 2-core machine.
 			if worst > 1500*time.Millisecond {

@@ -178,7 +178,26 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	a := &adminAPI{list: list, token: token, log: log}
 	mux := http.NewServeMux()
+	handleStatusPage(mux)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.HandleFunc("GET /v1/pipelines", a.pipelines)
+	mux.HandleFunc("GET /v1/pipelines/{name}/keys", a.keys)
+	mux.HandleFunc("PUT /v1/pipelines/{name}/rate", a.setRate)
+	for action, do := range map[string]func(*Pipeline) bool{"pause": (*Pipeline).Pause, "resume": (*Pipeline).Resume} {
+		mux.HandleFunc("POST /v1/pipelines/{name}/"+action, a.pauseOrResume(action, do))
+	}
+	return withSecurityHeaders(withAllowedHosts(hosts, mux))
+}
+
+// handleStatusPage serves the status page's files on mux, and an empty
+// answer for the icon the page does not have.
+func handleStatusPage(mux *http.ServeMux) {
 	page, _ := fs.Sub(statusPage, "statuspage") // an embedded directory: Sub cannot fail
 	for pattern, file := range map[string]string{
 		"GET /{$}":            "index.html",
@@ -193,93 +212,111 @@ func Admin(list func() []*Pipeline, gatherer prometheus.Gatherer, token string, 
 	// The page has no icon; answering the browser's request for one with
 	// 404 would put an error in the console of every visit.
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		var notReady []string
-		for _, p := range list() {
-			if err := p.Ready(); err != nil {
-				notReady = append(notReady, fmt.Sprintf("%s: %v", p.Name(), err))
-			}
+}
+
+// adminAPI answers the admin API's calls about pipelines: the pipelines
+// list returns at each call, the token that mutating calls need (none: they
+// are refused), and the log of accepted changes.
+type adminAPI struct {
+	list  func() []*Pipeline
+	token string
+	log   *slog.Logger
+}
+
+// readyz answers GET /readyz: 200 when every pipeline is ready, 503 with
+// the reason of each one that is not.
+func (a *adminAPI) readyz(w http.ResponseWriter, r *http.Request) {
+	var notReady []string
+	for _, p := range a.list() {
+		if err := p.Ready(); err != nil {
+			notReady = append(notReady, fmt.Sprintf("%s: %v", p.Name(), err))
 		}
-		if len(notReady) > 0 {
-			http.Error(w, strings.Join(notReady, "\n"), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	mux.HandleFunc("GET /v1/pipelines", func(w http.ResponseWriter, r *http.Request) {
-		pipelines := list()
-		out := make([]Status, 0, len(pipelines))
-		for _, p := range pipelines {
-			out = append(out, p.Status())
-		}
-		writeJSON(w, http.StatusOK, out)
-	})
-	mux.HandleFunc("GET /v1/pipelines/{name}/keys", func(w http.ResponseWriter, r *http.Request) {
-		var p *Pipeline
-		for _, q := range list() {
-			if q.Name() == r.PathValue("name") {
-				p = q
-			}
-		}
-		if p == nil {
-			writeError(w, http.StatusNotFound, fmt.Errorf("no pipeline named %q", r.PathValue("name")))
-			return
-		}
-		top := 10
-		if v := r.URL.Query().Get("top"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > maxTop {
-				writeError(w, http.StatusBadRequest, fmt.Errorf("top: want a number from 1 to %d, got %q", maxTop, v))
-				return
-			}
-			top = n
-		}
-		body, truncated := keysAnswer(p.Keys(top), maxKeysAnswer)
-		if truncated {
-			w.Header().Set(truncatedHeader, "true")
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(body) // the client has gone; nothing to do
-	})
-	mux.HandleFunc("PUT /v1/pipelines/{name}/rate", func(w http.ResponseWriter, r *http.Request) {
-		p := mutable(w, r, list, token)
-		if p == nil {
-			return
-		}
-		body, err := decodeRate(http.MaxBytesReader(w, r.Body, maxAdminBody))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf(`body: want {"limit": 80, "burst": 1}: %w`, err))
-			return
-		}
-		before := p.Status()
-		if err := p.SetRate(body.limit, body.burst); err != nil {
-			writeError(w, http.StatusBadRequest, err)
-			return
-		}
-		after := p.Status()
-		log.Warn("admin: rate changed", "pipeline", p.Name(), "remote", r.RemoteAddr,
-			"old_limit", before.Limit, "limit", after.Limit, "old_burst", before.Burst, "burst", after.Burst)
-		writeJSON(w, http.StatusOK, after)
-	})
-	// pause and resume take no body; calling either twice is not an error
-	// (the answer is the status either way), and the log says what changed.
-	for action, do := range map[string]func(*Pipeline) bool{"pause": (*Pipeline).Pause, "resume": (*Pipeline).Resume} {
-		mux.HandleFunc("POST /v1/pipelines/{name}/"+action, func(w http.ResponseWriter, r *http.Request) {
-			p := mutable(w, r, list, token)
-			if p == nil {
-				return
-			}
-			if do(p) {
-				log.Warn("admin: pipeline "+action+"d", "pipeline", p.Name(), "remote", r.RemoteAddr)
-			}
-			writeJSON(w, http.StatusOK, p.Status())
-		})
 	}
-	return withSecurityHeaders(withAllowedHosts(hosts, mux))
+	if len(notReady) > 0 {
+		http.Error(w, strings.Join(notReady, "\n"), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// pipelines answers GET /v1/pipelines: the Status of every pipeline.
+func (a *adminAPI) pipelines(w http.ResponseWriter, r *http.Request) {
+	pipelines := a.list()
+	out := make([]Status, 0, len(pipelines))
+	for _, p := range pipelines {
+		out = append(out, p.Status())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// keys answers GET /v1/pipelines/{name}/keys?top=N: the pipeline's N
+// deepest lanes (10 by default), as many as fit in maxKeysAnswer bytes.
+func (a *adminAPI) keys(w http.ResponseWriter, r *http.Request) {
+	var p *Pipeline
+	for _, q := range a.list() {
+		if q.Name() == r.PathValue("name") {
+			p = q
+		}
+	}
+	if p == nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no pipeline named %q", r.PathValue("name")))
+		return
+	}
+	top := 10
+	if v := r.URL.Query().Get("top"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxTop {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("top: want a number from 1 to %d, got %q", maxTop, v))
+			return
+		}
+		top = n
+	}
+	body, truncated := keysAnswer(p.Keys(top), maxKeysAnswer)
+	if truncated {
+		w.Header().Set(truncatedHeader, "true")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body) // the client has gone; nothing to do
+}
+
+// setRate answers PUT /v1/pipelines/{name}/rate: it sets the pipeline's
+// limit and burst, logs the change and answers the new Status.
+func (a *adminAPI) setRate(w http.ResponseWriter, r *http.Request) {
+	p := mutable(w, r, a.list, a.token)
+	if p == nil {
+		return
+	}
+	body, err := decodeRate(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf(`body: want {"limit": 80, "burst": 1}: %w`, err))
+		return
+	}
+	before := p.Status()
+	if err := p.SetRate(body.limit, body.burst); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	after := p.Status()
+	a.log.Warn("admin: rate changed", "pipeline", p.Name(), "remote", r.RemoteAddr,
+		"old_limit", before.Limit, "limit", after.Limit, "old_burst", before.Burst, "burst", after.Burst)
+	writeJSON(w, http.StatusOK, after)
+}
+
+// pauseOrResume returns the handler of POST /v1/pipelines/{name}/action,
+// which calls do, (*Pipeline).Pause or Resume. The call takes no body;
+// calling it twice is not an error (the answer is the status either way),
+// and the log says what changed.
+func (a *adminAPI) pauseOrResume(action string, do func(*Pipeline) bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p := mutable(w, r, a.list, a.token)
+		if p == nil {
+			return
+		}
+		if do(p) {
+			a.log.Warn("admin: pipeline "+action+"d", "pipeline", p.Name(), "remote", r.RemoteAddr)
+		}
+		writeJSON(w, http.StatusOK, p.Status())
+	}
 }
 
 // withSecurityHeaders sets on every answer of next the headers that keep

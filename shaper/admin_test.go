@@ -130,6 +130,7 @@ func TestAdminAPIReportsPipelinesAndChangesTheRateTheSinkSees(t *testing.T) {
 		"shaper_queue_wait_seconds_bucket", "shaper_request_duration_seconds_bucket",
 		`shaper_in_flight{pipeline="test"} 0`, `shaper_bucket_depth{pipeline="test"} 0`,
 		`shaper_limiter_fallback{pipeline="test"} 0`,
+		`shaper_limiter_unused_total{pipeline="test"} 0`,
 	} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("GET /metrics lacks %q", want)

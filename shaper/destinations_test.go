@@ -82,7 +82,7 @@ func TestARetryAfterHoldsOnlyItsDestinationAndItsMessagesExpireOnTimeOnAFakeCloc
 			messageURLs(p)
 			p.Rate.Limit = 20
 			p.Bucket.MaxQueueTime = 10 * time.Second
-		}, func(*shaper.Pipeline) { time.Sleep(15 * time.Second) })
+		}, func(*shaper.Pipeline) { elapse(15 * time.Second) })
 
 		var good, bad int
 		var lastGood time.Time
@@ -135,7 +135,7 @@ func TestABacklogBehindAPerKeyLimitExpiresOnTimeOnAFakeClock(t *testing.T) {
 			p.Key = &shaper.KeyConfig{From: "header:Key"}
 			p.Rate.PerKey = &shaper.PerKeyRate{Limit: 1}
 			p.Bucket.MaxQueueTime = 3 * time.Second
-		}, func(*shaper.Pipeline) { time.Sleep(25 * time.Second) })
+		}, func(*shaper.Pipeline) { elapse(25 * time.Second) })
 
 		sends := len(f.of("send"))
 		if sends < 3 || sends > 4 {
@@ -178,14 +178,14 @@ func TestOneDestinationsPushBackLowersOnlyItsOwnAdaptiveLimitOnAFakeClock(t *tes
 			p.Rate.Limit = 50
 			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
 		}, func(p *shaper.Pipeline) {
-			time.Sleep(9 * time.Second)
+			elapse(9 * time.Second)
 			for _, k := range p.Keys(10) {
 				if k.Key == badHost {
 					bad = append(bad, k)
 				}
 			}
 			limitNow = p.Status().LimitNow
-			time.Sleep(3 * time.Second)
+			elapse(3 * time.Second)
 		})
 		var good []time.Time
 		for _, e := range f.of("send") {
@@ -237,7 +237,7 @@ func TestPushbackScopeKeyHoldsOnlyTheKeysLaneOnAFakeClock(t *testing.T) {
 				runFake(t, f, func(p *config.Pipeline) {
 					p.Key = &shaper.KeyConfig{From: "header:Key"}
 					p.Pushback.Scope = tt.scope
-				}, func(*shaper.Pipeline) { time.Sleep(4 * time.Second) })
+				}, func(*shaper.Pipeline) { elapse(4 * time.Second) })
 				var a, b int
 				for _, e := range f.of("send") {
 					if e.at.Sub(start) >= 4*time.Second {
@@ -289,7 +289,7 @@ func TestTheAdaptiveRateFollowsAThrottlingSinkOnAFakeClock(t *testing.T) {
 			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
 			p.Bucket.MaxQueueTime = 5 * time.Minute
 		}, func(p *shaper.Pipeline) {
-			time.Sleep(40 * time.Second)
+			elapse(40 * time.Second)
 			limitNow = p.Status().LimitNow
 		})
 		// Seconds 15 to 40: the steady state. A send of a message sent
@@ -375,7 +375,7 @@ func TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock(t *tes
 			p.Bucket.MaxQueueTime = 5 * time.Minute
 		}, func(p *shaper.Pipeline) {
 			for time.Since(start) < 90*time.Second {
-				time.Sleep(100 * time.Millisecond)
+				elapse(100 * time.Millisecond)
 				if d := time.Since(start) - 60*time.Second; d > 0 && found < 0 && p.Status().LimitNow >= 72 {
 					found = d
 				}

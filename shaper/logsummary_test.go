@@ -73,7 +73,7 @@ func refuseAll(t *testing.T, n int, limit float64, withTarget bool, level slog.L
 		done := make(chan error, 1)
 		go func() { done <- p.Run(context.Background()) }()
 		for finished() < n {
-			time.Sleep(time.Second)
+			elapse(time.Second)
 		}
 		p.Drain()
 		if err := <-done; err != nil {

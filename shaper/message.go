@@ -187,6 +187,15 @@ type FallbackReporter interface {
 	Fallback() bool
 }
 
+// UnusedReporter is implemented by limiters that lease slots of a shared
+// schedule ahead of use (limiter.Shared). The pipeline exports the count as
+// shaper_limiter_unused_total.
+type UnusedReporter interface {
+	// Unused returns how many leased slots the limiter has given back or
+	// let pass unused since it started.
+	Unused() int64
+}
+
 // Revocable is implemented by receipts whose message the source can take
 // back before it is finished: a Kafka partition that a rebalance gave to
 // another member. The pipeline starts no attempt for a revoked message; it

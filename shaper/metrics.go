@@ -112,12 +112,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // liveCollector reads, at scrape time, what pipelines know better than any
 // counter could: the limit in force (it moves during warm-up, fallback and
-// with the adaptive rate), whether a shared limiter has fallen back, the
-// source's lag, and the gate: attempts throttled, breaker open, paused.
+// with the adaptive rate), whether a shared limiter has fallen back and the
+// slots it left unused, the source's lag, and the gate: attempts throttled,
+// breaker open, paused.
 type liveCollector struct {
-	rateLimit, maxQueueTime, fallback, lag, expired *prometheus.Desc
-	throttled, breakerOpen, paused                  *prometheus.Desc
-	keysActive, keyOverflow                         *prometheus.Desc
+	rateLimit, maxQueueTime, fallback, unused, lag *prometheus.Desc
+	expired                                        *prometheus.Desc
+	throttled, breakerOpen, paused                 *prometheus.Desc
+	keysActive, keyOverflow                        *prometheus.Desc
 
 	mu        sync.Mutex
 	pipelines []*Pipeline
@@ -141,6 +143,8 @@ func newLiveCollector() *liveCollector {
 			"The bucket's max_queue_time in force, for alerts on queue wait approaching it.", []string{"pipeline"}, nil),
 		fallback: prometheus.NewDesc("shaper_limiter_fallback",
 			"1 while the shared limiter has fallen back to its local fallback_limit, else 0.", []string{"pipeline"}, nil),
+		unused: prometheus.NewDesc("shaper_limiter_unused_total",
+			"Slots the shared limiter leased and then gave back or let pass unused (a replica that stalled, or woke too late for them).", []string{"pipeline"}, nil),
 		expired: prometheus.NewDesc("shaper_expired_per_second",
 			"Messages expired per second over the last 10s; above the requests sent the pipeline is stalled (not ready).", []string{"pipeline"}, nil),
 		lag: prometheus.NewDesc("shaper_source_lag",
@@ -152,6 +156,7 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.rateLimit
 	ch <- c.maxQueueTime
 	ch <- c.fallback
+	ch <- c.unused
 	ch <- c.lag
 	ch <- c.expired
 	ch <- c.throttled
@@ -175,6 +180,11 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 			fallback = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.GaugeValue, fallback, name)
+		var unused int64
+		if ur, ok := p.lim.(UnusedReporter); ok {
+			unused = ur.Unused()
+		}
+		ch <- prometheus.MustNewConstMetric(c.unused, prometheus.CounterValue, float64(unused), name)
 		_, expired := p.recent.counts(now)
 		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.GaugeValue, float64(expired)/recentWindow, name)
 		throttled, open := p.bucket.gateCounts() // summed over the destinations

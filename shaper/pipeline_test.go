@@ -407,3 +407,119 @@ func TestADeadLetterTooLargeForItsTargetIsSentWithoutItsPayload(t *testing.T) {
 		return p.Status().Outcomes[shaper.OutcomeDeadLettered] == 1
 	})
 }
+
+// requestsAfter returns the requests that arrived at or after t.
+func requestsAfter(reqs []sinktest.Request, t time.Time) []sinktest.Request {
+	var out []sinktest.Request
+	for _, r := range reqs {
+		if !r.At.Before(t) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The reproducer of the jam: a full bucket at 200/s, the rate lowered to
+// 0.01/s for 2s and restored. Under the old scheduler the slot taken at
+// 0.01/s (100s out) was kept, and the restored rate was spaced from it: the
+// sink got nothing for 100s and the bucket expired. Now the restored rate is
+// in force at once.
+func TestLoweringTheRateAndRestoringItResumesAtTheFullRateAtOnce(t *testing.T) {
+	e := newEnv(t)
+	rec := sinktest.Start(t, sinktest.OK)
+	e.publish(2000)
+	cfg := e.config(rec.URL, func(c *config.Pipeline) {
+		c.Rate.Limit = 200
+		c.Bucket.Capacity = 400
+		c.Bucket.MaxQueueTime = 2 * time.Minute // 0.01/s is allowed: one slot per 100s fits in it
+	})
+	p := e.start(cfg)
+	testwait.For(t, 10*time.Second, "the rate established", func() bool { return rec.RequestCount() >= 100 })
+
+	if err := p.SetRate(0.01, 0); err != nil {
+		t.Fatalf("SetRate(0.01) = %v", err)
+	}
+	lowered := time.Now()
+	time.Sleep(2 * time.Second)
+	if err := p.SetRate(200, 0); err != nil {
+		t.Fatalf("SetRate(200) = %v", err)
+	}
+	restored := time.Now()
+
+	// At 0.01/s at most the request whose slot came just before the change
+	// and one more may go; then 200 more at 200/s take about 1s.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(requestsAfter(rec.Requests(), restored)) < 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests within 10s after the restore; want 200 (status %+v)", len(requestsAfter(rec.Requests(), restored)), p.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := len(requestsAfter(rec.Requests(), lowered.Add(50*time.Millisecond))) - len(requestsAfter(rec.Requests(), restored)); got > 1 {
+		t.Errorf("requests while the rate was 0.01/s = %d; want at most 1", got)
+	}
+	after := requestsAfter(rec.Requests(), restored)
+	t.Logf("after the restore: first request in %v, 200 requests in %v, expired %d",
+		after[0].At.Sub(restored).Round(time.Microsecond), after[199].At.Sub(after[0].At).Round(time.Millisecond), p.Status().Outcomes[shaper.OutcomeExpired])
+	// One interval is 5ms; the bounds are generous for a loaded machine.
+	if first := after[0].At.Sub(restored); first > 250*time.Millisecond {
+		t.Errorf("first request %v after the restore; want within one interval (5ms; 250ms allowed)", first)
+	}
+	if took := after[199].At.Sub(after[0].At); took > 1500*time.Millisecond || took < 900*time.Millisecond {
+		t.Errorf("200 requests after the restore took %v; want about 1s at 200/s", took)
+	}
+	if got := p.Status().Outcomes[shaper.OutcomeExpired]; got != 0 {
+		t.Errorf("expired = %d; want 0: nothing waited past max_queue_time (2m)", got)
+	}
+}
+
+// Pause and resume through the admin API under load: nothing is sent while
+// paused, the state and shaper_paused say so, and every message is
+// delivered once afterwards, none expired (max_queue_time is longer than
+// the pause).
+func TestPauseAndResumeThroughTheAdminAPI(t *testing.T) {
+	t.Parallel()
+	const n, token = 300, "a-token-of-sixteen-bytes"
+	e := newEnv(t)
+	rec := sinktest.Start(t, sinktest.OK)
+	e.publish(n)
+	p := e.start(e.config(rec.URL, func(c *config.Pipeline) { c.Rate.Limit = 100 }))
+	admin := p.serveAdmin(t, token, nil)
+	testwait.For(t, 10*time.Second, "deliveries to start", func() bool { return rec.DeliveredCount() >= 50 })
+
+	if code, body := call(t, "POST", admin.URL+"/v1/pipelines/test/pause", "", ""); code != http.StatusUnauthorized {
+		t.Errorf("pause without the token = %d %s; want 401", code, body)
+	}
+	code, body := call(t, "POST", admin.URL+"/v1/pipelines/test/pause", token, "")
+	paused := time.Now()
+	if code != http.StatusOK || p.Status().State != shaper.StatePaused {
+		t.Fatalf("pause = %d %s, state %q; want 200 and paused", code, body, p.Status().State)
+	}
+	time.Sleep(2 * time.Second)
+	if got := p.metric("shaper_paused"); got != 1 {
+		t.Errorf("shaper_paused = %v while paused; want 1", got)
+	}
+	// A request already in flight at the pause may still arrive.
+	if sent := rec.Between(paused.Add(50*time.Millisecond), time.Now()); len(sent) > 0 {
+		t.Errorf("%d requests while paused; want none", len(sent))
+	}
+	if code, body := call(t, "POST", admin.URL+"/v1/pipelines/test/resume", token, ""); code != http.StatusOK {
+		t.Fatalf("resume = %d %s; want 200", code, body)
+	}
+	testwait.For(t, 30*time.Second, "every message delivered", func() bool { return rec.DeliveredCount() == n })
+	if delivered, _ := rec.Delivered(); len(delivered) != n {
+		t.Errorf("%d messages delivered; want %d", len(delivered), n)
+	}
+	if dup := rec.Duplicates(); len(dup) > 0 {
+		t.Errorf("sent more than once: %v", dup)
+	}
+	// The sink counts a request when it answers; the pipeline counts it
+	// delivered once it has read the answer and acked the message.
+	testwait.For(t, 10*time.Second, "every delivery counted", func() bool {
+		return p.Status().Outcomes[shaper.OutcomeDelivered] == n
+	})
+	st := p.Status()
+	if st.State != shaper.StateRunning || st.Outcomes[shaper.OutcomeExpired] != 0 || st.Outcomes[shaper.OutcomeDelivered] != n {
+		t.Errorf("after resume: state %q, outcomes %v; want running, %d delivered, none expired", st.State, st.Outcomes, n)
+	}
+}

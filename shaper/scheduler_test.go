@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/gather"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -167,6 +168,12 @@ type receipt struct {
 func (r receipt) Ack(context.Context) error                 { r.f.record("ack", r.id); return nil }
 func (r receipt) Nack(context.Context, time.Duration) error { r.f.record("nack", r.id); return nil }
 
+// elapse lets d pass on the fake clock of the testing/synctest bubble it
+// runs in: it returns once d has passed there, which takes no real time
+// when every other goroutine of the bubble is blocked. Only for tests in a
+// bubble.
+func elapse(d time.Duration) { time.Sleep(d) }
+
 // runFake runs a pipeline over f in the bubble until the test's body
 // returns, then drains it and waits for Run.
 func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p *shaper.Pipeline)) {
@@ -226,7 +233,7 @@ func gaps(events []event) []time.Duration {
 func TestLeakyDeparturesAreExactlyOneIntervalApartOnAFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakes(200)
-		runFake(t, f, nil, func(*shaper.Pipeline) { time.Sleep(3 * time.Second) })
+		runFake(t, f, nil, func(*shaper.Pipeline) { elapse(3 * time.Second) })
 		sends := f.of("send")
 		if len(sends) != 200 || len(f.of("ack")) != 200 {
 			t.Fatalf("%d sends, %d acks; want 200 of each", len(sends), len(f.of("ack")))
@@ -246,7 +253,7 @@ func TestTokenModeSendsTheBurstAtOnceThenOneIntervalApartOnAFakeClock(t *testing
 		runFake(t, f, func(c *config.Pipeline) {
 			c.Rate.RateConfig = shaper.RateConfig{Mode: shaper.ModeToken, Limit: 10, Burst: &burst}
 			c.Sink.HTTP.MaxInFlight = 8
-		}, func(*shaper.Pipeline) { time.Sleep(3 * time.Second) })
+		}, func(*shaper.Pipeline) { elapse(3 * time.Second) })
 		sends := f.of("send")
 		if len(sends) != 20 {
 			t.Fatalf("%d sends; want 20", len(sends))
@@ -274,16 +281,16 @@ func TestARestoredRateIsInForceWithinOneIntervalOnAFakeClock(t *testing.T) {
 			c.Rate.Limit = 200
 			c.Bucket.MaxQueueTime = 2 * time.Minute
 		}, func(p *shaper.Pipeline) {
-			time.Sleep(501 * time.Millisecond)
+			elapse(501 * time.Millisecond)
 			if err := p.SetRate(0.01, 0); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(2 * time.Second)
+			elapse(2 * time.Second)
 			if err := p.SetRate(200, 0); err != nil {
 				t.Fatal(err)
 			}
 			restored = time.Now()
-			time.Sleep(time.Second)
+			elapse(time.Second)
 			if got := p.Status().Outcomes[shaper.OutcomeExpired]; got != 0 {
 				t.Errorf("expired = %d; want 0", got)
 			}
@@ -331,7 +338,7 @@ func TestExpiredMessagesSpendNoRateSlotOnAFakeClock(t *testing.T) {
 			c.Sink.HTTP.MaxInFlight = 4
 			c.Sink.HTTP.Timeout = 5 * time.Second
 		}, func(p *shaper.Pipeline) {
-			time.Sleep(5 * time.Second)
+			elapse(5 * time.Second)
 			expired = p.Status().Outcomes[shaper.OutcomeDropped]
 		})
 		if expired == 0 {
@@ -354,9 +361,10 @@ func TestExpiredMessagesSpendNoRateSlotOnAFakeClock(t *testing.T) {
 	})
 }
 
-// A 503 asking for 3s holds every departure for those 3s, not only the
-// message that got it; the retry then goes within one interval, and its
-// attempt was not spent: every message is acked once, after its outcome.
+// A 503 asking for 3s holds every departure to its destination for those
+// 3s, not only the message that got it; the retry then goes within one
+// interval, and its attempt was not spent (max_attempts 1) but counted in
+// shaper_throttled_total: every message is acked once, after its outcome.
 func TestARetryAfterHoldsEveryDepartureExactlyOnAFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakes(3)
@@ -368,7 +376,15 @@ func TestARetryAfterHoldsEveryDepartureExactlyOnAFakeClock(t *testing.T) {
 			}
 			return 0, nil
 		}
-		runFake(t, f, nil, func(*shaper.Pipeline) { time.Sleep(5 * time.Second) })
+		f.reg = prometheus.NewRegistry()
+		var throttled float64
+		runFake(t, f, func(c *config.Pipeline) { c.Sink.HTTP.Retry.MaxAttempts = 1 }, func(*shaper.Pipeline) {
+			elapse(5 * time.Second)
+			throttled = gather.Sum(f.reg, "shaper_throttled_total")
+		})
+		if throttled != 1 {
+			t.Errorf("shaper_throttled_total = %v; want 1", throttled)
+		}
 		var m1 []event
 		for _, e := range f.of("send") {
 			if e.id == "m1" {
@@ -397,7 +413,7 @@ func TestADrainSendsAtTheRateForItsTimeoutThenNacksTheRest(t *testing.T) {
 		f := newFakes(100)
 		var drained time.Time
 		runFake(t, f, func(c *config.Pipeline) { c.Rate.Limit = 10 }, func(*shaper.Pipeline) {
-			time.Sleep(1050 * time.Millisecond) // between two slots: no tie with a departure
+			elapse(1050 * time.Millisecond) // between two slots: no tie with a departure
 			drained = time.Now()
 		})
 		sends, acks, nacks := f.of("send"), f.of("ack"), f.of("nack")

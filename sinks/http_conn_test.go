@@ -19,6 +19,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn/kafkaconntest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -308,16 +309,19 @@ func TestHTTPOwnClientDropsConnectionsItCannotKeep(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	h := newHTTP(t, httpConfig(srv.URL))
+	// dropped reports whether the sink holds no connection: the server
+	// closed the idle one, and its reader saw that and ended.
+	dropped := func() bool { return h.cur.Load().own.Conns() == 0 }
 	m := &shaper.Message{ID: "1", Payload: []byte("x")}
 	for i := range 3 {
 		if err := h.Send(testCtx(t), m); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-		time.Sleep(300 * time.Millisecond) // the server closes the idle connection
+		testwait.For(t, 10*time.Second, "the server to close the idle connection and the sink to drop it", dropped)
 	}
 	mu.Lock()
 	if opened != 3 {
-		t.Errorf("3 requests 300ms apart to a server closing idle connections after 50ms opened %d connections; want 3", opened)
+		t.Errorf("3 requests, each after the server closed the idle connection of the one before, opened %d connections; want 3", opened)
 	}
 	long, opened = true, 0
 	mu.Unlock()
@@ -348,6 +352,7 @@ func TestHTTPOwnClientRequestsEndAtTheirDeadlineCtxOrClose(t *testing.T) {
 	}
 	warm := func() {
 		t.Helper()
+		testwait.For(t, 10*time.Second, "the last hanging request to end", func() bool { return sink.Hanging() == 0 })
 		if err := h.Send(testCtx(t), &shaper.Message{ID: "warm", Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
@@ -376,12 +381,12 @@ func TestHTTPOwnClientRequestsEndAtTheirDeadlineCtxOrClose(t *testing.T) {
 	warm()
 	ctx, cancel = context.WithCancel(testCtx(t))
 	answer := send(ctx)
-	time.Sleep(50 * time.Millisecond)
+	testwait.For(t, 10*time.Second, "the request to reach the sink", func() bool { return sink.Hanging() == 1 })
 	cancel()
 	wait(answer, "ctx cancelled", context.Canceled)
 	warm()
 	answer = send(testCtx(t))
-	time.Sleep(50 * time.Millisecond) // written, and hanging
+	testwait.For(t, 10*time.Second, "the request to reach the sink", func() bool { return sink.Hanging() == 1 })
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancelClose()
 	closed := make(chan error, 1)

@@ -356,7 +356,10 @@ func TestHTTPKeepAliveOpensAtMostMaxInFlightConnections(t *testing.T) {
 		if slow.Load() {
 			// Long enough for a burst to overlap, so it needs every
 			// connection; no assertion depends on it.
-			time.Sleep(5 * time.Millisecond)
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-r.Context().Done():
+			}
 		}
 		io.WriteString(w, "ok")
 	}))

@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shaper-dev/shaper/shaper"
 	"go.uber.org/goleak"
+
+	"github.com/shaper-dev/shaper/internal/testwait"
+	"github.com/shaper-dev/shaper/shaper"
 )
 
 // TestMain fails the package when a test leaves a goroutine behind: a
@@ -43,17 +45,14 @@ func closeAtEnd(t *testing.T, s shaper.Sink) {
 // reconnect.
 func sendUntilOK(t *testing.T, s shaper.Sink, m *shaper.Message, after string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var code string
+	var err error
+	if !testwait.Until(30*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		code, err := sendCode(ctx, s, m)
-		cancel()
-		if code == "ok" && err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Send 30s after %s = %q, %v; want \"ok\"", after, code, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		defer cancel()
+		code, err = sendCode(ctx, s, m)
+		return code == "ok" && err == nil
+	}) {
+		t.Fatalf("Send 30s after %s = %q, %v; want \"ok\"", after, code, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/freeport"
 	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -247,12 +248,8 @@ func TestNATSSendFailedWhileDisconnectedIsNotPublishedLater(t *testing.T) {
 	s.Shutdown()
 	s.WaitForShutdown()
 	// Wait until the client knows: that is when a publish could be buffered.
-	deadline := time.Now().Add(30 * time.Second)
-	for !n.nc.IsReconnecting() {
-		if time.Now().After(deadline) {
-			t.Fatalf("connection status %v 30s after the server stopped; want RECONNECTING", n.nc.Status())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(30*time.Second, n.nc.IsReconnecting) {
+		t.Fatalf("connection status %v 30s after the server stopped; want RECONNECTING", n.nc.Status())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	code, err := sendCode(ctx, n, deadLetter("while down"))

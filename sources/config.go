@@ -8,6 +8,23 @@ import (
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
 )
 
+// InProcessKafka is the config of a Kafka source reading topic as group
+// from brokers that run in this process (the demo's and the bench's
+// kfake). Its group timings make a group form in about a second instead of
+// the production defaults' tens; they are safe only with no network
+// between the consumer and the broker to be slow.
+func InProcessKafka(brokers []string, topic, group string) *KafkaConfig {
+	return &KafkaConfig{
+		Config:            kafkaconn.Config{Brokers: brokers},
+		Topic:             topic,
+		Group:             group,
+		SessionTimeout:    6 * time.Second,
+		HeartbeatInterval: 100 * time.Millisecond,
+		RebalanceTimeout:  2 * time.Second,
+		MaxWait:           200 * time.Millisecond,
+	}
+}
+
 // KafkaConfig configures a Kafka consumer-group source (source.kafka).
 type KafkaConfig struct {
 	kafkaconn.Config `yaml:",inline"`

@@ -139,7 +139,19 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 		done:     make(chan struct{}),
 		errs:     map[int]error{},
 	}
-	var reading []*rangePartition
+	reading := s.addPartitions(ranges)
+	configs, err := s.readerConfigs(cfg, topic, dialer, capacity, reading)
+	if err != nil {
+		return nil, err
+	}
+	s.start(reading, configs)
+	log.Info("kafka: replaying", "partitions", len(ranges), "reading", len(reading), "from", formatRanges(ranges, true), "to", formatRanges(ranges, false))
+	return s, nil
+}
+
+// addPartitions adds a partition to s for each range, and returns those
+// with something to read.
+func (s *KafkaRange) addPartitions(ranges []kafkaPartitionRange) (reading []*rangePartition) {
 	for _, r := range ranges {
 		rp := &rangePartition{partition: r.partition, from: r.from, end: max(r.end, r.from), pauses: newPauses()}
 		rp.books = s.books.place(strconv.Itoa(r.partition), r.from, r.end)
@@ -148,6 +160,13 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 			reading = append(reading, rp)
 		}
 	}
+	return reading
+}
+
+// readerConfigs returns the kafka-go Reader config of each partition of
+// reading, in that order. The partitions share the bucket's capacity as
+// the readers' queue: it bounds how much they fetch ahead.
+func (s *KafkaRange) readerConfigs(cfg kafkaconn.Config, topic string, dialer *kafka.Dialer, capacity int, reading []*rangePartition) ([]kafka.ReaderConfig, error) {
 	queue := max(min(capacity, kafkaQueueMax)/max(len(reading), 1), 1)
 	configs := make([]kafka.ReaderConfig, len(reading))
 	for i, rp := range reading {
@@ -170,6 +189,13 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 			return nil, fmt.Errorf("kafka: replay: reader config of partition %d: %w", rp.partition, err)
 		}
 	}
+	return configs, nil
+}
+
+// start starts a reader of each partition of reading, with its config
+// (configs[i] is reading[i]'s), until Close; with none to read, the range
+// is drained at once.
+func (s *KafkaRange) start(reading []*rangePartition, configs []kafka.ReaderConfig) {
 	s.left.Store(int32(len(reading)))
 	if len(reading) == 0 {
 		close(s.drained)
@@ -179,8 +205,6 @@ func NewKafkaRange(ctx context.Context, cfg kafkaconn.Config, topic string, capa
 	for i, rp := range reading {
 		s.readers.Go(func() { s.read(readCtx, rp, configs[i]) })
 	}
-	log.Info("kafka: replaying", "partitions", len(ranges), "reading", len(reading), "from", formatRanges(ranges, true), "to", formatRanges(ranges, false))
-	return s, nil
 }
 
 // kafkaPartitionRange is a partition's range as looked up: [from, end).
@@ -192,6 +216,53 @@ type kafkaPartitionRange struct {
 // kafkaRanges looks up topic's partitions and the range opts gives each,
 // in partition order.
 func kafkaRanges(ctx context.Context, c *kafka.Client, topic string, opts ReplayOptions) ([]kafkaPartitionRange, error) {
+	partitions, err := topicPartitions(ctx, c, topic)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBoundPartitions(topic, partitions, opts); err != nil {
+		return nil, err
+	}
+	// One request per kind of lookup: kafka-go merges the answers by
+	// partition, so two timestamps in one request could not be told apart.
+	edges, err := listOffsets(ctx, c, topic, partitions, kafka.FirstOffsetOf, kafka.LastOffsetOf)
+	if err != nil {
+		return nil, err
+	}
+	fromTimes, err := offsetsAtTime(ctx, c, topic, partitions, opts.From)
+	if err != nil {
+		return nil, err
+	}
+	toTimes, err := offsetsAtTime(ctx, c, topic, partitions, opts.To)
+	if err != nil {
+		return nil, err
+	}
+
+	out := make([]kafkaPartitionRange, 0, len(partitions))
+	for _, p := range partitions {
+		logStart, hwm := edges[p].FirstOffset, edges[p].LastOffset
+		pick := func(b Bound, times map[int]int64, dflt int64) int64 {
+			switch b.Kind {
+			case BoundTime:
+				if off := times[p]; off >= 0 {
+					return min(max(off, logStart), hwm)
+				}
+				return hwm
+			case BoundOffset:
+				if off, ok := b.offsetOf(p); ok {
+					return min(max(off, logStart), hwm)
+				}
+			}
+			return dflt
+		}
+		out = append(out, kafkaPartitionRange{partition: p, from: pick(opts.From, fromTimes, logStart), end: pick(opts.To, toTimes, hwm)})
+	}
+	return out, nil
+}
+
+// topicPartitions looks up the partitions of topic, sorted; a topic that
+// has none is not found.
+func topicPartitions(ctx context.Context, c *kafka.Client, topic string) ([]int, error) {
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, fmt.Errorf("kafka: replay: metadata of topic %q: %w", topic, err)
@@ -215,68 +286,43 @@ func kafkaRanges(ctx context.Context, c *kafka.Client, topic string, opts Replay
 		return nil, fmt.Errorf("kafka: replay: topic %q not found", topic)
 	}
 	slices.Sort(partitions)
+	return partitions, nil
+}
+
+// checkBoundPartitions refuses an offset bound of opts that names a
+// partition topic does not have (partitions, sorted).
+func checkBoundPartitions(topic string, partitions []int, opts ReplayOptions) error {
 	for _, b := range []struct {
 		flag  string
 		bound Bound
 	}{{"--from", opts.From}, {"--to", opts.To}} {
 		for _, p := range slices.Sorted(maps.Keys(b.bound.Offsets)) {
 			if _, ok := slices.BinarySearch(partitions, p); !ok {
-				return nil, fmt.Errorf("kafka: replay: %w", &BoundError{Flag: b.flag,
+				return fmt.Errorf("kafka: replay: %w", &BoundError{Flag: b.flag,
 					Problem: fmt.Sprintf("offset:%d=%d: topic %q has no partition %d (its %d partitions are %s)", p, b.bound.Offsets[p], topic, p, len(partitions), partitionList(partitions))})
 			}
 		}
 	}
+	return nil
+}
 
-	// One request per kind of lookup: kafka-go merges the answers by
-	// partition, so two timestamps in one request could not be told apart.
-	edges, err := listOffsets(ctx, c, topic, partitions, kafka.FirstOffsetOf, kafka.LastOffsetOf)
+// offsetsAtTime looks up, when b is a time, the offset of the first record
+// at or after it in each partition, -1 where there is none; for another
+// bound it returns nil.
+func offsetsAtTime(ctx context.Context, c *kafka.Client, topic string, partitions []int, b Bound) (map[int]int64, error) {
+	if b.Kind != BoundTime {
+		return nil, nil
+	}
+	got, err := listOffsets(ctx, c, topic, partitions, func(p int) kafka.OffsetRequest { return kafka.TimeOffsetOf(p, b.Time) })
 	if err != nil {
 		return nil, err
 	}
-	atTime := func(b Bound) (map[int]int64, error) {
-		if b.Kind != BoundTime {
-			return nil, nil
+	out := make(map[int]int64, len(got))
+	for p, po := range got {
+		out[p] = -1 // no record at or after the time
+		for off := range po.Offsets {
+			out[p] = off
 		}
-		got, err := listOffsets(ctx, c, topic, partitions, func(p int) kafka.OffsetRequest { return kafka.TimeOffsetOf(p, b.Time) })
-		if err != nil {
-			return nil, err
-		}
-		out := make(map[int]int64, len(got))
-		for p, po := range got {
-			out[p] = -1 // no record at or after the time
-			for off := range po.Offsets {
-				out[p] = off
-			}
-		}
-		return out, nil
-	}
-	fromTimes, err := atTime(opts.From)
-	if err != nil {
-		return nil, err
-	}
-	toTimes, err := atTime(opts.To)
-	if err != nil {
-		return nil, err
-	}
-
-	out := make([]kafkaPartitionRange, 0, len(partitions))
-	for _, p := range partitions {
-		logStart, hwm := edges[p].FirstOffset, edges[p].LastOffset
-		pick := func(b Bound, times map[int]int64, dflt int64) int64 {
-			switch b.Kind {
-			case BoundTime:
-				if off := times[p]; off >= 0 {
-					return min(max(off, logStart), hwm)
-				}
-				return hwm
-			case BoundOffset:
-				if off, ok := b.offsetOf(p); ok {
-					return min(max(off, logStart), hwm)
-				}
-			}
-			return dflt
-		}
-		out = append(out, kafkaPartitionRange{partition: p, from: pick(opts.From, fromTimes, logStart), end: pick(opts.To, toTimes, hwm)})
 	}
 	return out, nil
 }

@@ -114,24 +114,13 @@ func NewJetStreamRange(ctx context.Context, url, stream, subject string, capacit
 	return s, nil
 }
 
+// newJetStreamRange is NewJetStreamRange once conn is up: it finds the
+// stream, fixes the range on it and creates the consumer that reads it.
 func newJetStreamRange(ctx context.Context, conn *natsConn, stream, subject string, capacity int, opts ReplayOptions) (*JetStreamRange, error) {
 	js, _ := jetstream.New(conn.nc) // fails only for a nil connection
-	if stream == "" {
-		name, err := js.StreamNameBySubject(ctx, subject)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("nats: no stream covers subject %q", subject)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("nats: find the stream of subject %q: %w", subject, err)
-		}
-		stream = name
-	}
-	st, err := js.Stream(ctx, stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, &streamNotFoundError{stream: stream}
-	}
+	st, stream, err := findStream(ctx, js, stream, subject)
 	if err != nil {
-		return nil, fmt.Errorf("nats: stream %q: %w", stream, err)
+		return nil, err
 	}
 	state := st.CachedInfo().State
 	s := &JetStreamRange{
@@ -150,8 +139,53 @@ func newJetStreamRange(ctx context.Context, conn *natsConn, stream, subject stri
 		fetching: newFetchTurn(),
 		done:     make(chan struct{}),
 	}
+	from, err := s.setBounds(ctx, opts, state)
+	if err != nil {
+		return nil, err
+	}
+	c, err := js.CreateConsumer(ctx, stream, s.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nats: create a replay consumer of %q on stream %q: %w", subject, stream, err)
+	}
+	s.consumer, s.from = c, from
+	total, err := s.countRange(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	s.books = newRangeBooks(opts, formatSeq)
+	s.place = s.books.place(stream, int64(from), int64(s.end))
+	s.books.count(s.place, total)
+	return s, nil
+}
 
-	// The range [from, end) in stream sequences.
+// findStream returns stream and its name; stream "" is the stream whose
+// subjects cover subject.
+func findStream(ctx context.Context, js jetstream.JetStream, stream, subject string) (jetstream.Stream, string, error) {
+	if stream == "" {
+		name, err := js.StreamNameBySubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, "", fmt.Errorf("nats: no stream covers subject %q", subject)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("nats: find the stream of subject %q: %w", subject, err)
+		}
+		stream = name
+	}
+	st, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, "", &streamNotFoundError{stream: stream}
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("nats: stream %q: %w", stream, err)
+	}
+	return st, stream, nil
+}
+
+// setBounds fixes the range opts gives on a stream in state: it returns
+// its first stream sequence, sets s.end to the first one past it, and sets
+// where s.cfg's consumer starts.
+func (s *JetStreamRange) setBounds(ctx context.Context, opts ReplayOptions, state jetstream.StreamState) (uint64, error) {
+	var err error
 	from := max(state.FirstSeq, 1)
 	switch opts.From.Kind {
 	case BoundSeq:
@@ -160,7 +194,7 @@ func newJetStreamRange(ctx context.Context, conn *natsConn, stream, subject stri
 	case BoundTime:
 		t := opts.From.Time
 		if from, err = s.seqAt(ctx, t, state.LastSeq); err != nil {
-			return nil, err
+			return 0, err
 		}
 		s.cfg.DeliverPolicy, s.cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
 	default:
@@ -172,29 +206,28 @@ func newJetStreamRange(ctx context.Context, conn *natsConn, stream, subject stri
 		s.end = min(opts.To.Seq, s.end)
 	case BoundTime:
 		if s.end, err = s.seqAt(ctx, opts.To.Time, state.LastSeq); err != nil {
-			return nil, err
+			return 0, err
 		}
 	}
+	return from, nil
+}
 
-	c, err := js.CreateConsumer(ctx, stream, s.cfg)
-	if err != nil {
-		return nil, fmt.Errorf("nats: create a replay consumer of %q on stream %q: %w", subject, stream, err)
-	}
-	s.consumer, s.from = c, from
+// countRange returns how many messages of the subject the range holds
+// (see count; c is the consumer that starts at it), and marks the range
+// pulled when it surely holds none. When counting fails it deletes c.
+func (s *JetStreamRange) countRange(ctx context.Context, c jetstream.Consumer) (int64, error) {
 	total, exact := int64(0), true
-	if pending := c.CachedInfo().NumPending; pending == 0 || s.end <= from {
+	var err error
+	if pending := c.CachedInfo().NumPending; pending == 0 || s.end <= s.from {
 		s.pulled = true
 	} else if total, exact, err = s.count(ctx, c, pending); err != nil {
 		_ = s.deleteConsumer(ctx) // and the server deletes it if this fails
-		return nil, err
+		return 0, err
 	}
 	if exact && total == 0 {
 		s.pulled = true
 	}
-	s.books = newRangeBooks(opts, formatSeq)
-	s.place = s.books.place(stream, int64(from), int64(s.end))
-	s.books.count(s.place, total)
-	return s, nil
+	return total, nil
 }
 
 // seqAt returns the stream sequence of the first message stored at or

@@ -304,16 +304,11 @@ func TestJetStreamMissingStreamIsReportedAndRecovers(t *testing.T) {
 	createStream(t, js)
 	publish(t, js, 0, 3, nil)
 	var got []*shaper.Message
-	for try := 0; len(got) == 0 && try < 50; try++ {
-		msgs, err := fetch(src, 10, 5*time.Second)
-		if err != nil {
-			time.Sleep(100 * time.Millisecond) // the pipeline's backoff
-			continue
-		}
-		got = msgs
-	}
-	if len(got) == 0 {
-		t.Fatalf("Fetch did not recover once the stream existed")
+	if !testwait.Until(time.Minute, func() bool {
+		got, err = fetch(src, 10, 5*time.Second)
+		return err == nil && len(got) > 0
+	}) {
+		t.Fatalf("Fetch = %v a minute after the stream was created; want it recovered", err)
 	}
 	if err := src.Ready(); err != nil {
 		t.Errorf("Ready() after recovery = %v; want nil", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/shaper-dev/shaper/internal/freeport"
 	"github.com/shaper-dev/shaper/internal/kafkatest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // BenchmarkKafkaBacklogMemory runs a real `shaper run` child process against
@@ -38,17 +39,16 @@ pipelines:
 `, admin, kafkatest.SourceYAML(broker, "callbacks", "shaper-backlog"), sink.URL))
 				start := time.Now()
 				c := startChild(b, config)
+				// A sample every 100ms until the backlog is delivered.
 				var maxHeap, maxRSS float64
-				for {
+				testwait.Every(100*time.Millisecond, 5*time.Minute, func() bool {
 					if m, err := childtest.Scrape(admin); err == nil && m["go_memstats_heap_inuse_bytes"] > 0 {
 						maxHeap = max(maxHeap, m["go_memstats_heap_inuse_bytes"])
 						maxRSS = max(maxRSS, m["process_resident_memory_bytes"])
 					}
-					if u, _ := sink.Counts(); u >= n || time.Since(start) > 5*time.Minute {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
+					u, _ := sink.Counts()
+					return u >= n
+				})
 				took := time.Since(start)
 				_ = c.Cmd.Process.Signal(syscall.SIGTERM)
 				c.Wait(30 * time.Second)

@@ -70,7 +70,7 @@ func startKafkaDemo() (*kafkaDemo, error) {
 func (d *kafkaDemo) String() string { return "in-process Kafka (kfake)" }
 
 func (d *kafkaDemo) source() config.Source {
-	return config.Source{Kafka: d.k.Source(demoTopic, "shaper-demo")}
+	return config.Source{Kafka: sources.InProcessKafka(d.k.Addrs(), demoTopic, "shaper-demo")}
 }
 
 func (d *kafkaDemo) publish(ctx context.Context, bodies [][]byte) error {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/shaper-dev/shaper/internal/childtest"
@@ -18,18 +20,47 @@ import (
 // messages `{"n":i}` keyed by i, and returns its bootstrap address.
 func startKafka(t testing.TB, n int) string {
 	t.Helper()
+	return startKafkaCluster(t, n).Addr
+}
+
+// startKafkaCluster is startKafka, returning the cluster.
+func startKafkaCluster(t testing.TB, n int) *kafkatest.Cluster {
+	t.Helper()
 	k := kafkatest.Start(t, kfake.SeedTopics(4, "callbacks"))
 	k.Produce("callbacks", kafkatest.Records(n))
-	return k.Addr
+	return k
 }
 
 // kafkaRun is startKafka's topic of n messages, a sink that answers 200,
-// and the config file of kafkaConfig between them with drain_timeout 1s.
-func kafkaRun(t *testing.T, n, limit, inFlight int, commit time.Duration) (*sinktest.Sink, string) {
+// and the config file of kafkaConfig between them with drain_timeout 1s;
+// it returns the broker too.
+func kafkaRun(t *testing.T, n, limit, inFlight int, commit time.Duration) (*sinktest.Sink, string, *kafkatest.Cluster) {
 	t.Helper()
-	broker := startKafka(t, n)
+	k := startKafkaCluster(t, n)
 	sink := sinktest.Start(t, sinktest.OK)
-	return sink, childtest.WriteConfig(t, kafkaConfig(broker, sink.URL, limit, inFlight, commit, time.Second))
+	return sink, childtest.WriteConfig(t, kafkaConfig(k.Addr, sink.URL, limit, inFlight, commit, time.Second)), k
+}
+
+// waitCommitted waits until group shaper-psp has committed all n records
+// of startKafka's topic: from then on nothing can be delivered again, so a
+// duplicate has shown.
+func waitCommitted(t *testing.T, k *kafkatest.Cluster, n int) {
+	t.Helper()
+	cl := k.Client()
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var total int64
+	testwait.For(t, 30*time.Second, fmt.Sprintf("every one of %d records committed", n), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		offsets, err := adm.FetchOffsets(ctx, "shaper-psp")
+		if err != nil {
+			return false
+		}
+		total = 0
+		offsets.Each(func(o kadm.OffsetResponse) { total += max(o.At, 0) })
+		return total == int64(n)
+	})
 }
 
 func kafkaConfig(broker, sinkURL string, limit, inFlight int, commit, drain time.Duration) string {
@@ -44,7 +75,7 @@ func kafkaConfig(broker, sinkURL string, limit, inFlight int, commit, drain time
 func TestKafkaSIGKILLLosesNothingAndDuplicatesStayWithinTheUncommittedWindow(t *testing.T) {
 	const n, limit, inFlight = 400, 200, 8
 	const commit = 200 * time.Millisecond
-	sink, config := kafkaRun(t, n, limit, inFlight, commit)
+	sink, config, broker := kafkaRun(t, n, limit, inFlight, commit)
 
 	first := startChild(t, config)
 	testwait.For(t, 60*time.Second, "100 deliveries", func() bool { u, _ := sink.Counts(); return u >= 100 })
@@ -54,7 +85,7 @@ func TestKafkaSIGKILLLosesNothingAndDuplicatesStayWithinTheUncommittedWindow(t *
 
 	second := startChild(t, config)
 	testwait.For(t, 60*time.Second, "every message delivered after the restart", func() bool { u, _ := sink.Counts(); return u == n })
-	time.Sleep(500 * time.Millisecond) // room for late duplicates to show
+	waitCommitted(t, broker, n)
 	_ = second.Cmd.Process.Signal(syscall.SIGTERM)
 	second.Wait(15 * time.Second)
 
@@ -75,7 +106,7 @@ func TestKafkaSIGKILLLosesNothingAndDuplicatesStayWithinTheUncommittedWindow(t *
 
 func TestKafkaSIGTERMDrainLosesNothingAndDuplicatesNothing(t *testing.T) {
 	const n = 300
-	sink, config := kafkaRun(t, n, 100, 4, time.Second)
+	sink, config, broker := kafkaRun(t, n, 100, 4, time.Second)
 
 	first := startChild(t, config)
 	testwait.For(t, 60*time.Second, "50 deliveries", func() bool { u, _ := sink.Counts(); return u >= 50 })
@@ -87,7 +118,7 @@ func TestKafkaSIGTERMDrainLosesNothingAndDuplicatesNothing(t *testing.T) {
 
 	second := startChild(t, config)
 	testwait.For(t, 60*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == n })
-	time.Sleep(500 * time.Millisecond)
+	waitCommitted(t, broker, n)
 	_ = second.Cmd.Process.Signal(syscall.SIGTERM)
 	second.Wait(15 * time.Second)
 	if unique, total := sink.Counts(); unique != n || total != n {
@@ -98,12 +129,12 @@ func TestKafkaSIGTERMDrainLosesNothingAndDuplicatesNothing(t *testing.T) {
 
 func TestTwoShaperProcessesInOneGroupSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T) {
 	const n = 400
-	sink, config := kafkaRun(t, n, 100, 4, time.Second)
+	sink, config, broker := kafkaRun(t, n, 100, 4, time.Second)
 
 	first := startChild(t, config)
 	second := startChild(t, config)
 	testwait.For(t, 60*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == n })
-	time.Sleep(500 * time.Millisecond) // room for a duplicate to show
+	waitCommitted(t, broker, n)
 	for _, c := range []*childtest.Process{first, second} {
 		_ = c.Cmd.Process.Signal(syscall.SIGTERM)
 	}

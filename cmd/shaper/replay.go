@@ -108,16 +108,47 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 // --to may name.
 func (a replayArgs) check(now time.Time) (*config.File, config.Pipeline, sources.ReplayOptions, error) {
 	var opts sources.ReplayOptions
-	var pc config.Pipeline
+	cfg, pc, err := a.loadPipeline()
+	if err != nil {
+		return nil, pc, opts, err
+	}
+	var problems []string
+	opts.From, opts.To, problems = a.readBounds(now)
+	opts.Pipeline = pc.Name
+	opts.DeadLetters = a.deadLetters || pc.Source.Kafka != nil && pc.Source.Kafka.DeadLetters || pc.Source.NATS != nil && pc.Source.NATS.DeadLetters
+	problems = append(problems, a.checkRange(pc, opts)...)
+	switch a.reason {
+	case "":
+	case string(shaper.ReasonExpired), string(shaper.ReasonRejected), string(shaper.ReasonExhausted), string(shaper.ReasonMalformed):
+		if !opts.DeadLetters {
+			problems = append(problems, "--reason selects dead letters: it needs --dead-letters (or a source with dead_letters: true)")
+		}
+		opts.Reason = a.reason
+	default:
+		problems = append(problems, fmt.Sprintf("--reason: want expired, rejected, exhausted or malformed, got %q", a.reason))
+	}
+	if a.progressEvery <= 0 {
+		problems = append(problems, fmt.Sprintf("--progress-every: must be > 0, got %s", a.progressEvery))
+	}
+	problems = append(problems, a.applyRate(&pc)...)
+	if len(problems) > 0 {
+		return nil, pc, opts, fmt.Errorf("%w: replay:\n  %s", errUsage, strings.Join(problems, "\n  "))
+	}
+	return cfg, pc, opts, nil
+}
+
+// loadPipeline loads --config and returns it with the pipeline --pipeline
+// names in it.
+func (a replayArgs) loadPipeline() (*config.File, config.Pipeline, error) {
 	switch {
 	case a.config == "":
-		return nil, pc, opts, fmt.Errorf("%w: replay: --config is required", errUsage)
+		return nil, config.Pipeline{}, fmt.Errorf("%w: replay: --config is required", errUsage)
 	case a.pipeline == "":
-		return nil, pc, opts, fmt.Errorf("%w: replay: --pipeline is required", errUsage)
+		return nil, config.Pipeline{}, fmt.Errorf("%w: replay: --pipeline is required", errUsage)
 	}
 	cfg, err := config.Load(a.config)
 	if err != nil {
-		return nil, pc, opts, fmt.Errorf("%w: %s:\n%v", errUsage, a.config, err)
+		return nil, config.Pipeline{}, fmt.Errorf("%w: %s:\n%v", errUsage, a.config, err)
 	}
 	i := -1
 	var names []string
@@ -128,23 +159,37 @@ func (a replayArgs) check(now time.Time) (*config.File, config.Pipeline, sources
 		}
 	}
 	if i < 0 {
-		return nil, pc, opts, fmt.Errorf("%w: replay: --pipeline %q: no such pipeline in %s (it has %s)", errUsage, a.pipeline, a.config, strings.Join(names, ", "))
+		return nil, config.Pipeline{}, fmt.Errorf("%w: replay: --pipeline %q: no such pipeline in %s (it has %s)", errUsage, a.pipeline, a.config, strings.Join(names, ", "))
 	}
-	pc = cfg.Pipelines[i]
-	var problems []string
-	if opts.From, err = sources.ParseBound(a.from); err != nil {
+	return cfg, cfg.Pipelines[i], nil
+}
+
+// readBounds reads --from and --to, and says what is wrong with each: not
+// a bound, or a time no message can have been stored at (see
+// sources.Bound.CheckTime).
+func (a replayArgs) readBounds(now time.Time) (from, to sources.Bound, problems []string) {
+	var err error
+	if from, err = sources.ParseBound(a.from); err != nil {
 		problems = append(problems, "--from "+err.Error())
-	} else if err := opts.From.CheckTime(now); err != nil {
+	} else if err := from.CheckTime(now); err != nil {
 		problems = append(problems, "--from: "+err.Error())
 	}
-	if opts.To, err = sources.ParseBound(a.to); err != nil {
+	if to, err = sources.ParseBound(a.to); err != nil {
 		problems = append(problems, "--to "+err.Error())
-	} else if err := opts.To.CheckTime(now); err != nil {
+	} else if err := to.CheckTime(now); err != nil {
 		problems = append(problems, "--to: "+err.Error())
 	}
-	opts.Pipeline = pc.Name
+	return from, to, problems
+}
+
+// checkRange says what is wrong with reading opts' range from the log the
+// replay reads (the pipeline's source, or its dead_letter target with
+// --dead-letters): no such target, a core NATS source that keeps no log,
+// a bound of the other broker's kind (seq:N for Kafka, offset:N for
+// JetStream), or --to not after --from.
+func (a replayArgs) checkRange(pc config.Pipeline, opts sources.ReplayOptions) []string {
+	var problems []string
 	kafka := pc.Source.Kafka != nil
-	opts.DeadLetters = a.deadLetters || kafka && pc.Source.Kafka.DeadLetters || pc.Source.NATS != nil && pc.Source.NATS.DeadLetters
 	if a.deadLetters {
 		switch dl := pc.DeadLetter; {
 		case dl == nil:
@@ -169,32 +214,23 @@ func (a replayArgs) check(now time.Time) (*config.File, config.Pipeline, sources
 	if opts.From.Kind == sources.BoundTime && opts.To.Kind == sources.BoundTime && !opts.To.Time.After(opts.From.Time) {
 		problems = append(problems, fmt.Sprintf("--to %s is not after --from %s", a.to, a.from))
 	}
-	switch a.reason {
-	case "":
-	case string(shaper.ReasonExpired), string(shaper.ReasonRejected), string(shaper.ReasonExhausted), string(shaper.ReasonMalformed):
-		if !opts.DeadLetters {
-			problems = append(problems, "--reason selects dead letters: it needs --dead-letters (or a source with dead_letters: true)")
-		}
-		opts.Reason = a.reason
-	default:
-		problems = append(problems, fmt.Sprintf("--reason: want expired, rejected, exhausted or malformed, got %q", a.reason))
-	}
-	if a.progressEvery <= 0 {
-		problems = append(problems, fmt.Sprintf("--progress-every: must be > 0, got %s", a.progressEvery))
-	}
+	return problems
+}
+
+// applyRate puts --rate, when given, in place of the pipeline's
+// rate.limit, and says what is wrong with it.
+func (a replayArgs) applyRate(pc *config.Pipeline) []string {
 	if a.rateGiven && !(a.rate > 0) {
-		problems = append(problems, fmt.Sprintf("--rate: must be > 0, got %v (leave it out for rate.limit, %v)", a.rate, pc.Rate.Limit))
-	} else if a.rate != 0 {
+		return []string{fmt.Sprintf("--rate: must be > 0, got %v (leave it out for rate.limit, %v)", a.rate, pc.Rate.Limit)}
+	}
+	if a.rate != 0 {
 		pc.Rate.Limit = a.rate
 		pc.Rate.Shared = nil // the operator's rate, on this process: not a share of the live one
 		if err := pc.Validate("--rate"); err != nil {
-			problems = append(problems, err.Error())
+			return []string{err.Error()}
 		}
 	}
-	if len(problems) > 0 {
-		return nil, pc, opts, fmt.Errorf("%w: replay:\n  %s", errUsage, strings.Join(problems, "\n  "))
-	}
-	return cfg, pc, opts, nil
+	return nil
 }
 
 // buildReplaySource returns the range the replay reads: the pipeline's

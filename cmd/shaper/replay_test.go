@@ -45,8 +45,10 @@ type replayLog interface {
 	source() string
 	deadLetter() string
 	// publish writes n messages {"n":i} to the source, in bands of
-	// len(bands) with stored times apart, and returns the times that cut
-	// between bands (len(bands)-1 of them) and each message's id.
+	// len(bands), and returns the times that cut between bands
+	// (len(bands)-1 of them: each after every message of the bands before
+	// it, at or before every message of the bands after it) and each
+	// message's id.
 	publish(t *testing.T, bands ...int) (cuts []time.Time, ids []string)
 	// publishDeadLetters writes dead letters to the dead-letter target:
 	// per reason, that many, each with its original id (Shaper-Id on the
@@ -249,20 +251,28 @@ func (l *jetStreamLog) publish(t *testing.T, bands ...int) ([]time.Time, []strin
 	var cuts []time.Time
 	var ids []string
 	l.js(t, func(ctx context.Context, js jetstream.JetStream) {
+		stream, err := js.Stream(ctx, "CALLBACKS")
+		if err != nil {
+			t.Fatal(err)
+		}
 		n := 0
 		for b, size := range bands {
-			if b > 0 {
-				time.Sleep(20 * time.Millisecond) // stored times fall apart
-				cuts = append(cuts, time.Now())
-				time.Sleep(20 * time.Millisecond)
-			}
-			for range size {
+			for i := range size {
 				ack, err := js.Publish(ctx, "callbacks.psp", fmt.Appendf(nil, `{"n":%d}`, n))
 				if err != nil {
 					t.Fatal(err)
 				}
 				ids = append(ids, fmt.Sprintf("CALLBACKS/%d", ack.Sequence))
 				n++
+				if b > 0 && i == 0 {
+					// The band's first stored time: the one before
+					// was stored earlier, the rest of it later.
+					m, err := stream.GetMsg(ctx, ack.Sequence)
+					if err != nil {
+						t.Fatal(err)
+					}
+					cuts = append(cuts, m.Time)
+				}
 			}
 		}
 	})

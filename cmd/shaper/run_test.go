@@ -22,6 +22,16 @@ func startJetStream(t *testing.T, n int) string {
 	return url
 }
 
+// waitAcked waits until the durable consumer shaper-psp of startJetStream's
+// stream at natsURL has every message acked: from then on nothing can be
+// delivered again, so a duplicate has shown.
+func waitAcked(t *testing.T, natsURL string) {
+	t.Helper()
+	testwait.For(t, 30*time.Second, "every message acked", func() bool {
+		return natstest.Acked(t, natsURL, "CALLBACKS", "shaper-psp")
+	})
+}
+
 // startChild runs `shaper run --config config` as a child process.
 func startChild(t testing.TB, config string) *childtest.Process {
 	t.Helper()
@@ -70,7 +80,9 @@ func httpSink(url string, inFlight int) string {
 
 func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T) {
 	const n = 150
-	sink, config, _ := natsRun(t, n, 50, time.Second)
+	natsURL := startJetStream(t, n)
+	sink := sinktest.Start(t, sinktest.OK)
+	config := childtest.WriteConfig(t, runConfig(natsURL, sink.URL, 50, time.Second))
 
 	first := startChild(t, config)
 	testwait.For(t, 30*time.Second, "30 deliveries", func() bool { u, _ := sink.Counts(); return u >= 30 })
@@ -93,7 +105,7 @@ func TestSIGTERMDrainLosesNothingAndARestartDeliversExactlyTheRest(t *testing.T)
 
 	second := startChild(t, config)
 	testwait.For(t, 30*time.Second, "every message delivered", func() bool { u, _ := sink.Counts(); return u == n })
-	time.Sleep(300 * time.Millisecond) // room for a duplicate to show
+	waitAcked(t, natsURL)
 	second.StopWithin(15 * time.Second)
 	unique, total := sink.Counts()
 	if unique != n || total != n {

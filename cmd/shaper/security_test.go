@@ -52,7 +52,7 @@ func newSecret(t *testing.T, name string) string {
 // echoSink is the HTTP receiver of the leak test. It verifies every
 // request's signature and credentials, and answers by the payload's prefix:
 // ok 204; reject 400; flaky 503 once, then 204; fail 500 always; slow
-// sleeps past the attempt timeout. Every error body echoes the request's
+// answers only past the attempt timeout. Every error body echoes the request's
 // credentials back, as careless receivers do.
 type echoSink struct {
 	secret, bearer, apiKey string
@@ -89,7 +89,10 @@ func (s *echoSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case kind == "fail":
 		http.Error(w, echo, http.StatusInternalServerError)
 	case kind == "slow":
-		time.Sleep(600 * time.Millisecond)
+		select { // past the client's timeout, or until it gives up
+		case <-time.After(600 * time.Millisecond):
+		case <-r.Context().Done():
+		}
 		http.Error(w, echo, http.StatusGatewayTimeout)
 	default:
 		s.delivered.Add(1)

@@ -36,11 +36,34 @@ func sharedConfig(natsURL, sinkURL, redisAddr string, limit, fallback float64) s
 	}.YAML()
 }
 
-// rateOver measures the sink's aggregate rate over window, starting now.
-func rateOver(sink *sinktest.Sink, window time.Duration) float64 {
+// rateOf waits for the next n requests to arrive at the sink, from now,
+// and returns the rate they came at: n-1 intervals over the time from the
+// first to the last. It fails the test if they have not come within a
+// minute.
+func rateOf(t *testing.T, sink *sinktest.Sink, n int) float64 {
+	t.Helper()
 	from := time.Now()
-	time.Sleep(window)
-	return float64(len(sink.Between(from, from.Add(window)))) / window.Seconds()
+	var reqs []sinktest.Request
+	testwait.For(t, time.Minute, fmt.Sprintf("%d requests at the sink", n), func() bool {
+		reqs = sink.Between(from, from.Add(time.Hour))
+		return len(reqs) >= n
+	})
+	slices.SortFunc(reqs, func(a, b sinktest.Request) int { return a.At.Compare(b.At) })
+	return float64(n-1) / reqs[n-1].At.Sub(reqs[0].At).Seconds()
+}
+
+// fallbackIs returns a condition: every admin's shaper_limiter_fallback is
+// want (1 fallen back, 0 on the shared limit).
+func fallbackIs(admins []string, want float64) func() bool {
+	return func() bool {
+		for _, a := range admins {
+			m, err := childtest.Scrape(a)
+			if err != nil || m.Sum("shaper_limiter_fallback") != want {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T) {
@@ -48,13 +71,15 @@ func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T
 	sink, redis, config := sharedRun(t, 3000, limit, fallback)
 
 	var children []*childtest.Process
+	var admins []string
 	for range 3 {
-		children = append(children, startChild(t, config))
+		c := startChild(t, config)
+		children, admins = append(children, c), append(admins, c.Admin())
 	}
-	testwait.For(t, 30*time.Second, "deliveries to start", func() bool { u, _ := sink.Counts(); return u >= 60 })
-	time.Sleep(time.Second) // past the start, into the steady state
+	// Two seconds of the limit: past the start, into the steady state.
+	testwait.For(t, 30*time.Second, "deliveries to start", func() bool { u, _ := sink.Counts(); return u >= 2*limit })
 
-	shared := rateOver(sink, 4*time.Second)
+	shared := rateOf(t, sink, 4*limit) // about 4s
 	t.Logf("shared: %.1f/s aggregate for 3 replicas (limit %v)", shared, limit)
 	// Over-sending is the failure; under-sending only shows a busy machine
 	// (a replica that wakes late wastes the rest of its lease), so the
@@ -66,8 +91,13 @@ func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T
 	}
 
 	redis.Stop()
-	time.Sleep(time.Second) // fallback engages within a second
-	down := rateOver(sink, 3*time.Second)
+	stopped := time.Now()
+	testwait.For(t, 30*time.Second, "every replica to fall back", fallbackIs(admins, 1))
+	// It engages at a replica's next Redis call: within a second.
+	if took := time.Since(stopped); took > 2*time.Second {
+		t.Errorf("every replica fell back %v after Redis stopped; want within 1s (2s on a loaded machine)", took)
+	}
+	down := rateOf(t, sink, 3*3*fallback) // about 3s
 	t.Logf("fallback: %.1f/s aggregate (3 × fallback_limit = %v)", down, 3*fallback)
 	// As above, over-sending is the failure; a busy machine under-sends
 	// (20.3/s of 24 was seen with three race-enabled test binaries at once).
@@ -76,8 +106,13 @@ func TestThreeReplicasShareOneLimitThroughRedisAndFallBackWithoutIt(t *testing.T
 	}
 
 	redis.Restart()
-	time.Sleep(1500 * time.Millisecond) // a probe every 200-300ms finds Redis back within about 300ms
-	back := rateOver(sink, 4*time.Second)
+	restarted := time.Now()
+	testwait.For(t, 30*time.Second, "every replica back on the shared limit", fallbackIs(admins, 0))
+	// A probe every 200-300ms finds Redis back within about 300ms.
+	if took := time.Since(restarted); took > 2*time.Second {
+		t.Errorf("every replica was back on the shared limit %v after Redis restarted; want within 300ms (2s on a loaded machine)", took)
+	}
+	back := rateOf(t, sink, 4*limit) // about 4s
 	t.Logf("recovered: %.1f/s aggregate", back)
 	if back > limit*1.03 || back < limit*0.75 {
 		t.Errorf("aggregate rate after Redis came back = %.1f/s; want %v +3%% -25%%", back, limit)

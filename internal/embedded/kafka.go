@@ -8,9 +8,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/shaper-dev/shaper/internal/kafkaconn"
-	"github.com/shaper-dev/shaper/sources"
 )
 
 // Kafka is kfake, franz-go's in-process Kafka, with one broker on
@@ -32,22 +29,6 @@ func StartKafka(partitions int32, topics ...string) (*Kafka, error) {
 
 // Addrs are the brokers' addresses, host:port.
 func (k *Kafka) Addrs() []string { return k.c.ListenAddrs() }
-
-// Source is the config of a shaper Kafka source reading topic as group.
-// Its group timings make a group on kfake form in about a second instead of
-// the production defaults' tens; they are safe because the broker runs in
-// this process, with no network to be slow.
-func (k *Kafka) Source(topic, group string) *sources.KafkaConfig {
-	return &sources.KafkaConfig{
-		Config:            kafkaconn.Config{Brokers: k.Addrs()},
-		Topic:             topic,
-		Group:             group,
-		SessionTimeout:    6 * time.Second,
-		HeartbeatInterval: 100 * time.Millisecond,
-		RebalanceTimeout:  2 * time.Second,
-		MaxWait:           200 * time.Millisecond,
-	}
-}
 
 // Publish produces n records to topic, round robin over its partitions,
 // record i with the key and value record(i) returns, and waits until the

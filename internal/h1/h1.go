@@ -290,6 +290,10 @@ func (c *Client) put(cn *conn) bool {
 	}
 }
 
+// Conns returns how many connections the client holds: open, or being
+// dialled.
+func (c *Client) Conns() int { return len(c.slots) }
+
 // Retire keeps no more connections: the idle ones close now, the busy ones
 // once answered. A request after Retire is refused.
 func (c *Client) Retire() {

@@ -94,6 +94,23 @@ func PublishKeyed(t testing.TB, url, subject, header, key string, n int) {
 	})
 }
 
+// Acked reports whether the durable consumer of stream at url has every
+// message acked: none waiting to be delivered, none waiting for its ack.
+// From then on it delivers nothing again.
+func Acked(t testing.TB, url, stream, durable string) bool {
+	t.Helper()
+	acked := false
+	withJetStream(t, url, func(ctx context.Context, js jetstream.JetStream) {
+		c, err := js.Consumer(ctx, stream, durable)
+		if err != nil {
+			return
+		}
+		info, err := c.Info(ctx)
+		acked = err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	return acked
+}
+
 // withJetStream runs f on a short-lived connection, with a minute to do it.
 func withJetStream(t testing.TB, url string, f func(context.Context, jetstream.JetStream)) {
 	t.Helper()

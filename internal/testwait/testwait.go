@@ -39,3 +39,12 @@ func Every(interval, timeout time.Duration, cond func() bool) (time.Duration, bo
 	}
 	return time.Since(start), true
 }
+
+// Holds polls cond every Interval for d and reports whether it held each
+// time: for a promise that must keep holding for a while (a daemon stays up
+// and not ready through an outage), which a sleep would check only at its
+// end.
+func Holds(d time.Duration, cond func() bool) bool {
+	_, broke := Every(Interval, d, func() bool { return !cond() })
+	return !broke
+}

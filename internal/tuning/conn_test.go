@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/internal/testwait"
 )
 
 // pair returns a wrapped client connection and the server's end of it,
@@ -135,10 +137,10 @@ func TestErrorsAreThoseOfNetConn(t *testing.T) {
 
 	// Writing to a peer that is gone fails once the reset comes back.
 	var werr error
-	for i := 0; i < 100 && werr == nil; i++ {
+	testwait.Every(time.Millisecond, 10*time.Second, func() bool {
 		_, werr = c.Write([]byte("x"))
-		time.Sleep(time.Millisecond)
-	}
+		return werr != nil
+	})
 	if !errors.As(werr, &op) || op.Op != "write" {
 		t.Errorf("Write to a closed peer: %v; want a write *net.OpError", werr)
 	}
@@ -160,7 +162,16 @@ func TestCloseEndsAWaitingRead(t *testing.T) {
 		_, err := c.Read(make([]byte, 1))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	if rc, ok := c.(*RawConn); ok {
+		// A Read holds its direction's lock from its start to its end.
+		testwait.For(t, 10*time.Second, "the Read to begin", func() bool {
+			if rc.r.mu.TryLock() {
+				rc.r.mu.Unlock()
+				return false
+			}
+			return true
+		})
+	}
 	c.Close()
 	select {
 	case err := <-done:

@@ -41,32 +41,55 @@ func gogc() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// collected is what collect's collection finds unreachable; it holds a
+// pointer so that it is never one of the runtime's tiny allocations, whose
+// cleanups may never run.
+type collected struct{ _ *byte }
+
+// collect runs a collection and waits until the runtime has run cleanups
+// after it: one of its own, attached to an object the collection frees.
+// Cleanups run concurrently, so one attached to another object may still
+// be running.
+func collect(t *testing.T) {
+	t.Helper()
+	ran := make(chan struct{})
+	runtime.AddCleanup(new(collected), func(ran chan struct{}) { close(ran) }, ran)
+	runtime.GC()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no cleanup ran within 10s of a collection")
+	}
+}
+
 // StartHeapFloor raises GOGC for a small live heap once the collector has
 // run; it leaves GOGC alone when GOGC is set in the environment, and when
 // the heap knob is off.
 func TestStartHeapFloorSetsGOGCAfterACollectionUnlessOffOrSetInTheEnvironment(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
-	collect := func() {
-		runtime.GC()
-		runtime.GC()
-		time.Sleep(50 * time.Millisecond) // cleanups run after the collection, on the runtime's goroutine
+	// Three collections, each until cleanups ran after it: a pace that
+	// wrongly ran would have set GOGC after the first.
+	collect3 := func() {
+		for range 3 {
+			collect(t)
+		}
 	}
 
 	t.Setenv("GOGC", "100")
 	stop := StartHeapFloor()
-	collect()
+	collect3()
 	if got := gogc(); got != 100 {
-		t.Errorf("with GOGC=100 in the environment: GOGC = %d after two collections; want 100", got)
+		t.Errorf("with GOGC=100 in the environment: GOGC = %d after three collections; want 100", got)
 	}
 	stop()
 
 	t.Setenv("GOGC", "")
 	useKnobs(t, All&^KnobHeap)
 	stop = StartHeapFloor()
-	collect()
+	collect3()
 	if got := gogc(); got != 100 {
-		t.Errorf("with the heap knob off: GOGC = %d after two collections; want 100", got)
+		t.Errorf("with the heap knob off: GOGC = %d after three collections; want 100", got)
 	}
 	stop()
 
@@ -76,8 +99,7 @@ func TestStartHeapFloorSetsGOGCAfterACollectionUnlessOffOrSetInTheEnvironment(t 
 	want := gcPercent(0) // the most it sets; this test's live heap is under half the floor
 	deadline := time.Now().Add(10 * time.Second)
 	for gogc() <= 100 && time.Now().Before(deadline) {
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
+		collect(t)
 	}
 	if got := gogc(); got <= 100 || got > uint64(want) {
 		t.Errorf("GOGC = %d after collections with a live heap under %d bytes; want in (100, %d]", got, HeapFloor/2, want)

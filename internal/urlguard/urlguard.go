@@ -150,124 +150,182 @@ func New(allowedHosts []string, allowPrivate bool) (*Guard, error) {
 // false when the entry must not be echoed.
 func parseEntry(s string, allowPrivate bool) (e entry, shown bool, why string) {
 	shown = !strings.Contains(s, "@")
+	if s, e.http, why = entryScheme(s); why != "" {
+		return e, shown, why
+	}
+	host, port, bracketed, why := entryHostPort(s)
+	if why != "" {
+		return e, shown, why
+	}
+	e.port = port
+	switch {
+	case bracketed || strings.Contains(host, ":"):
+		ip, why := ipv6Entry(host, allowPrivate)
+		if why != "" {
+			return e, shown, why
+		}
+		e.ip = ip
+	case strings.HasPrefix(host, "*"):
+		suffix, why := wildcardEntry(host, allowPrivate)
+		if why != "" {
+			return e, shown, why
+		}
+		e.name, e.wild = suffix, true
+	case strings.Contains(host, "*"):
+		return e, shown, "'*' is allowed only as the whole first label, *.suffix"
+	default:
+		name, ip, why := hostEntry(host, allowPrivate)
+		if why != "" {
+			return e, shown, why
+		}
+		e.name, e.ip = name, ip
+	}
+	return e, shown, ""
+}
+
+// entryScheme strips the http:// or https:// an entry may start with
+// (http tells it was http://) and refuses an entry that is empty, holds
+// white space or a control character, has another scheme, or is more
+// than a host, host:port or *.suffix.
+func entryScheme(s string) (rest string, http bool, why string) {
 	if s == "" {
-		return e, shown, "empty"
+		return s, false, "empty"
 	}
 	if i := strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
-		return e, shown, "contains white space or a control character"
+		return s, false, "contains white space or a control character"
 	}
 	if i := strings.Index(s, "://"); i >= 0 {
 		switch scheme := strings.ToLower(s[:i]); scheme {
 		case "http":
-			e.http = true
+			http = true
 		case "https":
 		default:
-			return e, shown, fmt.Sprintf("scheme %s: only http:// (to allow plain http too) or https:// may prefix an entry", check.ShownScheme(s[:i]))
+			return s, false, fmt.Sprintf("scheme %s: only http:// (to allow plain http too) or https:// may prefix an entry", check.ShownScheme(s[:i]))
 		}
 		s = s[i+3:]
 	}
 	switch {
 	case strings.Contains(s, "@"):
-		return e, shown, "has user information (the entry is not shown: it may hold a password); an entry is a host, host:port or *.suffix"
+		return s, http, "has user information (the entry is not shown: it may hold a password); an entry is a host, host:port or *.suffix"
 	case strings.ContainsAny(s, "/?#\\"):
-		return e, shown, "has a path, query or fragment; an entry is a host, host:port or *.suffix"
+		return s, http, "has a path, query or fragment; an entry is a host, host:port or *.suffix"
 	case strings.Contains(s, "%"):
-		return e, shown, "has percent-encoding or an IPv6 zone; an entry is a host, host:port or *.suffix"
+		return s, http, "has percent-encoding or an IPv6 zone; an entry is a host, host:port or *.suffix"
 	case s == "":
-		return e, shown, "no host"
+		return s, http, "no host"
 	}
+	return s, http, ""
+}
 
-	host, port := s, ""
-	bracketed := strings.HasPrefix(s, "[")
+// entryHostPort splits an entry, its scheme stripped, into the host,
+// without brackets (bracketed tells it had them), and the port, 0 when
+// none is written. An entry with more than one ':' and no brackets is all
+// host: an IPv6 address, which ipv6Entry reads.
+func entryHostPort(s string) (host string, port int, bracketed bool, why string) {
+	host, portPart := s, ""
+	bracketed = strings.HasPrefix(s, "[")
 	switch {
 	case bracketed:
 		end := strings.Index(s, "]")
 		if end < 0 {
-			return e, shown, "'[' without ']'"
+			return "", 0, bracketed, "'[' without ']'"
 		}
-		host, port = s[1:end], s[end+1:]
-		if port != "" {
-			if port[0] != ':' {
-				return e, shown, "something other than :port after ']'"
+		host, portPart = s[1:end], s[end+1:]
+		if portPart != "" {
+			if portPart[0] != ':' {
+				return "", 0, bracketed, "something other than :port after ']'"
 			}
-			port = port[1:]
-			if port == "" {
-				return e, shown, "no port after ':'"
+			portPart = portPart[1:]
+			if portPart == "" {
+				return "", 0, bracketed, "no port after ':'"
 			}
 		}
 	case strings.Count(s, ":") == 1:
-		host, port, _ = strings.Cut(s, ":")
-		if port == "" {
-			return e, shown, "no port after ':'"
+		host, portPart, _ = strings.Cut(s, ":")
+		if portPart == "" {
+			return "", 0, bracketed, "no port after ':'"
 		}
 	}
-	if port != "" {
-		p, ok := parsePort(port)
+	if portPart != "" {
+		p, ok := parsePort(portPart)
 		if !ok {
-			return e, shown, fmt.Sprintf("port %q is not a number from 1 to 65535", port)
+			return "", 0, bracketed, fmt.Sprintf("port %q is not a number from 1 to 65535", portPart)
 		}
-		e.port = p
+		port = p
 	}
+	return host, port, bracketed, ""
+}
 
-	if bracketed || strings.Contains(host, ":") {
-		ip, err := netip.ParseAddr(host)
-		switch {
-		case err != nil || !ip.Is6():
-			return e, shown, "not an IPv6 address (a name or IPv4 address is written without brackets)"
-		case ip.Is4In6():
-			return e, shown, fmt.Sprintf("an IPv4-mapped IPv6 address: write %s", ip.Unmap())
-		}
-		if why := nonPublic(ip); why != "" && !allowPrivate {
-			return e, shown, fmt.Sprintf("%s is %s: allowed only with allow_private", ip, why)
-		}
-		e.ip = ip
-		return e, shown, ""
+// ipv6Entry reads the host of an entry that was bracketed or has a ':': an
+// IPv6 address in its standard form, not IPv4-mapped, and public unless
+// allowPrivate.
+func ipv6Entry(host string, allowPrivate bool) (netip.Addr, string) {
+	ip, err := netip.ParseAddr(host)
+	switch {
+	case err != nil || !ip.Is6():
+		return netip.Addr{}, "not an IPv6 address (a name or IPv4 address is written without brackets)"
+	case ip.Is4In6():
+		return netip.Addr{}, fmt.Sprintf("an IPv4-mapped IPv6 address: write %s", ip.Unmap())
 	}
+	if why := privateRefused(ip, allowPrivate); why != "" {
+		return netip.Addr{}, why
+	}
+	return ip, ""
+}
 
-	if strings.HasPrefix(host, "*") {
-		if host == "*" || host == "*." {
-			return e, shown, "matches every host; name the hosts, or *.suffix for the subdomains of one"
-		}
-		if !strings.HasPrefix(host, "*.") || strings.Contains(host[2:], "*") {
-			return e, shown, "'*' is allowed only as the whole first label, *.suffix"
-		}
-		suffix, ip, why := canonicalHost(host[2:])
-		switch {
-		case why != "":
-			return e, shown, why
-		case ip.IsValid():
-			return e, shown, "a wildcard of an IP address; list the address"
-		}
-		switch ps, _ := publicsuffix.PublicSuffix(suffix); {
-		case isLocalhost(suffix):
-			if !allowPrivate {
-				return e, shown, "names under localhost are loopback: allowed only with allow_private"
-			}
-		case ps == suffix:
-			return e, shown, fmt.Sprintf("matches a whole public suffix (%s): anyone can register a name under it", suffix)
-		}
-		e.name, e.wild = suffix, true
-		return e, shown, ""
+// wildcardEntry reads an entry's host that starts with '*': "*.suffix",
+// where suffix is a name, neither a whole public suffix nor, unless
+// allowPrivate, under localhost. It returns the suffix.
+func wildcardEntry(host string, allowPrivate bool) (string, string) {
+	if host == "*" || host == "*." {
+		return "", "matches every host; name the hosts, or *.suffix for the subdomains of one"
 	}
-	if strings.Contains(host, "*") {
-		return e, shown, "'*' is allowed only as the whole first label, *.suffix"
+	if !strings.HasPrefix(host, "*.") || strings.Contains(host[2:], "*") {
+		return "", "'*' is allowed only as the whole first label, *.suffix"
 	}
-
-	name, ip, why := canonicalHost(host)
+	suffix, ip, why := canonicalHost(host[2:])
 	switch {
 	case why != "":
-		return e, shown, why
+		return "", why
 	case ip.IsValid():
-		if why := nonPublic(ip); why != "" && !allowPrivate {
-			return e, shown, fmt.Sprintf("%s is %s: allowed only with allow_private", ip, why)
-		}
-		e.ip = ip
-	case isLocalhost(name) && !allowPrivate:
-		return e, shown, "localhost is loopback: allowed only with allow_private"
-	default:
-		e.name = name
+		return "", "a wildcard of an IP address; list the address"
 	}
-	return e, shown, ""
+	switch ps, _ := publicsuffix.PublicSuffix(suffix); {
+	case isLocalhost(suffix):
+		if !allowPrivate {
+			return "", "names under localhost are loopback: allowed only with allow_private"
+		}
+	case ps == suffix:
+		return "", fmt.Sprintf("matches a whole public suffix (%s): anyone can register a name under it", suffix)
+	}
+	return suffix, ""
+}
+
+// hostEntry reads an entry's host that is a name or an IPv4 address:
+// either is allowed only if public, unless allowPrivate.
+func hostEntry(host string, allowPrivate bool) (name string, ip netip.Addr, why string) {
+	name, ip, why = canonicalHost(host)
+	switch {
+	case why != "":
+		return "", netip.Addr{}, why
+	case ip.IsValid():
+		if why := privateRefused(ip, allowPrivate); why != "" {
+			return "", netip.Addr{}, why
+		}
+		return "", ip, ""
+	case isLocalhost(name) && !allowPrivate:
+		return "", netip.Addr{}, "localhost is loopback: allowed only with allow_private"
+	}
+	return name, netip.Addr{}, ""
+}
+
+// privateRefused says why an entry may not list ip, an address that is not
+// public, without allowPrivate; "" when it may.
+func privateRefused(ip netip.Addr, allowPrivate bool) string {
+	if why := nonPublic(ip); why != "" && !allowPrivate {
+		return fmt.Sprintf("%s is %s: allowed only with allow_private", ip, why)
+	}
+	return ""
 }
 
 // isLocalhost reports whether name is localhost or a name under it, which
@@ -381,142 +439,198 @@ func isNumber(l string) bool {
 // the same for every spelling of one destination, which suits a key per
 // host.
 func (g *Guard) Check(raw string) (*url.URL, error) {
+	if err := checkBytes(raw); err != nil {
+		return nil, err
+	}
+	d, err := readDestination(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.allow(d); err != nil {
+		return nil, err
+	}
+	return d.url(raw)
+}
+
+// destination is what Check reads from a URL before url.Parse does: where
+// a request to it would go, and how to name that place in an error.
+type destination struct {
+	scheme    string     // "https" or "http", in lower case
+	authority string     // as written, between "//" and the path
+	name      string     // the host name, lower case, no trailing dot; "" for an IP
+	ip        netip.Addr // the address of an IP literal
+	port      int        // the port written, or the scheme's default
+	shown     string     // the host in errors
+	hostOf    string     // the host of the URL returned, brackets included
+}
+
+// checkBytes refuses raw for its length or for a byte that no URL a
+// message may name has: a control character, a space or a backslash.
+func checkBytes(raw string) error {
 	if len(raw) > MaxURLBytes {
-		return nil, refuse("longer than %d bytes (%d)", MaxURLBytes, len(raw))
+		return refuse("longer than %d bytes (%d)", MaxURLBytes, len(raw))
 	}
 	if raw == "" {
-		return nil, refuse("no URL")
+		return refuse("no URL")
 	}
 	for i := 0; i < len(raw); i++ {
 		switch c := raw[i]; {
 		case c < ' ' || c == 0x7f:
-			return nil, refuse("a control character (%#02x) at byte %d", c, i)
+			return refuse("a control character (%#02x) at byte %d", c, i)
 		case c == ' ':
-			return nil, refuse("a space at byte %d (write %%20)", i)
+			return refuse("a space at byte %d (write %%20)", i)
 		case c == '\\':
-			return nil, refuse("a backslash at byte %d (browsers read it as '/', Go does not)", i)
+			return refuse("a backslash at byte %d (browsers read it as '/', Go does not)", i)
 		}
 	}
+	return nil
+}
 
-	// Scheme and authority are read here, before url.Parse, so that each
-	// refusal is precise; url.Parse then reads the rest, and must agree.
+// readDestination reads the scheme and the authority of raw. They are read
+// here, before url.Parse, so that each refusal is precise; url.Parse then
+// reads the rest, and must agree (see destination.url).
+func readDestination(raw string) (destination, error) {
+	var d destination
 	scheme, rest, ok := splitScheme(raw)
 	if !ok {
-		return nil, refuse("no scheme: want an absolute https:// URL")
+		return d, refuse("no scheme: want an absolute https:// URL")
 	}
-	scheme = strings.ToLower(scheme)
-	if scheme != "https" && scheme != "http" {
-		return nil, refuse("scheme %s: want https", check.ShownScheme(scheme))
+	d.scheme = strings.ToLower(scheme)
+	if d.scheme != "https" && d.scheme != "http" {
+		return d, refuse("scheme %s: want https", check.ShownScheme(d.scheme))
 	}
 	authority, ok := strings.CutPrefix(rest, "//")
 	if !ok {
-		return nil, refuse("no host: want %s://host/...", scheme)
+		return d, refuse("no host: want %s://host/...", d.scheme)
 	}
 	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
 		authority = authority[:i]
 	}
 	switch {
 	case strings.Contains(authority, "@"):
-		return nil, refuse("user information in the URL (not shown); a message's URL may not carry credentials")
+		return d, refuse("user information in the URL (not shown); a message's URL may not carry credentials")
 	case authority == "":
-		return nil, refuse("no host")
+		return d, refuse("no host")
 	case strings.HasPrefix(authority, "[") && strings.Contains(authority, "%"):
-		return nil, refuse("an IPv6 zone in the host")
+		return d, refuse("an IPv6 zone in the host")
 	case strings.Contains(authority, "%"):
-		return nil, refuse("percent-encoding in the host")
+		return d, refuse("percent-encoding in the host")
 	}
+	d.authority = authority
+	host, bracketed, err := d.readPort()
+	if err != nil {
+		return d, err
+	}
+	return d, d.readHost(host, bracketed)
+}
 
-	hostPart, portPart, bracketed := authority, "", false
-	if strings.HasPrefix(hostPart, "[") {
-		end := strings.Index(hostPart, "]")
+// readPort splits d.authority into the host and the port, sets d.port
+// (the scheme's default when none is written) and returns the host,
+// without brackets; bracketed tells that it had them.
+func (d *destination) readPort() (host string, bracketed bool, err error) {
+	host, portPart := d.authority, ""
+	if strings.HasPrefix(host, "[") {
+		end := strings.Index(host, "]")
 		if end < 0 {
-			return nil, refuse("'[' without ']' in the host")
+			return "", false, refuse("'[' without ']' in the host")
 		}
-		hostPart, portPart, bracketed = hostPart[1:end], hostPart[end+1:], true
+		host, portPart, bracketed = host[1:end], host[end+1:], true
 		if portPart != "" && portPart[0] != ':' {
-			return nil, refuse("something other than :port after ']'")
+			return "", false, refuse("something other than :port after ']'")
 		}
 		portPart = strings.TrimPrefix(portPart, ":")
-	} else if i := strings.LastIndex(hostPart, ":"); i >= 0 {
-		hostPart, portPart = hostPart[:i], hostPart[i+1:]
+	} else if i := strings.LastIndex(host, ":"); i >= 0 {
+		host, portPart = host[:i], host[i+1:]
 	}
-	port := defaultPort(scheme)
+	d.port = defaultPort(d.scheme)
 	if portPart != "" {
 		p, ok := parsePort(portPart)
 		if !ok {
-			return nil, refuse("port %q is not a number from 1 to 65535", shorten(portPart))
+			return "", false, refuse("port %q is not a number from 1 to 65535", shorten(portPart))
 		}
-		port = p
+		d.port = p
 	}
+	return host, bracketed, nil
+}
 
-	var (
-		name   string
-		ip     netip.Addr
-		shown  string // the host in errors
-		hostOf string // the host of the URL returned, brackets included
-	)
+// readHost reads host, an IPv6 address when it was bracketed and a name or
+// an IPv4 address otherwise, into d.name or d.ip, d.shown and d.hostOf.
+func (d *destination) readHost(host string, bracketed bool) error {
 	if bracketed {
-		a, err := netip.ParseAddr(hostPart)
+		a, err := netip.ParseAddr(host)
 		if err != nil || !a.Is6() {
-			return nil, refuse("%q in brackets is not an IPv6 address", shorten(hostPart))
+			return refuse("%q in brackets is not an IPv6 address", shorten(host))
 		}
-		ip, shown, hostOf = a, a.String(), "["+a.String()+"]"
-	} else {
-		var why string
-		if name, ip, why = canonicalHost(hostPart); why != "" {
-			return nil, refuse("%s", why)
-		}
-		shown, hostOf = name, name
-		if ip.IsValid() {
-			shown, hostOf = ip.String(), ip.String()
-		}
+		d.ip, d.shown, d.hostOf = a, a.String(), "["+a.String()+"]"
+		return nil
 	}
-
-	httpOK := g.allowPrivate
+	name, ip, why := canonicalHost(host)
+	if why != "" {
+		return refuse("%s", why)
+	}
+	d.name, d.ip, d.shown, d.hostOf = name, ip, name, name
 	if ip.IsValid() {
-		if why := nonPublic(ip); why != "" && !g.allowPrivate {
-			return nil, refuse("%s is %s; refused without allow_private", ip, why)
+		d.shown, d.hostOf = ip.String(), ip.String()
+	}
+	return nil
+}
+
+// allow refuses d unless it may be requested: an IP address must be
+// public (or allow_private) and not IPv4-mapped, the host must match an
+// entry on the port, and plain http must be allowed by a matching entry
+// or by allow_private.
+func (g *Guard) allow(d destination) error {
+	if d.ip.IsValid() {
+		if why := nonPublic(d.ip); why != "" && !g.allowPrivate {
+			return refuse("%s is %s; refused without allow_private", d.ip, why)
 		}
-		if ip.Is4In6() {
-			return nil, refuse("%s is an IPv4-mapped IPv6 address; only %s could be listed", ip, ip.Unmap())
+		if d.ip.Is4In6() {
+			return refuse("%s is an IPv4-mapped IPv6 address; only %s could be listed", d.ip, d.ip.Unmap())
 		}
 	}
+	httpOK := g.allowPrivate
 	hostMatched, portMatched := false, false
-	for _, e := range g.candidates(name, ip) {
-		if !e.matches(name, ip) {
+	for _, e := range g.candidates(d.name, d.ip) {
+		if !e.matches(d.name, d.ip) {
 			continue
 		}
 		hostMatched = true
-		if e.port != 0 && e.port != port {
+		if e.port != 0 && e.port != d.port {
 			continue
 		}
 		portMatched = true
 		httpOK = httpOK || e.http
 	}
 	switch {
-	case !hostMatched && ip.IsValid():
-		return nil, refuse("IP address %s is not listed in allowed_hosts", shown)
+	case !hostMatched && d.ip.IsValid():
+		return refuse("IP address %s is not listed in allowed_hosts", d.shown)
 	case !hostMatched:
-		return nil, refuse("host %q is not in allowed_hosts", shown)
+		return refuse("host %q is not in allowed_hosts", d.shown)
 	case !portMatched:
-		return nil, refuse("port %d of host %q is not allowed: its allowed_hosts entries name other ports", port, shown)
-	case scheme == "http" && !httpOK:
-		return nil, refuse("plain http to %q: want https (an allowed_hosts entry http://%s, or allow_private, allows http)", shown, hostOf)
+		return refuse("port %d of host %q is not allowed: its allowed_hosts entries name other ports", d.port, d.shown)
+	case d.scheme == "http" && !httpOK:
+		return refuse("plain http to %q: want https (an allowed_hosts entry http://%s, or allow_private, allows http)", d.shown, d.hostOf)
 	}
+	return nil
+}
 
-	// url.Parse reads the rest: path, query and fragment.
+// url has url.Parse read the rest of raw (path, query and fragment),
+// refuses raw if url.Parse reads its scheme or authority otherwise than
+// readDestination did, and returns the URL to request: d's host, the port
+// only when it is not the scheme's default, and no fragment.
+func (d destination) url(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, refuse("not a URL: %s", check.URLProblem(err))
 	}
-	if u.Scheme != scheme || u.User != nil || u.Opaque != "" || u.Host != authority {
-		// Unreachable as long as url.Parse reads a URL as above.
+	if u.Scheme != d.scheme || u.User != nil || u.Opaque != "" || u.Host != d.authority {
+		// Unreachable as long as url.Parse reads a URL as readDestination does.
 		return nil, refuse("the URL reads differently to the guard and to url.Parse")
 	}
-	if port != defaultPort(scheme) {
-		hostOf += ":" + strconv.Itoa(port)
+	u.Host = d.hostOf
+	if d.port != defaultPort(d.scheme) {
+		u.Host += ":" + strconv.Itoa(d.port)
 	}
-	u.Host = hostOf
 	u.Fragment, u.RawFragment = "", ""
 	if n := len(u.String()); n > MaxURLBytes {
 		// Bytes that are not ASCII are sent escaped, three times as long.

@@ -4,7 +4,6 @@
 // every POST /callback once it has read the body, and records when each
 // arrived. The harness reads and clears the record between runs:
 //
-//	GET  /count     how many arrivals are recorded, in decimal
 //	GET  /arrivals  each recorded arrival, one per line: its handler time
 //	                and its wire time, in Unix nanoseconds, space apart
 //	POST /reset     forget every arrival
@@ -66,7 +65,6 @@ func run(ctx context.Context, args []string) error {
 	r := &record{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /callback", r.callback)
-	mux.HandleFunc("GET /count", r.count)
 	mux.HandleFunc("GET /arrivals", r.arrivals)
 	mux.HandleFunc("POST /reset", r.reset)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -156,13 +154,6 @@ func (r *record) callback(w http.ResponseWriter, req *http.Request) {
 	r.wire = append(r.wire, wire)
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
-}
-
-func (r *record) count(w http.ResponseWriter, _ *http.Request) {
-	r.mu.Lock()
-	n := len(r.at)
-	r.mu.Unlock()
-	fmt.Fprintln(w, n)
 }
 
 func (r *record) arrivals(w http.ResponseWriter, _ *http.Request) {

@@ -1,0 +1,176 @@
+package limiter_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/limiter"
+)
+
+// stall is a replica's stop schedule: stopped for off of every period,
+// starting at from, the way a container throttled by its CPU quota is.
+type stall struct {
+	from        time.Time
+	off, period time.Duration
+}
+
+// until returns when the stop that holds t ends, or t if none does.
+func (s stall) until(t time.Time) time.Time {
+	if s.period == 0 || t.Before(s.from) {
+		return t
+	}
+	in := t.Sub(s.from) % s.period
+	if in >= s.off {
+		return t
+	}
+	return t.Add(s.off - in)
+}
+
+// departures drives each limiter the way drive does: Reserve takes the
+// next slot, the goroutine sleeps until it, sends and reserves the next.
+// A replica with a stall runs no code while stopped: it wakes at the end
+// of the stop, like a process that SIGSTOP held, and sends a slot that
+// came meanwhile late. It returns every send time of each limiter once
+// halt is closed.
+func departures(lims []*limiter.Shared, stalls []stall, halt <-chan struct{}) [][]time.Time {
+	sent := make([][]time.Time, len(lims))
+	var wg sync.WaitGroup
+	for i, l := range lims {
+		wg.Go(func() {
+			st := stalls[i]
+			timer := time.NewTimer(time.Hour)
+			defer timer.Stop()
+			// sleep waits until at, or past the stop that holds it, and
+			// returns when it woke; false once halted.
+			sleep := func(at time.Time) (time.Time, bool) {
+				for {
+					at = st.until(at)
+					d := time.Until(at)
+					if d <= 0 {
+						if now := time.Now(); st.until(now).Equal(now) {
+							return now, true
+						}
+						continue
+					}
+					timer.Reset(d)
+					select {
+					case <-timer.C:
+					case <-halt:
+						return time.Time{}, false
+					}
+				}
+			}
+			for {
+				now, ok := sleep(time.Now())
+				if !ok {
+					return
+				}
+				slot := l.Reserve(now)
+				if now, ok = sleep(slot); !ok {
+					return
+				}
+				_ = now
+				sent[i] = append(sent[i], slot)
+			}
+		})
+	}
+	<-halt
+	wg.Wait()
+	return sent
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// fleetRun is what one fleet of departures sent over a run.
+type fleetRun struct {
+	rate  float64 // slots per second, all replicas together
+	per   []int   // slots of each replica
+	most  int     // most slots in any 100ms
+	slots int     // all slots, warm-up included
+}
+
+// measure sums what sent holds in [from, to).
+func measure(sent [][]time.Time, from, to time.Time) fleetRun {
+	r := fleetRun{per: make([]int, len(sent))}
+	var all []time.Time
+	for i, s := range sent {
+		r.slots += len(s)
+		for _, at := range s {
+			if !at.Before(from) && at.Before(to) {
+				all = append(all, at)
+				r.per[i]++
+			}
+		}
+	}
+	r.rate = float64(len(all)) / to.Sub(from).Seconds()
+	r.most = sinktest.MaxInWindow(all, 100*time.Millisecond)
+	return r
+}
+
+// A replica stopped 100ms of every 400ms (a container throttled by its CPU
+// quota) leaves the slots it leased unused; the others must use them, so
+// that the fleet delivers as much as a fleet without a stall, and never two
+// slots where the schedule has one: any 100ms holds at most limit/10 +
+// replicas.
+//
+// Both fleets run at once, each on its own key, so that a busy machine,
+// whose late wake-ups cost both, weighs on them alike: the stalled fleet
+// is held to the steady one, and to the limit only loosely.
+func TestSharedFleetDeliversTheLimitWhileAReplicaStalls(t *testing.T) {
+	addr := redistest.Start(t).Addr
+	admin := newClient(t, &redis.Options{Addr: addr})
+	const (
+		limit  = 600.0
+		fleet  = 3
+		runFor = 4 * time.Second
+		warmUp = 400 * time.Millisecond
+	)
+	cfg := limiter.SharedConfig{Key: "shaper:stalled", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: limit / fleet, Timeout: loadedTimeout}
+	stalled, _ := replicas(t, addr, fleet, cfg)
+	cfg.Key = "shaper:steady"
+	steady, _ := replicas(t, addr, fleet, cfg)
+
+	callsBefore := scriptCalls(t, admin)
+	start := time.Now()
+	stalls := make([]stall, fleet)
+	stalls[0] = stall{from: start.Add(warmUp), off: 100 * time.Millisecond, period: 400 * time.Millisecond}
+	halt := make(chan struct{})
+	time.AfterFunc(runFor, func() { close(halt) })
+	var sentStalled, sentSteady [][]time.Time
+	var wg sync.WaitGroup
+	wg.Go(func() { sentStalled = departures(stalled, stalls, halt) })
+	wg.Go(func() { sentSteady = departures(steady, make([]stall, fleet), halt) })
+	wg.Wait()
+	calls := scriptCalls(t, admin) - callsBefore
+
+	from, to := start.Add(warmUp), start.Add(runFor-50*time.Millisecond)
+	got, base := measure(sentStalled, from, to), measure(sentSteady, from, to)
+	t.Logf("%d replicas at %v/s over %v: replica 0 stopped 100ms every 400ms %.1f/s (%.1f%%, per replica %v, most in 100ms %d); none stopped %.1f/s (%.1f%%, per replica %v, most in 100ms %d); redis calls %.3f per slot; unused slots of the stopped replica %d",
+		fleet, limit, to.Sub(from), got.rate, 100*got.rate/limit, got.per, got.most, base.rate, 100*base.rate/limit, base.per, base.most,
+		float64(calls)/float64(got.slots+base.slots), stalled[0].Unused())
+	if got.rate < base.rate-0.03*limit {
+		t.Errorf("aggregate with a stalled replica = %.1f/s, without = %.1f/s; want at most 3%% of the limit (%v) less", got.rate, base.rate, 0.03*limit)
+	}
+	if n := stalled[0].Unused(); n == 0 {
+		t.Errorf("Unused() of the stalled replica = 0; want the slots its stops let pass")
+	}
+	for _, r := range []fleetRun{got, base} {
+		if !atMostOver(r.rate, limit, 0.01, 0.15) {
+			t.Errorf("aggregate = %.1f/s; want %v +1%% -15%%", r.rate, limit)
+		}
+		if bound := int(limit/10) + fleet; r.most > bound {
+			t.Errorf("most slots in any 100ms = %d; want <= %d (limit/10 + replicas)", r.most, bound)
+		}
+	}
+}
