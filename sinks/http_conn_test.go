@@ -1,14 +1,11 @@
 package sinks
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -47,91 +44,18 @@ func throughTransport(h *HTTP, cfg HTTPConfig) {
 	s.transport, s.own = s.newTransport(cfg, tlsConfig, (&net.Dialer{}).DialContext), nil
 }
 
-// capture is a server on 127.0.0.1, over TLS when made with a PKI, that
-// records what each connection sent (after TLS: the HTTP bytes) and
-// answers every request with answer's bytes (closing the connection after
-// them when close says so), or, without answer, 204.
-type capture struct {
-	ln   net.Listener
-	url  string
-	tls  *tlsconf.Config // for the sink: trust the PKI's CA
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	raws []*bytes.Buffer
-}
-
-func startCapture(t *testing.T, pki *kafkaconntest.PKI, answer func() (raw string, close bool)) *capture {
+// startRaw starts a sinktest.Raw server answering with answer, over TLS
+// with the PKI's server certificate (offering HTTP/1.1 only, so that
+// net/http's Transport speaks it too) when pki is not nil, and returns it
+// with the tls settings that make a sink trust it.
+func startRaw(t *testing.T, pki *kafkaconntest.PKI, answer sinktest.RawAnswer) (*sinktest.Raw, *tlsconf.Config) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if pki == nil {
+		return sinktest.StartRaw(t, nil, answer), nil
 	}
-	c := &capture{ln: ln, url: "http://" + ln.Addr().String()}
-	var serverTLS *tls.Config
-	if pki != nil {
-		serverTLS = pki.ServerConfig(false)
-		serverTLS.NextProtos = []string{"http/1.1"} // so that net/http's Transport speaks HTTP/1.1 too
-		c.url = "https://" + ln.Addr().String()
-		c.tls = &tlsconf.Config{CAFile: pki.CAFile}
-	}
-	if answer == nil {
-		answer = func() (string, bool) { return "HTTP/1.1 204 No Content\r\n\r\n", false }
-	}
-	c.wg.Go(func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.wg.Go(func() {
-				conn := net.Conn(nc)
-				if serverTLS != nil {
-					conn = tls.Server(nc, serverTLS)
-				}
-				defer conn.Close()
-				raw := &bytes.Buffer{}
-				c.mu.Lock()
-				c.raws = append(c.raws, raw)
-				c.mu.Unlock()
-				br := bufio.NewReader(io.TeeReader(conn, lockedWriter{&c.mu, raw}))
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					a, closeAfter := answer()
-					if _, err := conn.Write([]byte(a)); err != nil || closeAfter {
-						return
-					}
-				}
-			})
-		}
-	})
-	t.Cleanup(func() { ln.Close(); c.wg.Wait() })
-	return c
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// rawConns returns what each connection sent, in the order they came.
-func (c *capture) rawConns() [][]byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out [][]byte
-	for _, b := range c.raws {
-		out = append(out, bytes.Clone(b.Bytes()))
-	}
-	return out
+	serverTLS := pki.ServerConfig(false)
+	serverTLS.NextProtos = []string{"http/1.1"}
+	return sinktest.StartRaw(t, serverTLS, answer), &tlsconf.Config{CAFile: pki.CAFile}
 }
 
 // The sink's own client writes, byte for byte, the requests net/http's
@@ -155,14 +79,13 @@ func TestHTTPOwnClientWritesByteForByteWhatNetHTTPWrites(t *testing.T) {
 			}{{"net/http", viaTransport}, {"own client", newHTTP}}
 			var raw [][]byte
 			for _, p := range paths {
-				var srv *capture
+				var serverPKI *kafkaconntest.PKI
 				if scheme == "https" {
-					srv = startCapture(t, pki, nil)
-				} else {
-					srv = startCapture(t, nil, nil)
+					serverPKI = pki
 				}
-				cfg := httpConfig(strings.Replace(srv.url, "://", "://user:pa55@", 1) + "/notify?merchant=7")
-				cfg.TLS = srv.tls
+				srv, trust := startRaw(t, serverPKI, sinktest.NoContent)
+				cfg := httpConfig(strings.Replace(srv.URL, "://", "://user:pa55@", 1) + "/notify?merchant=7")
+				cfg.TLS = trust
 				cfg.Headers = map[string]string{"X-Api-Key": "k-123", "Host": "callbacks.example", "User-Agent": "psp-notifier/1"}
 				cfg.ForwardHeaders = true
 				cfg.KeyHeader = "Merchant-Id"
@@ -174,7 +97,7 @@ func TestHTTPOwnClientWritesByteForByteWhatNetHTTPWrites(t *testing.T) {
 						t.Fatalf("%s: %s: %v", p.name, m.ID, err)
 					}
 				}
-				conns := srv.rawConns()
+				conns := srv.RawConns()
 				if len(conns) != 1 {
 					t.Fatalf("%s: %d connections; want 1, kept alive", p.name, len(conns))
 				}
@@ -217,14 +140,6 @@ func judged(err error) verdict {
 	return v
 }
 
-func gzipString(s string) string {
-	var b bytes.Buffer
-	z := gzip.NewWriter(&b)
-	z.Write([]byte(s))
-	z.Close()
-	return b.String()
-}
-
 // Every answer means the same through the sink's own client as through
 // net/http, over http:// and https://, for three requests in a row: a
 // status of each class with its body and Retry-After, bodies sized by
@@ -232,39 +147,51 @@ func gzipString(s string) string {
 // body, 1xx answers before the final one, a connection closed after the
 // answer, and answers that are not HTTP.
 func TestHTTPOwnClientJudgesEveryAnswerAsNetHTTPDoes(t *testing.T) {
-	answers := map[string]struct {
-		raw   string
-		close bool
-	}{
-		"204":                   {"HTTP/1.1 204 No Content\r\n\r\n", false},
-		"200 with a body":       {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false},
-		"404 chunked":           {"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nno \r\ne\r\nsuch merchant.\r\n0\r\n\r\n", false},
-		"429 Retry-After":       {"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nslow", false},
-		"503 Retry-After date":  {"HTTP/1.1 503 Service Unavailable\r\nRetry-After: " + time.Now().Add(time.Minute).UTC().Format(http.TimeFormat) + "\r\nContent-Length: 0\r\n\r\n", false},
-		"302":                   {"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n", false},
-		"503 gzip":              {"HTTP/1.1 503 Service Unavailable\r\nContent-Encoding: gzip\r\nContent-Length: " + fmt.Sprint(len(gzipString("busy, come back later"))) + "\r\n\r\n" + gzipString("busy, come back later"), false},
-		"103 then 200":          {"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false},
-		"500 Connection: close": {"HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\nContent-Length: 7\r\n\r\nclosing", true},
-		"400 until close":       {"HTTP/1.1 400 Bad Request\r\n\r\nthe body ends with the connection", true},
-		"body cut short":        {"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100\r\n\r\nshort", true},
-		"malformed status":      {"HTTP/1.1 OK\r\n\r\n", true},
-		"malformed header":      {"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", true},
-		"not HTTP":              {"SSH-2.0-OpenSSH_9.6\r\n", true},
-		"closed at once":        {"", true},
+	var busy bytes.Buffer // "busy, come back later" in gzip
+	zw := gzip.NewWriter(&busy)
+	zw.Write([]byte("busy, come back later"))
+	zw.Close()
+	// answers are what the server writes; those in closes end with the
+	// connection.
+	answers := map[string]string{
+		"204":                   "HTTP/1.1 204 No Content\r\n\r\n",
+		"200 with a body":       "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"404 chunked":           "HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nno \r\ne\r\nsuch merchant.\r\n0\r\n\r\n",
+		"429 Retry-After":       "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nslow",
+		"503 Retry-After date":  "HTTP/1.1 503 Service Unavailable\r\nRetry-After: " + time.Now().Add(time.Minute).UTC().Format(http.TimeFormat) + "\r\nContent-Length: 0\r\n\r\n",
+		"302":                   "HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n",
+		"503 gzip":              "HTTP/1.1 503 Service Unavailable\r\nContent-Encoding: gzip\r\nContent-Length: " + fmt.Sprint(busy.Len()) + "\r\n\r\n" + busy.String(),
+		"103 then 200":          "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+		"500 Connection: close": "HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\nContent-Length: 7\r\n\r\nclosing",
+		"400 until close":       "HTTP/1.1 400 Bad Request\r\n\r\nthe body ends with the connection",
+		"body cut short":        "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100\r\n\r\nshort",
+		"malformed status":      "HTTP/1.1 OK\r\n\r\n",
+		"malformed header":      "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+		"not HTTP":              "SSH-2.0-OpenSSH_9.6\r\n",
+		"closed at once":        "",
+	}
+	closes := map[string]bool{
+		"500 Connection: close": true,
+		"400 until close":       true,
+		"body cut short":        true,
+		"malformed status":      true,
+		"malformed header":      true,
+		"not HTTP":              true,
+		"closed at once":        true,
 	}
 	pki := kafkaconntest.NewPKI(t, "127.0.0.1")
 	for _, scheme := range []string{"http", "https"} {
-		for name, a := range answers {
+		for name, raw := range answers {
 			t.Run(scheme+"/"+name, func(t *testing.T) {
-				answer := func() (string, bool) { return a.raw, a.close }
+				answer := func(int) (string, bool) { return raw, closes[name] }
 				var p *kafkaconntest.PKI
 				if scheme == "https" {
 					p = pki
 				}
 				verdicts := func(make func(*testing.T, HTTPConfig) *HTTP) []verdict {
-					srv := startCapture(t, p, answer)
-					cfg := httpConfig(srv.url + "/hook")
-					cfg.TLS = srv.tls
+					srv, trust := startRaw(t, p, answer)
+					cfg := httpConfig(srv.URL + "/hook")
+					cfg.TLS = trust
 					h := make(t, cfg)
 					var out []verdict
 					for range 3 {

@@ -1,7 +1,6 @@
 package h1
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -9,7 +8,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,55 +19,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/shaper-dev/shaper/internal/sinktest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// rawServer answers every request on 127.0.0.1 with the bytes answer
-// gives for it (the number of the request on its connection, from 0),
-// and closes the connection after them when close says so. It counts the
-// connections it accepted.
-type rawServer struct {
-	ln       net.Listener
-	accepted atomic.Int32
-	wg       sync.WaitGroup
-}
-
-func startRawServer(t *testing.T, answer func(i int) (raw []byte, close bool)) *rawServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &rawServer{ln: ln}
-	s.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.accepted.Add(1)
-			s.wg.Go(func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for i := 0; ; i++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					raw, closeAfter := answer(i)
-					if _, err := c.Write(raw); err != nil || closeAfter {
-						return
-					}
-				}
-			})
-		}
-	})
-	t.Cleanup(func() { ln.Close(); s.wg.Wait() })
-	return s
 }
 
 // outcome is what a client made of an answer: the response as the caller
@@ -89,8 +44,9 @@ func (o outcome) String() string {
 
 // seen reads what a client hands its caller of resp.
 func seen(resp *http.Response) outcome {
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return outcome{Status: resp.StatusCode, Header: resp.Header.Clone(), Body: string(body), BodyErr: err != nil, Uncompressed: resp.Uncompressed}
+	var body bytes.Buffer // the answers of the tests are small
+	_, err := body.ReadFrom(resp.Body)
+	return outcome{Status: resp.StatusCode, Header: resp.Header.Clone(), Body: body.String(), BodyErr: err != nil, Uncompressed: resp.Uncompressed}
 }
 
 // newRequest is the request both clients send in the conformance tests.
@@ -202,11 +158,10 @@ var conformance = map[string]struct {
 func TestAnswersAreThoseOfNetHTTPsTransport(t *testing.T) {
 	for name, a := range conformance {
 		t.Run(name, func(t *testing.T) {
-			count := func(client func(url, addr string) []outcome) ([]outcome, int32) {
-				srv := startRawServer(t, func(int) ([]byte, bool) { return []byte(a.raw), a.close })
-				addr := srv.ln.Addr().String()
-				out := client("http://"+addr+"/hook", addr)
-				return out, srv.accepted.Load()
+			count := func(client func(url, addr string) []outcome) ([]outcome, int) {
+				srv := sinktest.StartRaw(t, nil, func(int) (string, bool) { return a.raw, a.close })
+				out := client(srv.URL+"/hook", srv.Addr)
+				return out, srv.Accepted()
 			}
 			want, wantConns := count(func(url, _ string) []outcome { return viaTransport(t, url, nil) })
 			got, gotConns := count(func(url, addr string) []outcome { return viaOwn(t, url, addr, nil) })
@@ -332,8 +287,8 @@ func TestTLSRefusesAServerThatChoosesAnotherProtocol(t *testing.T) {
 // ErrLost, and the request was written once.
 func TestALostConnectionIsErrLostAndTheRequestGoesOnce(t *testing.T) {
 	var requests atomic.Int32
-	srv := startRawServer(t, func(int) ([]byte, bool) { requests.Add(1); return nil, true })
-	addr := srv.ln.Addr().String()
+	srv := sinktest.StartRaw(t, nil, func(int) (string, bool) { requests.Add(1); return "", true })
+	addr := srv.Addr
 	c := New(Config{Addr: addr, Dial: (&net.Dialer{}).DialContext, MaxConns: 1, Timeout: 5 * time.Second, IdleTimeout: time.Minute})
 	defer c.Close(context.Background())
 	err := c.Do(context.Background(), newRequest(t, "http://"+addr+"/"), func(*http.Response) error {
@@ -352,8 +307,8 @@ func TestALostConnectionIsErrLostAndTheRequestGoesOnce(t *testing.T) {
 // Transport's do, without reading on.
 func TestAnswerHeadersOverTheLimitFail(t *testing.T) {
 	big := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", maxHeaderBytes) + "\r\n\r\n"
-	srv := startRawServer(t, func(int) ([]byte, bool) { return []byte(big), true })
-	addr := srv.ln.Addr().String()
+	srv := sinktest.StartRaw(t, nil, func(int) (string, bool) { return big, true })
+	addr := srv.Addr
 	got := viaOwn(t, "http://"+addr+"/", addr, nil)
 	want := viaTransport(t, "http://"+addr+"/", nil)
 	if !got[0].Err || !want[0].Err {

@@ -83,19 +83,15 @@ func (c *RawConn) read(fd uintptr) bool {
 	o := &c.r
 	for {
 		n, e := rawRead(fd, o.b)
-		switch e {
-		case 0:
+		if e == 0 {
 			o.n = n
 			if n == 0 {
 				o.err = io.EOF
 			}
 			return true
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			o.err = os.NewSyscallError("read", e)
-			return true
+		}
+		if again, done := o.settle("read", e); !again {
+			return done
 		}
 	}
 }
@@ -115,16 +111,27 @@ func (c *RawConn) write(fd uintptr) bool {
 	o := &c.w
 	for o.n < len(o.b) {
 		n, e := rawWrite(fd, o.b[o.n:])
-		switch e {
-		case 0:
+		if e == 0 {
 			o.n += n
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			o.err = os.NewSyscallError("write", e)
-			return true
+			continue
+		}
+		if again, done := o.settle("write", e); !again {
+			return done
 		}
 	}
 	return true
+}
+
+// settle is o's answer to the error e of its system call name: call again
+// (EINTR); or stop, done with the error in o.err, or not done (EAGAIN: the
+// poller waits for the socket).
+func (o *op) settle(name string, e syscall.Errno) (again, done bool) {
+	switch e {
+	case syscall.EINTR:
+		return true, false
+	case syscall.EAGAIN:
+		return false, false
+	}
+	o.err = os.NewSyscallError(name, e)
+	return false, true
 }
