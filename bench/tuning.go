@@ -5,12 +5,10 @@ import (
 	"crypto/tls"
 	"encoding/pem"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/window"
@@ -24,11 +22,16 @@ import (
 // clock over the window, per message the sink received in it.
 type TuningSection struct {
 	Common
-	Runs          int           `json:"runs"`
-	WarmupSeconds float64       `json:"warmup_seconds"`
-	WindowSeconds float64       `json:"window_seconds"`
-	Cases         []TuningCase  `json:"cases"`
-	Rows          []TuningKnobs `json:"rows"`
+	// Rows are the SHAPER_TUNING values of the children, the same in
+	// every case; Cases hold a measurement per row.
+	Rows  []TuningKnobs `json:"rows"`
+	Cases []TuningCase  `json:"cases"`
+	// Runs is how many times each row ran in each case; WarmupSeconds is
+	// how long a run delivered before its window, from the first request
+	// at the sink, and WindowSeconds how long the window lasted.
+	Runs          int     `json:"runs"`
+	WarmupSeconds float64 `json:"warmup_seconds"`
+	WindowSeconds float64 `json:"window_seconds"`
 }
 
 // TuningKnobs is one row of every case: the SHAPER_TUNING of the child.
@@ -86,11 +89,11 @@ func runTuning(ctx context.Context, b *bench) (*TuningSection, error) {
 		return nil, err
 	}
 	defer drop()
-	sink, err := startTLSSink(b.o.tmp)
+	sink, caFile, stop, err := startTLSSink(b.o.tmp)
 	if err != nil {
 		return nil, err
 	}
-	defer sink.close()
+	defer stop()
 
 	for _, limit := range limits {
 		c := TuningCase{Limit: limit, Rows: make([]TuningMeasure, len(tuningRows))}
@@ -100,7 +103,7 @@ func runTuning(ctx context.Context, b *bench) (*TuningSection, error) {
 					return nil, ctx.Err()
 				}
 				id := fmt.Sprintf("tuning-%g-%d-%d", limit, i, rep)
-				r, err := measureTuning(ctx, b, sink, id, limit, row, s)
+				r, err := measureTuning(ctx, b, sink, caFile, id, limit, row, s)
 				if err != nil {
 					return nil, fmt.Errorf("%g/s, %s, run %d: %w", limit, row.Name, rep, err)
 				}
@@ -123,19 +126,19 @@ func runTuning(ctx context.Context, b *bench) (*TuningSection, error) {
 }
 
 // measureTuning runs one child of row at limit and measures its window.
-func measureTuning(ctx context.Context, b *bench, sink *tlsSink, id string, limit float64, row TuningKnobs, s *TuningSection) (TuningRun, error) {
-	sink.reset()
+func measureTuning(ctx context.Context, b *bench, sink *sink, caFile, id string, limit float64, row TuningKnobs, s *TuningSection) (TuningRun, error) {
+	before := sink.count.Load()
 	pipelines := pipelineYAML("tuning", b.natsYAML(tuningStream, id),
 		"bucket: {capacity: 1000, max_queue_time: 1m}",
 		fmt.Sprintf("rate: {mode: leaky, limit: %v}", limit),
-		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 8, tls: {ca_file: %q}}}", sink.url, sink.caFile))
+		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 8, tls: {ca_file: %q}}}", sink.URL, caFile))
 	ch, err := b.startShaperEnv(id, pipelines, []string{"SHAPER_TUNING=" + row.Env})
 	if err != nil {
 		return TuningRun{}, err
 	}
 	defer ch.stop(10 * time.Second)
-	if err := sink.waitFirst(ctx, time.Minute); err != nil {
-		return TuningRun{}, fmt.Errorf("%w; its log:\n%s", err, ch.tail())
+	if !waitFor(ctx, time.Minute, sink.reached(before+1)) {
+		return TuningRun{}, fmt.Errorf("no request at the HTTPS sink within a minute; its log:\n%s", ch.tail())
 	}
 	time.Sleep(time.Duration(s.WarmupSeconds * float64(time.Second)))
 	t0, cpu0 := time.Now(), tuningCPU(ch)
@@ -174,74 +177,23 @@ func medianTuning(runs []TuningRun) TuningRun {
 	}
 }
 
-// tlsSink is an HTTPS server in the harness process that answers 204 over
-// HTTP/1.1 and records when each request reached its handler. caFile is
-// its certificate, for the child's tls.ca_file.
-type tlsSink struct {
-	srv    *httptest.Server
-	url    string
-	caFile string
-
-	mu      sync.Mutex
-	arrived []time.Time
-	first   chan struct{} // closed at the first request after reset
-}
-
-func startTLSSink(dir string) (*tlsSink, error) {
-	s := &tlsSink{first: make(chan struct{})}
-	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := time.Now()
-		s.mu.Lock()
-		if len(s.arrived) == 0 {
-			close(s.first)
-		}
-		s.arrived = append(s.arrived, now)
-		s.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	s.srv.TLS = &tls.Config{NextProtos: []string{"http/1.1"}}
-	s.srv.StartTLS()
-	s.url = s.srv.URL + "/callback"
-	s.caFile = filepath.Join(dir, "tuning-sink-ca.pem")
-	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})
-	if err := os.WriteFile(s.caFile, cert, 0o600); err != nil {
-		s.srv.Close()
-		return nil, err
+// startTLSSink starts a recording sink (sink.go) served over TLS on
+// 127.0.0.1, offering HTTP/1.1 only, and writes its certificate into dir
+// for the child's tls.ca_file.
+func startTLSSink(dir string) (s *sink, caFile string, stop func(), err error) {
+	s = &sink{record: true}
+	ts := httptest.NewUnstartedServer(s)
+	ts.TLS = &tls.Config{NextProtos: []string{"http/1.1"}}
+	ts.StartTLS()
+	s.URL = ts.URL + "/callback"
+	caFile = filepath.Join(dir, "tuning-sink-ca.pem")
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	if err := os.WriteFile(caFile, cert, 0o600); err != nil {
+		ts.Close()
+		return nil, "", nil, err
 	}
-	return s, nil
+	return s, caFile, ts.Close, nil
 }
-
-func (s *tlsSink) reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.arrived, s.first = nil, make(chan struct{})
-}
-
-// waitFirst waits for the first request after reset.
-func (s *tlsSink) waitFirst(ctx context.Context, timeout time.Duration) error {
-	s.mu.Lock()
-	first := s.first
-	s.mu.Unlock()
-	select {
-	case <-first:
-		return nil
-	case <-time.After(timeout):
-		return fmt.Errorf("no request at the HTTPS sink within %v", timeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// arrivals returns the arrival times since reset, sorted.
-func (s *tlsSink) arrivals() []time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := slices.Clone(s.arrived)
-	sortTimes(out)
-	return out
-}
-
-func (s *tlsSink) close() { s.srv.Close() }
 
 // The tuning section has no goal: it says what each knob buys.
 func (s *TuningSection) addGoals(*goals) {}
@@ -250,7 +202,7 @@ func (s *TuningSection) addGoals(*goals) {}
 func (s *TuningSection) markdown(p func(string, ...any), r *Report) {
 	p("## Tuning\n")
 	p("What each knob of `internal/tuning` buys on the path users run ([tuning.md](tuning.md)): a `shaper run` child")
-	p("delivers a JetStream backlog to an HTTPS sink (TLS, HTTP/1.1, answering 204; the broker and the sink in the harness")
+	p("delivers a JetStream backlog to an HTTPS sink (TLS, HTTP/1.1, answering 200; the broker and the sink in the harness")
 	p("process), leaky, `max_in_flight` 8, with `SHAPER_TUNING` set as the row says: every knob on, every knob off, and each")
 	p("knob off alone. The rows of a limit run in turn, %d %s; the figures are the medians. CPU is the child's process CPU",
 		s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
@@ -258,8 +210,7 @@ func (s *TuningSection) markdown(p func(string, ...any), r *Report) {
 		s.WindowSeconds, s.WarmupSeconds)
 	p("rate, spacing and jitter are of the arrivals at the sink's handler. *× on*: the ratio to the row with every knob on.")
 	measuredBy(p, s.Common, r)
-	p("")
-	p("%s\n", loadLine(s.Load))
+	p("\n%s\n", loadLine(s.Load))
 	table(p, "limit", "SHAPER_TUNING", ">CPU per message (share of a core)", ">× on", ">rate error", ">most per 100 ms", ">jitter p99")
 	for _, c := range s.Cases {
 		for i, m := range c.Rows {
