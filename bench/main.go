@@ -58,7 +58,7 @@ type options struct {
 	tmp        string          // configs, logs and the shaper binary of this run
 }
 
-var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations", "peers"}
+var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations", "peers", "tuning"}
 
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -154,7 +154,7 @@ func (r *Report) run(ctx context.Context, b *bench, name string) (*Common, error
 		"throughput": into(&r.Throughput, runThroughput), "scale": into(&r.Scale, runScale),
 		"picture": into(&r.Picture, runPicture), "pushback": into(&r.Pushback, runPushback),
 		"lanes": into(&r.Lanes, runLanes), "destinations": into(&r.Destinations, runDestinations),
-		"peers": into(&r.Peers, runPeers),
+		"peers": into(&r.Peers, runPeers), "tuning": into(&r.Tuning, runTuning),
 	}
 	s, err := runs[name](ctx, b)
 	if err != nil {

@@ -56,7 +56,7 @@ func (r *Report) markdown() string {
 	}
 	p("")
 
-	for _, s := range present[section](r.Precision, r.Overhead, r.Throughput, r.Scale, r.Picture, r.Pushback, r.Lanes, r.Destinations, r.Peers) {
+	for _, s := range present[section](r.Precision, r.Overhead, r.Throughput, r.Scale, r.Picture, r.Pushback, r.Lanes, r.Destinations, r.Peers, r.Tuning) {
 		s.markdown(p, r)
 	}
 	return b.String()

@@ -85,6 +85,11 @@ func startReady(ctx context.Context, dir, name, bin string, args ...string) (*pr
 // startShaper writes a `shaper run` config of pipelines (with admin.listen
 // and shutdown filled in) and starts the daemon on it.
 func (b *bench) startShaper(name, pipelines string) (*proc, error) {
+	return b.startShaperEnv(name, pipelines, nil)
+}
+
+// startShaperEnv is startShaper with env added to the daemon's environment.
+func (b *bench) startShaperEnv(name, pipelines string, env []string) (*proc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -95,7 +100,7 @@ func (b *bench) startShaper(name, pipelines string) (*proc, error) {
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := startProc(b.o.tmp, name, b.bin, nil, "--log-level", "warn", "run", "--config", path)
+	p, err := startProc(b.o.tmp, name, b.bin, env, "--log-level", "warn", "run", "--config", path)
 	if err != nil {
 		return nil, err
 	}

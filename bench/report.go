@@ -31,6 +31,8 @@ type Report struct {
 	Lanes        *LanesSection        `json:"lanes,omitempty"`
 	Destinations *DestinationsSection `json:"destinations,omitempty"`
 	Peers        *PeersSection        `json:"peers,omitempty"`
+	// Tuning is what each knob of internal/tuning buys (tuning.go).
+	Tuning *TuningSection `json:"tuning,omitempty"`
 
 	written []string
 }

@@ -11,8 +11,8 @@
 //     [sinks.NATSConfig], [sinks.KafkaConfig], [sinks.NATSPublisherConfig],
 //     [sinks.KafkaPublisherConfig].
 //
-// What is left here is the file's own keys (admin, shutdown, the pipeline
-// list and its names) and the rules that span parts: exactly one source
+// What is left here is the file's own keys (admin, shutdown, tuning, the
+// pipeline list and its names) and the rules that span parts: exactly one source
 // and one sink, a unique name, a fallback limit below the shared one.
 //
 // [Load] reads a file in one pass: an unknown key, a wrong type, an unset
@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/check"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -44,6 +45,12 @@ type File struct {
 	Admin AdminConfig `yaml:"admin"`
 	// Shutdown bounds the graceful drain.
 	Shutdown ShutdownConfig `yaml:"shutdown"`
+	// Tuning is what the daemon does to the Go runtime for paced
+	// delivery (docs/tuning.md): on (the default) or off. Off waits on Go
+	// timers, leaves GOMAXPROCS and GOGC to the runtime and reads and
+	// writes through net.Conn. SHAPER_TUNING in the environment wins over
+	// it. Read when the daemon starts; a reload does not change it.
+	Tuning string `yaml:"tuning"`
 	// Pipelines run side by side, each from one source to one sink.
 	Pipelines []Pipeline `yaml:"pipelines"`
 }
@@ -308,6 +315,9 @@ func (f *File) SetDefaults() {
 	if f.Shutdown.DrainTimeout == 0 {
 		f.Shutdown.DrainTimeout = DefaultDrainTimeout
 	}
+	if f.Tuning == "" {
+		f.Tuning = tuning.On
+	}
 	for i := range f.Pipelines {
 		f.Pipelines[i].SetDefaults()
 	}
@@ -358,6 +368,9 @@ func (f *File) Validate() error {
 	f.Admin.validate(&ps)
 	if f.Shutdown.DrainTimeout < 0 {
 		ps.Add("shutdown.drain_timeout", "must be >= 0, got %s", f.Shutdown.DrainTimeout)
+	}
+	if _, err := tuning.ParseConfig(f.Tuning); err != nil {
+		ps.Add("tuning", "%v", err)
 	}
 	if len(f.Pipelines) == 0 {
 		ps.Add("pipelines", "at least one pipeline is required")

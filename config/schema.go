@@ -13,6 +13,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/kafkaconn"
 	"github.com/shaper-dev/shaper/internal/tlsconf"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sources"
 	"github.com/shaper-dev/shaper/webhook"
@@ -155,6 +156,7 @@ const (
 // fact behind.
 var schemaKeys = map[string]keyFacts{
 	"config.File.Pipelines":               {required: true, minItems: 1},
+	"config.File.Tuning":                  {enum: []string{tuning.On, tuning.Off}},
 	"config.Pipeline.Name":                {required: true},
 	"config.Pipeline.Source":              {required: true},
 	"config.Pipeline.Rate":                {required: true},

@@ -16,6 +16,7 @@ var schemaComments = map[string]string{
 	"github.com/shaper-dev/shaper/config.File.Admin":                       "Admin is the HTTP server for metrics, health and the pipelines API.",
 	"github.com/shaper-dev/shaper/config.File.Pipelines":                   "Pipelines run side by side, each from one source to one sink.",
 	"github.com/shaper-dev/shaper/config.File.Shutdown":                    "Shutdown bounds the graceful drain.",
+	"github.com/shaper-dev/shaper/config.File.Tuning":                      "Tuning is what the daemon does to the Go runtime for paced\ndelivery (docs/tuning.md): on (the default) or off. Off waits on Go\ntimers, leaves GOMAXPROCS and GOGC to the runtime and reads and\nwrites through net.Conn. SHAPER_TUNING in the environment wins over\nit. Read when the daemon starts; a reload does not change it.",
 	"github.com/shaper-dev/shaper/config.Pipeline":                         "Pipeline is one source, one bucket, one rate and one sink.",
 	"github.com/shaper-dev/shaper/config.Pipeline.Bucket":                  "Bucket bounds how many messages wait and for how long.",
 	"github.com/shaper-dev/shaper/config.Pipeline.DeadLetter":              "DeadLetter is where undeliverable messages go: exactly one of its\nfields, or left out (then they are nacked for redelivery and logged).",

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -43,9 +44,9 @@ type Fleet struct {
 	build   Builder
 	metrics *shaper.Metrics
 	log     *slog.Logger
-	// clock is every pipeline's, so that their sleeps before departures
-	// share the one limit on holding a P (see shaper.MachineClock).
-	clock *shaper.MachineClock
+	// clock is every pipeline's: tuning.SharedClock, whose alarms share
+	// the one limit on holding a P.
+	clock shaper.Clock
 
 	mu      sync.Mutex
 	cfg     *config.File       // the config in force
@@ -65,7 +66,7 @@ type member struct {
 // New builds every pipeline of cfg with build, without starting them. On
 // error, whatever was built is closed.
 func New(cfg *config.File, build Builder, metrics *shaper.Metrics, log *slog.Logger) (*Fleet, error) {
-	f := &Fleet{build: build, metrics: metrics, log: log, clock: &shaper.MachineClock{}, cfg: cfg, members: map[string]*member{}}
+	f := &Fleet{build: build, metrics: metrics, log: log, clock: tuning.SharedClock(), cfg: cfg, members: map[string]*member{}}
 	for _, pc := range cfg.Pipelines {
 		m, err := f.newMember(pc)
 		if err != nil {

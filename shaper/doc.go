@@ -3,7 +3,7 @@
 // settles every message with its source only once its outcome is final.
 //
 // The package knows no concrete broker or endpoint. It owns the contracts
-// (Message, Receipt, Source, Sink and Starter, Limiter) that packages sources, sinks and
+// (Message, Receipt, Source, Sink, Limiter) that packages sources, sinks and
 // limiter implement, and everything between them:
 //
 //   - config.go, validate.go: the core's own config (PipelineConfig: the
@@ -25,18 +25,15 @@
 //     and the adaptive rate;
 //   - pipeline.go: fetcher (in batches of limit × 50 ms), scheduler (its
 //     decision for the task it holds is plan: wait for the slot, wait
-//     out a pause, or expire), expiry on time,
-//     attempts (written by the scheduler itself when the sink is a Starter
-//     that can, otherwise by workers), expiry, dead letters, acks and the
-//     graceful drain — the whole life of a message, top to bottom;
-//   - sleep.go: the Clock a pipeline runs on (Parts.Clock; a MachineClock
-//     shared by the process's pipelines by default, a testing/synctest one
-//     in the scheduler tests) and departures on time: the scheduler waits
-//     on an Alarm, a timerfd in the network poller on Linux (Go timers wake
-//     up to a millisecond late), which a rate change or a hold rings; with
-//     GOMAXPROCS above 1 the last 2ms are slept holding the P while one is
-//     left for the rest; semaphore.go: max_in_flight,
-//     resizable by a reload;
+//     out a pause, or expire), expiry on time, attempts (each on a worker,
+//     which hands it to Sink.Send: how the request is written is the
+//     sink's business), expiry, dead letters, acks and the graceful drain
+//     — the whole life of a message, top to bottom;
+//   - sleep.go: the Clock a pipeline runs on (Parts.Clock: a SystemClock on
+//     Go timers by default, package tuning's in the daemon, a
+//     testing/synctest one in the scheduler tests) and departures on time:
+//     the scheduler waits on an Alarm, which a rate change or a hold
+//     rings; semaphore.go: max_in_flight, resizable by a reload;
 //   - retry.go: the retry policy (backoff with full jitter, Retry-After,
 //     retryable and permanent statuses);
 //   - metrics.go, status.go, recent.go, admin.go: Prometheus metrics,

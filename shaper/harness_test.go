@@ -16,6 +16,7 @@ import (
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/gather"
 	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -165,10 +166,12 @@ func (e *env) start(cfg config.Pipeline) *running {
 		}
 	}
 	reg := prometheus.NewRegistry()
+	// The daemon's clock: with SHAPER_TUNING=off in the environment these
+	// tests run on Go timers (docs/tuning.md).
 	p := shaper.New(cfg.Core(), shaper.Parts{
 		Source: src, Sink: sink, DeadLetter: dl, Limiter: lim, KeyLimiter: cfg.Rate.KeyLimiter(),
-		DestinationLimiter: cfg.Rate.DestinationLimiter(),
-		Metrics:            shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
+		DestinationLimiter: cfg.Rate.DestinationLimiter(), Clock: tuning.SharedClock(),
+		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Pipeline: p, registry: reg, cancel: cancel, done: make(chan error, 1)}

@@ -94,23 +94,6 @@ type Destinations interface {
 	Destination(m *Message) string
 }
 
-// Starter is a Sink that can start an attempt without waiting for its
-// answer. The scheduler calls Start at the departure's slot, so the request
-// leaves from the goroutine that kept the time instead of after a hand-off
-// to a worker; Start must not block.
-type Starter interface {
-	Sink
-	// Start makes one attempt to deliver m, as Send would, under timeout
-	// and ctx (ending ctx ends the attempt), and returns true once the
-	// request is on its way. The answer, what Send would have returned,
-	// comes to done: called exactly once, from a goroutine of the sink's,
-	// never from within Start. Start returns false, having sent nothing
-	// and keeping no hold on done, when it cannot write the request at
-	// once (it would have to dial, or wait); the pipeline then calls Send
-	// on a goroutine of its own.
-	Start(ctx context.Context, m *Message, timeout time.Duration, done func(error)) bool
-}
-
 // ErrMalformed marks a message that cannot become a request, such as one
 // larger than the sink accepts. It is dead-lettered with reason "malformed"
 // and never retried.

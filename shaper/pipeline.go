@@ -35,10 +35,9 @@ type Parts struct {
 	// rate.adaptive to move; nil moves the pipeline's Limiter instead (as
 	// with rate.shared, whose limit the replicas share).
 	DestinationLimiter func(name string, now time.Time) Limiter
-	// Clock is the time the pipeline runs on; nil is a MachineClock of
-	// the pipeline's own. The pipelines of one process should share one
-	// MachineClock, which keeps a P free for the rest whatever their
-	// number (package fleet does).
+	// Clock is the time the pipeline runs on; nil is a SystemClock (Go
+	// timers). Package fleet gives every pipeline of the process the one
+	// clock of package tuning.
 	Clock   Clock
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -120,7 +119,7 @@ func New(cfg PipelineConfig, parts Parts) *Pipeline {
 	d := cfg.Delivery
 	clock := parts.Clock
 	if clock == nil {
-		clock = &MachineClock{}
+		clock = SystemClock{}
 	}
 	p := &Pipeline{
 		cfg:          cfg,
@@ -479,13 +478,10 @@ func (p *Pipeline) fetch(ctx context.Context) {
 // next task is looked at instead), and a rate change while the scheduler
 // waits wakes it to ask again under the new rate.
 //
-// An attempt starts on the scheduler (begin) and, when the sink is a
-// Starter that can write the request at once, is written there too: the
-// sink calls back with the answer from a goroutine of its own, which
-// finishes the attempt. Otherwise it runs on a worker: a task goes to an
-// idle one, or to a new one when none is idle, so there are as many as
-// were ever busy at once (at most max_in_flight sending, and those still
-// settling what the sink answered). A worker keeps its goroutine, and the
+// An attempt starts on the scheduler (begin) and runs on a worker: a task
+// goes to an idle one, or to a new one when none is idle, so there are as
+// many as were ever busy at once (at most max_in_flight sending, and those
+// still settling what the sink answered). A worker keeps its goroutine, and the
 // stack the HTTP client grew, from one attempt to the next; the workers end
 // when the scheduler returns.
 func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
@@ -493,7 +489,6 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 	defer close(work)
 	defer p.alarm.Close()
 	defer context.AfterFunc(schedCtx, p.alarm.Ring)()
-	starter, _ := p.sink.(Starter)
 	for {
 		if !p.inFlight.acquire(schedCtx) {
 			return
@@ -513,9 +508,6 @@ func (p *Pipeline) schedule(ctx, schedCtx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		a := p.begin(t) // the attempt owns the token now
-		if starter != nil && p.start(ctx, starter, a, wg) {
-			continue
-		}
 		select {
 		case work <- a:
 		default:
@@ -722,22 +714,6 @@ func (p *Pipeline) send(ctx context.Context, a attempt) {
 	err := p.sink.Send(actx, a.t.msg)
 	cancel()
 	p.finish(ctx, a, err)
-}
-
-// start asks s to write the request of a now and to finish the attempt
-// from its own goroutine once answered; it reports false, with nothing
-// sent, when s cannot write it at once. Run waits for the attempts it
-// started as for its workers.
-func (p *Pipeline) start(ctx context.Context, s Starter, a attempt, wg *sync.WaitGroup) bool {
-	wg.Add(1)
-	if s.Start(ctx, a.t.msg, a.set.delivery.Timeout, func(err error) {
-		defer wg.Done()
-		p.finish(ctx, a, err)
-	}) {
-		return true
-	}
-	wg.Done()
-	return false
 }
 
 // finish ends attempt a with the sink's answer err: it gives the in-flight

@@ -2,10 +2,8 @@ package shaper_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -162,48 +160,6 @@ func (f fakeSink) Send(ctx context.Context, m *shaper.Message) error {
 
 func (fakeSink) Close(context.Context) error { return nil }
 
-// startingSink is a fakeSink that is also a shaper.Starter: Start
-// declines every third call (the worker path then sends), and otherwise
-// answers from a goroutine of its own, after the fake's latency.
-type startingSink struct {
-	fakeSink
-	mu       sync.Mutex
-	calls    int
-	started  int
-	inStart  bool // Start is running: done must not be called then
-	answers  sync.WaitGroup
-	doneInIt bool // done was called from within Start
-}
-
-func (s *startingSink) Start(ctx context.Context, m *shaper.Message, timeout time.Duration, done func(error)) bool {
-	s.mu.Lock()
-	s.calls++
-	if s.calls%3 == 0 {
-		s.mu.Unlock()
-		return false
-	}
-	s.started++
-	s.inStart = true
-	s.mu.Unlock()
-	defer func() { s.mu.Lock(); s.inStart = false; s.mu.Unlock() }()
-	s.record("start", m.ID)
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	s.answers.Go(func() {
-		err := s.Send(actx, m)
-		cancel()
-		s.mu.Lock()
-		s.doneInIt = s.doneInIt || s.inStart
-		s.mu.Unlock()
-		done(err)
-	})
-	return true
-}
-
-func (s *startingSink) Close(context.Context) error {
-	s.answers.Wait()
-	return nil
-}
-
 type receipt struct {
 	f  *fakes
 	id string
@@ -286,58 +242,6 @@ func TestLeakyDeparturesAreExactlyOneIntervalApartOnAFakeClock(t *testing.T) {
 			if g != 10*time.Millisecond {
 				t.Fatalf("gap %d between departures = %v; want exactly 10ms at 100/s", i, g)
 			}
-		}
-	})
-}
-
-// With a sink that starts attempts itself, the departures keep exactly
-// the same spacing, whether the sink starts one or declines it (a worker
-// sends it); every message is acked once, after its request, also those
-// that failed first; Run returns only once every answer has come back.
-func TestAStartingSinkKeepsTheSpacingAndSettlesEveryAnswerOnAFakeClock(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakes(200)
-		f.respond = func(m *shaper.Message, n int) (time.Duration, error) {
-			if strings.HasSuffix(m.ID, "7") && n == 1 {
-				return 25 * time.Millisecond, errors.New("the sink failed once")
-			}
-			return 25 * time.Millisecond, nil // longer than the interval: attempts overlap
-		}
-		s := &startingSink{fakeSink: fakeSink{f}}
-		f.sink = s
-		runFake(t, f, nil, func(*shaper.Pipeline) { elapse(4 * time.Second) })
-		sends, acks := f.of("send"), f.of("ack")
-		if len(acks) != 200 || len(f.of("nack")) != 0 {
-			t.Fatalf("%d acks, %d nacks; want 200 acks", len(acks), len(f.of("nack")))
-		}
-		if len(sends) != 220 || s.started < 100 || s.calls-s.started < 50 {
-			t.Fatalf("%d sends, %d started of %d Start calls; want 220 (20 retried), some started, some declined", len(sends), s.started, s.calls)
-		}
-		if s.doneInIt {
-			t.Error("done was called from within Start")
-		}
-		sentAt := map[string]time.Time{}
-		for _, e := range sends {
-			sentAt[e.id] = e.at
-		}
-		seen := map[string]bool{}
-		for _, e := range acks {
-			if seen[e.id] || !e.at.After(sentAt[e.id]) {
-				t.Fatalf("ack of %s twice, or not after its last request", e.id)
-			}
-			seen[e.id] = true
-		}
-		exact := 0
-		for i, g := range gaps(sends) {
-			if g < 10*time.Millisecond {
-				t.Fatalf("gap %d between departures = %v; want at least 10ms at 100/s", i, g)
-			}
-			if g == 10*time.Millisecond {
-				exact++
-			}
-		}
-		if exact < 200 { // the last retries may wait for their backoff
-			t.Errorf("%d of 219 gaps were exactly 10ms; want at least 200", exact)
 		}
 	})
 }

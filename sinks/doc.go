@@ -140,15 +140,18 @@
 //
 // # Two clients
 //
-// A fixed http:// URL without a proxy goes through the sink's own HTTP/1.1
-// client (http_conn.go): kept-alive connections, each with a reader
-// goroutine parked on it, to which a request is written by the goroutine
-// that sends it. Through [HTTP.Start] the pipeline's scheduler writes a
-// request at its slot on an idle connection, and the connection's reader
-// finishes the attempt: no hand-off to a worker, none to net/http's
-// writer and reader. The requests are byte for byte net/http's, the
-// answers are judged the same way. https:// URLs (which may speak HTTP/2),
-// proxies and url_from go through net/http's Transport.
+// Which client sends is chosen once, when a sink's settings are built. A
+// fixed http:// or https:// URL without a proxy goes through the sink's own
+// HTTP/1.1 client (package internal/h1): kept-alive connections, each with
+// a reader goroutine parked on it, to which a request is written by the
+// goroutine that sends it, with no hand-off to net/http's writer and
+// reader. Over TLS it uses the sink's tls settings as net/http would, and
+// offers only HTTP/1.1. The requests are byte for byte net/http's, the
+// answers are judged by the same code (judge); conformance tests hold the
+// two to that. A proxy or url_from goes through net/http's Transport
+// (HTTP/2 where an https:// server offers it). What the own client saves
+// is measured beside the Transport by BenchmarkHTTPAttempt, over http://
+// and https:// (docs/tuning.md).
 //
 // # TLS
 //
@@ -164,13 +167,13 @@
 //
 // One file a job:
 //
-//   - http.go: the HTTP sink itself: [NewHTTP], Send, Start, Reconfigure,
+//   - http.go: the HTTP sink itself: [NewHTTP], Send, Reconfigure,
 //     Proxy and Close, the Transport it sends with, the one request of each
 //     Send and how an answer is judged;
-//   - http_conn.go: its own HTTP/1.1 client, the connection pool and the
-//     reader of each connection, which read and write through package
-//     rawconn (on Linux the writer keeps its P, and an idle daemon's
-//     first read does not wake the runtime's sysmon);
+//   - http_conn.go: its own HTTP/1.1 client for a fixed URL (package
+//     internal/h1), whose connections tuning.Wrap wraps (with the conn knob
+//     on, on Linux, an idle daemon's first read does not wake the
+//     runtime's sysmon);
 //   - http_headers.go: which headers may be sent: the configured headers
 //     and key_header it accepts, the broker headers it forwards (never the
 //     hop-by-hop, framing or reserved names), valid header names and values;

@@ -1,6 +1,7 @@
 // This file is the HTTP sink itself: its settings, NewHTTP, Send,
-// Reconfigure, Proxy and Close, the Transport and client it sends with, and
-// the one request each Send makes. The rules it applies live beside it:
+// Reconfigure, Proxy and Close, the client it sends with (its own, package
+// internal/h1, or net/http's Transport), and the one request each Send
+// makes. The rules it applies live beside it:
 // http_headers.go (what may be sent as a header), http_redact.go (what an
 // error may quote), http_signing.go, http_proxy.go (the proxy and the
 // resend guard) and retry_after.go.
@@ -22,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shaper-dev/shaper/internal/h1"
 	"github.com/shaper-dev/shaper/internal/tlsconf"
 	"github.com/shaper-dev/shaper/internal/urlguard"
 	"github.com/shaper-dev/shaper/shaper"
@@ -48,12 +50,15 @@ const (
 //
 // It keeps up to MaxInFlight connections alive to the sink and never opens
 // more, so a steady rate reuses them instead of paying a TCP and TLS
-// handshake per request. A fixed http:// URL without a proxy goes through
-// the sink's own HTTP/1.1 client (http_conn.go), which also lets the
-// pipeline write a request from its scheduler (Start); anything else goes
-// through net/http's Transport. Redirects are not followed: a 3xx comes back as a
-// StatusError, because following one would turn a POST into a body-less GET
-// and could carry the configured headers to another host.
+// handshake per request. Which client sends is chosen once, when the
+// settings are built: a fixed http:// or https:// URL without a proxy goes
+// through the sink's own HTTP/1.1 client (package internal/h1), which
+// writes a request from the goroutine that sends it; a proxy or url_from
+// goes through net/http's Transport. Both write the same bytes and the
+// sink judges their answers with the same code. Redirects are not followed:
+// a 3xx comes back as a StatusError, because following one would turn a
+// POST into a body-less GET and could carry the configured headers to
+// another host.
 //
 // With ForwardHeaders, the message's headers go along as HTTP headers of
 // the same name; see the package documentation for what is left out. With
@@ -115,17 +120,13 @@ type httpSink struct {
 	secrets       [][]byte // blanked out of a quoted response body, longest first
 	longestSecret int
 
-	// pool is the sink's own HTTP/1.1 client (http_conn.go), for a fixed
-	// http:// URL without a proxy; nil: requests go through transport.
-	pool      *connPool
-	timeout   time.Duration // bounds an attempt whose ctx has no deadline
+	// own is the sink's own HTTP/1.1 client, for a fixed URL without a
+	// proxy; nil: requests go through transport.
+	own       *h1.Client
 	transport *http.Transport
 }
 
-var (
-	_ shaper.Starter      = (*HTTP)(nil)
-	_ shaper.Destinations = (*HTTP)(nil)
-)
+var _ shaper.Destinations = (*HTTP)(nil)
 
 // NewHTTP returns an HTTP sink for cfg, with its defaults set. A config
 // HTTPConfig.Validate refuses is an error, the same one: there is one set
@@ -173,15 +174,6 @@ func (h *HTTP) Send(ctx context.Context, m *shaper.Message) error {
 	return h.cur.Load().send(ctx, m)
 }
 
-// Start writes the request of m at once on an idle kept-alive connection
-// and returns true; the connection's reader calls done with what Send
-// would have returned. It returns false, having sent nothing, when it
-// cannot: for https://, a proxy or url_from (net/http's Transport sends
-// those), when no connection is idle, or for a payload over 8 KiB.
-func (h *HTTP) Start(ctx context.Context, m *shaper.Message, timeout time.Duration, done func(error)) bool {
-	return h.cur.Load().start(ctx, m, timeout, done)
-}
-
 // Proxy describes the proxy of the settings in force, for the startup
 // log: "none"; the proxy's URL without user information; or
 // "environment: " and what the environment gave for the sink's URL (a
@@ -192,8 +184,8 @@ func (h *HTTP) Proxy() string {
 
 // Close closes the idle keep-alive connections, also those of settings a
 // Reconfigure replaced, and waits for the readers of the sink's own
-// connections (http_conn.go) to end: requests still in flight finish on
-// their connections until ctx ends, then their connections are closed.
+// connections to end: requests still in flight finish on their
+// connections until ctx ends, then their connections are closed.
 func (h *HTTP) Close(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -206,18 +198,18 @@ func (h *HTTP) Close(ctx context.Context) error {
 // retire keeps no more connections of these settings: idle ones close
 // now, busy ones once answered.
 func (h *httpSink) retire() {
-	if h.pool != nil {
-		h.pool.retire()
+	if h.own != nil {
+		h.own.Retire()
 		return
 	}
 	h.transport.CloseIdleConnections()
 }
 
 // close retires these settings and waits for their own connections'
-// readers until ctx ends (see connPool.close).
+// readers until ctx ends (see h1.Client.Close).
 func (h *httpSink) close(ctx context.Context) {
-	if h.pool != nil {
-		h.pool.close(ctx)
+	if h.own != nil {
+		h.own.Close(ctx)
 		return
 	}
 	h.transport.CloseIdleConnections()
@@ -279,13 +271,8 @@ func newHTTPSink(cfg HTTPConfig, dial dialFunc, lookup lookupFunc) (*httpSink, e
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
-	h.timeout = cfg.Timeout
-	if u.Scheme == "http" && h.proxy == nil && guard == nil {
-		port := u.Port()
-		if port == "" {
-			port = "80"
-		}
-		h.pool = newConnPool(net.JoinHostPort(u.Hostname(), port), max(cfg.MaxInFlightPerHost, 1), dial)
+	if h.proxy == nil && guard == nil {
+		h.own = newOwnClient(cfg, u, tlsConfig, dial)
 		return h, nil
 	}
 	// Requests go to the Transport itself, not through an http.Client:
@@ -345,25 +332,47 @@ func (h *httpSink) send(ctx context.Context, m *shaper.Message) error {
 	if err != nil {
 		return shaper.NotSent(err)
 	}
-	if h.pool != nil {
-		return h.sendOwn(ctx, m, sendKey)
+	if h.own != nil {
+		req, sig, err := h.newRequest(ctx, rawURL, m, sendKey)
+		if err != nil {
+			return shaper.NotSent(err)
+		}
+		err = h.own.Do(ctx, req, func(resp *http.Response) error {
+			return h.judge(resp.StatusCode, resp.Header, resp.Body, sig)
+		})
+		return h.failed(target, err)
 	}
 	// One Send writes at most one request, whatever net/http would do.
 	req, sig, err := h.newRequest(withSentOnce(ctx), rawURL, m, sendKey)
 	if err != nil {
 		return shaper.NotSent(err)
 	}
-
 	resp, err := h.transport.RoundTrip(req)
 	if err != nil {
-		err = fmt.Errorf("http: %s %s: %w", h.method, target, schemeMismatch(withoutURL(err)))
-		if errors.Is(err, shaper.ErrRefused) {
-			return shaper.NotSent(err) // refused at the dial: nothing was sent
-		}
-		return err
+		return h.failed(target, err)
 	}
 	defer drainClose(resp.Body)
 	return h.judge(resp.StatusCode, resp.Header, resp.Body, sig)
+}
+
+// failed is Send's error for err from either client, nil or a judged
+// answer (a *shaper.StatusError) as they are: the request and target
+// named, http.ErrSchemeMismatch for an https:// URL that an HTTP server
+// answered, errResend for a connection lost after the request was written,
+// and a destination refused at the dial marked shaper.NotSent.
+func (h *httpSink) failed(target string, err error) error {
+	var status *shaper.StatusError
+	switch {
+	case err == nil || errors.As(err, &status):
+		return err
+	case errors.Is(err, h1.ErrLost):
+		err = errResend // as the resend guard answers the Transport
+	}
+	err = fmt.Errorf("http: %s %s: %w", h.method, target, schemeMismatch(withoutURL(err)))
+	if errors.Is(err, shaper.ErrRefused) {
+		return shaper.NotSent(err) // refused at the dial: nothing was sent
+	}
+	return err
 }
 
 // judge is Send's answer for a response: nil for a 2xx status, otherwise

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/shaper-dev/shaper/internal/rawconn"
+	"github.com/shaper-dev/shaper/internal/tuning"
 )
 
 // errClosed is returned by Fetch and Ready of a NATS source after Close.
@@ -76,10 +76,11 @@ func dialNATS(rawURL, name string, log *slog.Logger, dropsExpected bool, opts ..
 	return c, nil
 }
 
-// rawDialer dials a NATS server as nats.go's own dialer does, and reads
-// and writes the connection with system calls the Go runtime is not told
-// of (package rawconn): a JetStream ack or a fetch's messages then do not
-// wake the runtime's monitor thread when the daemon was idle.
+// rawDialer dials a NATS server as nats.go's own dialer does, and wraps
+// the connection with tuning.Wrap: with the conn knob on it reads and
+// writes with system calls the Go runtime is not told of, so a JetStream
+// ack or a fetch's messages do not wake the runtime's monitor thread when
+// the daemon was idle.
 type rawDialer struct{ d net.Dialer }
 
 func (r rawDialer) Dial(network, addr string) (net.Conn, error) {
@@ -87,7 +88,7 @@ func (r rawDialer) Dial(network, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rawconn.Wrap(c), nil
+	return tuning.Wrap(c), nil
 }
 
 // ready returns nil while connected, else why not, such as

@@ -223,7 +223,8 @@ func TestUnstampedVersionFallsBackToTheBuildInfo(t *testing.T) {
 
 // SHAPER_CONFIG stands for --config of run, validate and replay,
 // SHAPER_LOG_LEVEL and SHAPER_LOG_FORMAT for the global flags; a flag given
-// wins, and a bad value in a variable is a usage error that names it.
+// wins, and a bad value in a variable (SHAPER_TUNING too) is a usage error
+// that names it.
 func TestEnvironmentVariablesStandInForFlagsNotGiven(t *testing.T) {
 	good := childtest.WriteConfig(t, validConfig)
 	const missing = "/nonexistent/from-the-environment.yaml"
@@ -246,6 +247,8 @@ func TestEnvironmentVariablesStandInForFlagsNotGiven(t *testing.T) {
 		{"--log-level after the command wins", map[string]string{"SHAPER_LOG_LEVEL": "loud"}, []string{"validate", "--config", good, "--log-level", "warn"}, exitOK, good + ": ok (1 pipelines)\n", ""},
 		{"bad SHAPER_LOG_FORMAT", map[string]string{"SHAPER_LOG_FORMAT": "xml"}, []string{"healthcheck"}, exitUsage, "",
 			"shaper: SHAPER_LOG_FORMAT: want json or text, got \"xml\"\n"},
+		{"bad SHAPER_TUNING", map[string]string{"SHAPER_TUNING": "fast"}, []string{"run", "--config", good}, exitUsage, "",
+			"shaper: SHAPER_TUNING: want on, off or off:KNOB,... (knobs: clock, procs, heap, conn), got \"fast\"\n"},
 		{"--log-format wins", map[string]string{"SHAPER_LOG_FORMAT": "xml"}, []string{"--log-format", "json", "validate", "--config", good}, exitOK, good + ": ok (1 pipelines)\n", ""},
 		{"help ignores the environment", map[string]string{"SHAPER_LOG_LEVEL": "loud", "SHAPER_CONFIG": missing}, []string{"run", "--help"}, exitOK, "Usage: shaper run [flags]\n", ""},
 	}

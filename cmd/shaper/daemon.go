@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/fleet"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -32,13 +35,16 @@ type daemon struct {
 	configPath string
 	watch      bool
 	// procs sets GOMAXPROCS from the pipelines' total rate.
-	procs *procs
+	procs *tuning.Procs
 }
 
 // newDaemon builds every pipeline's parts from cfg, without starting them.
 // On error, whatever was built is closed.
 func newDaemon(cfg *config.File, log *slog.Logger) (*daemon, error) {
-	d := &daemon{cfg: cfg, registry: prometheus.NewRegistry(), log: log, procs: newProcs(log)}
+	if err := useTuning(cfg, log); err != nil {
+		return nil, err
+	}
+	d := &daemon{cfg: cfg, registry: prometheus.NewRegistry(), log: log, procs: tuning.NewProcs(log)}
 	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), currentBuild().collector())
 	build := func(pc config.Pipeline) (shaper.Parts, error) { return buildParts(pc, log) }
 	f, err := fleet.New(cfg, build, shaper.NewMetrics(d.registry), log)
@@ -70,15 +76,15 @@ func (d *daemon) listen() (net.Listener, error) {
 // they have drained, or force ends and they have stopped. Meanwhile it
 // reloads the config on SIGHUP and, with watch, when the file changes.
 func (d *daemon) serve(ctx, force context.Context, ln net.Listener) error {
-	d.procs.set(totalLimit(d.list()))
-	defer startGCPace()()
+	d.procs.Set(totalLimit(d.list()))
+	defer tuning.StartHeapFloor()()
 	admin := shaper.Admin(d.list, d.registry, d.cfg.Admin.Token,
 		shaper.AdminHosts{Listen: d.cfg.Admin.Listen, Allowed: d.cfg.Admin.AllowedHosts}, d.log)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			admin.ServeHTTP(w, r)
 			if r.Method == http.MethodPut { // a rate set through the API
-				d.procs.set(totalLimit(d.list()))
+				d.procs.Set(totalLimit(d.list()))
 			}
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -145,11 +151,53 @@ func (d *daemon) watchConfig(ctx context.Context, hups <-chan os.Signal, reloads
 				"config", d.configPath, "trigger", why, "err", err)
 			continue
 		}
+		if cfg.Tuning != d.cfg.Tuning {
+			d.log.Warn("tuning changed in the config; it applies when the daemon restarts",
+				"running", d.cfg.Tuning, "config", cfg.Tuning)
+		}
 		select {
 		case reloads <- fleet.Reload{Config: cfg, Why: why}:
-			d.procs.set(configuredLimit(cfg))
+			d.procs.Set(configuredLimit(cfg))
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// useTuning puts in force the knobs of cfg's tuning key, or of
+// SHAPER_TUNING, which wins over it, and logs what each knob does now. An
+// invalid SHAPER_TUNING is a usage error.
+func useTuning(cfg *config.File, log *slog.Logger) error {
+	k, err := tuning.Resolve(cfg.Tuning)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	tuning.Use(k)
+	report := k.Report()
+	args := []any{"tuning", k.String()}
+	for _, knob := range slices.Sorted(maps.Keys(report)) {
+		args = append(args, knob, report[knob])
+	}
+	log.Info("runtime tuning (docs/tuning.md)", args...)
+	return nil
+}
+
+// configuredLimit is the sum of the limits cfg's pipelines are set to: a
+// reload's, before the fleet has applied it.
+func configuredLimit(cfg *config.File) float64 {
+	var sum float64
+	for _, pc := range cfg.Pipelines {
+		sum += pc.Rate.Limit
+	}
+	return sum
+}
+
+// totalLimit is the sum of the limits the pipelines are set to now (an
+// admin API call may have changed them).
+func totalLimit(pipelines []*shaper.Pipeline) float64 {
+	var sum float64
+	for _, p := range pipelines {
+		sum += p.Status().Limit
+	}
+	return sum
 }

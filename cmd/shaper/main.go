@@ -1,9 +1,8 @@
 // Command shaper consumes messages from Kafka or NATS into a bounded leaky
 // bucket and drains it at a fixed rate to a sink (HTTP, or a Kafka topic or
 // NATS subject). See the README and docs/ for the whole story; this package only
-// parses the command line, wires config to parts, and sets the Go runtime
-// for the pipelines it runs: its threads (procs.go) and its heap floor
-// (heap.go).
+// parses the command line, wires config to parts, and puts in force the
+// runtime tuning of package internal/tuning (docs/tuning.md).
 package main
 
 import (

@@ -10,13 +10,15 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/childtest"
 	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/tuning"
 )
 
 // A real daemon runs its Go code on one P while its pipelines' limits sum
-// to at most oneProcRate, and on the runtime's default above: as started,
+// to at most tuning.OneProcRate, and on the runtime's default above: as started,
 // after a rate set through the admin API, and after a reload. GOMAXPROCS in
-// the environment wins over all of it.
-func TestGOMAXPROCSFollowsThePipelinesTotalRate(t *testing.T) {
+// the environment wins over all of it; with tuning off (in the config or
+// in SHAPER_TUNING) GOMAXPROCS stays the runtime's default.
+func TestGOMAXPROCSFollowsThePipelinesTotalRateUnlessTuningIsOff(t *testing.T) {
 	const token = "procs-test-token-0123456789"
 	natsURL := startJetStream(t, 0)
 	sink := sinktest.Start(t, sinktest.OK)
@@ -45,7 +47,7 @@ func TestGOMAXPROCSFollowsThePipelinesTotalRate(t *testing.T) {
 		}
 	}
 
-	above := oneProcRate * 2
+	above := tuning.OneProcRate * 2
 	config := childtest.WriteConfig(t, configText(above))
 	c := startShaper(t, []string{"GOMAXPROCS="}, "run", "--config", config)
 	var byDefault float64
@@ -55,8 +57,8 @@ func TestGOMAXPROCSFollowsThePipelinesTotalRate(t *testing.T) {
 	})
 	t.Logf("the runtime's default here: GOMAXPROCS %v", byDefault)
 
-	setRate(c, oneProcRate)
-	procsOf(c, 1, "after PUT rate "+fmt.Sprint(oneProcRate))
+	setRate(c, tuning.OneProcRate)
+	procsOf(c, 1, "after PUT rate "+fmt.Sprint(tuning.OneProcRate))
 	setRate(c, above)
 	procsOf(c, byDefault, "after PUT rate "+fmt.Sprint(above))
 	reload(t, c, config, configText(100), "GOMAXPROCS set for the pipelines' total rate\" gomaxprocs=1 total_limit=100")
@@ -66,4 +68,18 @@ func TestGOMAXPROCSFollowsThePipelinesTotalRate(t *testing.T) {
 	fixed := startShaper(t, []string{"GOMAXPROCS=3"}, "run", "--config", childtest.WriteConfig(t, configText(100)))
 	procsOf(fixed, 3, "with GOMAXPROCS=3 in the environment at 100/s")
 	fixed.Stop()
+
+	for _, off := range []struct {
+		env    []string
+		config string
+	}{
+		{[]string{"GOMAXPROCS=", tuning.EnvVar + "=off"}, configText(100)},
+		{[]string{"GOMAXPROCS="}, "tuning: off\n" + configText(100)},
+		{[]string{"GOMAXPROCS=", tuning.EnvVar + "=off:procs"}, "tuning: on\n" + configText(100)},
+	} {
+		c := startShaper(t, off.env, "run", "--config", childtest.WriteConfig(t, off.config))
+		// The admin server serves once GOMAXPROCS is set for the rate.
+		procsOf(c, byDefault, fmt.Sprintf("at 100/s with %v and %.12q", off.env, off.config))
+		c.Stop()
+	}
 }

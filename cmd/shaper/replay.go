@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sources"
 )
@@ -63,6 +64,9 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	if err := useTuning(cfg, log); err != nil {
+		return err
+	}
 	lctx, cancel := context.WithTimeout(ctx, replayLookupTimeout)
 	src, where, err := buildReplaySource(lctx, pc, opts, log.With("pipeline", pc.Name))
 	cancel()
@@ -90,10 +94,11 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	parts.Metrics = shaper.NewMetrics(prometheus.NewRegistry())
 	parts.Logger = log
 	parts.DrainTimeout = cfg.Shutdown.DrainTimeout
+	parts.Clock = tuning.SharedClock()
 	p := shaper.New(pc.Core(), parts)
 	log.Info("replay starting", "pipeline", pc.Name, "from", where, "total", src.Progress().Total, "limit", pc.Rate.Limit)
-	newProcs(log).set(pc.Rate.Limit)
-	defer startGCPace()()
+	tuning.NewProcs(log).Set(pc.Rate.Limit)
+	defer tuning.StartHeapFloor()()
 	return replay(ctx, p, src, a, out, log)
 }
 

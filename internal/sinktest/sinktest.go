@@ -336,8 +336,13 @@ func (s *Sink) PeakInFlight(timeout time.Duration) int {
 func (s *Sink) RawConns() [][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([][]byte, len(s.raw))
-	for i, b := range s.raw {
+	return cloneAll(s.raw)
+}
+
+// cloneAll returns a copy of the bytes of each buffer.
+func cloneAll(bufs []*bytes.Buffer) [][]byte {
+	out := make([][]byte, len(bufs))
+	for i, b := range bufs {
 		out[i] = bytes.Clone(b.Bytes())
 	}
 	return out

@@ -1,4 +1,4 @@
-package rawconn
+package tuning
 
 import (
 	"io"
@@ -8,9 +8,12 @@ import (
 	"syscall"
 )
 
-// Conn is a net.Conn whose Read and Write are raw system calls on its
-// socket. Everything else is the wrapped connection's.
-type Conn struct {
+// connTuned is what the conn knob does here, for Report.
+const connTuned = "raw read(2) and write(2)"
+
+// RawConn is a net.Conn whose Read and Write are raw system calls on its
+// socket (see Wrap). Everything else is the wrapped connection's.
+type RawConn struct {
 	net.Conn
 	r, w op
 }
@@ -43,10 +46,10 @@ func (o *op) run(b []byte) (int, error) {
 	return n, err
 }
 
-// Wrap returns c with raw reads and writes, or c itself when it has no
+// wrapRaw returns c with raw reads and writes, or c itself when it has no
 // file descriptor of its own (a pipe, a TLS connection: wrap what is
 // under it).
-func Wrap(c net.Conn) net.Conn {
+func wrapRaw(c net.Conn) net.Conn {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return c
@@ -55,7 +58,7 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	rw := &Conn{Conn: c}
+	rw := &RawConn{Conn: c}
 	rw.r.call, rw.r.fn = rc.Read, rw.read
 	rw.w.call, rw.w.fn = rc.Write, rw.write
 	return rw
@@ -63,7 +66,7 @@ func Wrap(c net.Conn) net.Conn {
 
 // Read reads as net.Conn's Read does: at least one byte, io.EOF when the
 // peer has closed, or why not.
-func (c *Conn) Read(b []byte) (int, error) {
+func (c *RawConn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -76,29 +79,25 @@ func (c *Conn) Read(b []byte) (int, error) {
 
 // read is the RawConn's: false when the socket has nothing to read yet
 // (the poller then waits for it).
-func (c *Conn) read(fd uintptr) bool {
+func (c *RawConn) read(fd uintptr) bool {
 	o := &c.r
 	for {
 		n, e := rawRead(fd, o.b)
-		switch e {
-		case 0:
+		if e == 0 {
 			o.n = n
 			if n == 0 {
 				o.err = io.EOF
 			}
 			return true
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			o.err = os.NewSyscallError("read", e)
-			return true
+		}
+		if again, done := o.settle("read", e); !again {
+			return done
 		}
 	}
 }
 
 // Write writes all of b, or says why not, as net.Conn's Write does.
-func (c *Conn) Write(b []byte) (int, error) {
+func (c *RawConn) Write(b []byte) (int, error) {
 	n, err := c.w.run(b)
 	if err != nil {
 		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
@@ -108,20 +107,31 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // write is the RawConn's: false when the socket is full (the poller then
 // waits until it takes more).
-func (c *Conn) write(fd uintptr) bool {
+func (c *RawConn) write(fd uintptr) bool {
 	o := &c.w
 	for o.n < len(o.b) {
 		n, e := rawWrite(fd, o.b[o.n:])
-		switch e {
-		case 0:
+		if e == 0 {
 			o.n += n
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			o.err = os.NewSyscallError("write", e)
-			return true
+			continue
+		}
+		if again, done := o.settle("write", e); !again {
+			return done
 		}
 	}
 	return true
+}
+
+// settle is o's answer to the error e of its system call name: call again
+// (EINTR); or stop, done with the error in o.err, or not done (EAGAIN: the
+// poller waits for the socket).
+func (o *op) settle(name string, e syscall.Errno) (again, done bool) {
+	switch e {
+	case syscall.EINTR:
+		return true, false
+	case syscall.EAGAIN:
+		return false, false
+	}
+	o.err = os.NewSyscallError(name, e)
+	return false, true
 }

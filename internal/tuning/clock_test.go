@@ -1,4 +1,4 @@
-package shaper
+package tuning
 
 import (
 	"runtime"
@@ -8,15 +8,15 @@ import (
 	"time"
 )
 
-// However many alarms of one MachineClock sleep the last stretch before a
+// However many alarms of one PreciseClock sleep the last stretch before a
 // departure at once, one P stays free: with GOMAXPROCS 2 and four
 // goroutines waiting precise over and over for 400 ms, a goroutine that
 // needs a P thirty times, a millisecond apart, finishes long before they
 // stop. Were every alarm to hold its P, it would run only when the runtime
 // preempted a sleeper, about every 10 ms, and finish after them.
-func TestMachineClockSleepsLeaveAPFree(t *testing.T) {
+func TestPreciseClockSleepsLeaveAPFree(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	var c MachineClock
+	var c PreciseClock
 	var stopped atomic.Bool
 	var wg sync.WaitGroup
 	end := time.Now().Add(400 * time.Millisecond)
@@ -43,7 +43,7 @@ func TestMachineClockSleepsLeaveAPFree(t *testing.T) {
 	wg.Wait()
 }
 
-// A MachineClock's alarm, at GOMAXPROCS 1 and 2: Wait ends at its time and
+// A PreciseClock's alarm, at GOMAXPROCS 1 and 2: Wait ends at its time and
 // not before, on Linux on a timerfd; a Ring during a Wait ends it at once
 // with false, a Ring before a Wait cuts that Wait short, and a Ring answered
 // once does not end a later Wait early; a Ring after Close is harmless.
@@ -51,7 +51,7 @@ func TestMachineAlarmWaitsUntilItsTimeOrARing(t *testing.T) {
 	for _, procs := range []int{1, 2} {
 		t.Run(map[int]string{1: "one P", 2: "two Ps"}[procs], func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-			var c MachineClock
+			var c PreciseClock
 			a := c.NewAlarm()
 			defer a.Close()
 
@@ -64,7 +64,7 @@ func TestMachineAlarmWaitsUntilItsTimeOrARing(t *testing.T) {
 					t.Errorf("Wait(%v from now) ended %v after its time; want at it or after, within 1s", d, late)
 				}
 			}
-			if runtime.GOOS == "linux" && a.(*machineAlarm).fd.Load() == nil {
+			if runtime.GOOS == "linux" && a.(*preciseAlarm).fd.Load() == nil {
 				t.Error("on Linux the alarm waited without a timerfd")
 			}
 

@@ -1,6 +1,6 @@
 //go:build linux && !race
 
-package rawconn
+package tuning
 
 import (
 	"syscall"

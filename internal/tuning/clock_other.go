@@ -1,11 +1,15 @@
 //go:build !linux
 
-package shaper
+package tuning
 
 import (
 	"errors"
 	"time"
 )
+
+// clockTuned is what the clock knob does here, for Report: outside Linux
+// a PreciseClock has no timerfd and sleeps as the runtime does.
+const clockTuned = "Go timers (no timerfd outside Linux)"
 
 // sleepHoldingP sleeps d; outside Linux it is an ordinary sleep.
 func sleepHoldingP(d time.Duration) { time.Sleep(d) }

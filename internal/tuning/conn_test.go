@@ -1,4 +1,4 @@
-package rawconn
+package tuning
 
 import (
 	"bytes"
@@ -11,14 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/shaper-dev/shaper/internal/testwait"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // pair returns a wrapped client connection and the server's end of it,
 // over loopback, closed when the test ends.
@@ -46,21 +40,21 @@ func pair(t *testing.T) (client net.Conn, server net.Conn) {
 		c.Close()
 		t.FailNow()
 	}
-	client = Wrap(c)
+	client = wrapRaw(c)
 	t.Cleanup(func() { client.Close(); s.Close() })
 	return client, s
 }
 
 func TestWrapTakesTCPAndLeavesWhatHasNoSocketOfItsOwn(t *testing.T) {
 	c, _ := pair(t)
-	_, raw := c.(*Conn)
+	_, raw := c.(*RawConn)
 	if want := runtime.GOOS == "linux"; raw != want {
 		t.Errorf("Wrap(TCP) is a *Conn: %v; want %v on %s", raw, want, runtime.GOOS)
 	}
 	p1, p2 := net.Pipe()
 	defer p1.Close()
 	defer p2.Close()
-	if got := Wrap(p1); got != p1 {
+	if got := wrapRaw(p1); got != p1 {
 		t.Errorf("Wrap(pipe) = %T; want the pipe itself", got)
 	}
 }
@@ -168,7 +162,7 @@ func TestCloseEndsAWaitingRead(t *testing.T) {
 		_, err := c.Read(make([]byte, 1))
 		done <- err
 	}()
-	if rc, ok := c.(*Conn); ok {
+	if rc, ok := c.(*RawConn); ok {
 		// A Read holds its direction's lock from its start to its end.
 		testwait.For(t, 10*time.Second, "the Read to begin", func() bool {
 			if rc.r.mu.TryLock() {

@@ -1,0 +1,159 @@
+package tuning
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+// precise is how much of a wait a PreciseClock may sleep holding its P when
+// GOMAXPROCS is above 1 (see PreciseClock).
+const precise = 2 * time.Millisecond
+
+// shared is the PreciseClock of the process's pipelines (SharedClock).
+var shared PreciseClock
+
+// SharedClock returns the clock the pipelines of the process run on: one
+// PreciseClock for all of them with the clock knob on, so that together
+// they keep a P free for the rest; else a shaper.SystemClock (Go timers).
+func SharedClock() shaper.Clock {
+	if InForce().Has(KnobClock) {
+		return &shared
+	}
+	return shaper.SystemClock{}
+}
+
+// PreciseClock is a shaper.Clock whose alarms wait in the network poller,
+// on Linux on a timerfd: the kernel wakes the poller at the very
+// nanosecond (a Go timer wakes it in whole milliseconds, up to one late,
+// which at hundreds of departures a second is jitter at the sink, and in
+// leaky mode requests that the limiter lets go together to catch up), and
+// the waiting goroutine holds no thread.
+//
+// With GOMAXPROCS above 1 an alarm sleeps the last precise before t in the
+// kernel holding its P (sleepHoldingP), while fewer than GOMAXPROCS-1 other
+// alarms of this clock do: at short intervals the scheduler then never
+// parks, and nothing wakes a second thread to run it. One P at least stays
+// free for the rest of the process, whatever the number of pipelines,
+// provided they share one PreciseClock (SharedClock). The zero value is
+// ready to use. docs/tuning.md says what each part saves and how it was
+// measured.
+type PreciseClock struct {
+	shaper.SystemClock
+	holding atomic.Int32 // alarms sleeping holding their P now, and those asking to
+}
+
+// NewAlarm returns an alarm that waits in the network poller (see
+// PreciseClock).
+func (c *PreciseClock) NewAlarm() shaper.Alarm {
+	return &preciseAlarm{clock: c, ring: make(chan struct{}, 1)}
+}
+
+// holdUntil sleeps until t holding the P, and reports false, having slept
+// nothing, when procs-1 (GOMAXPROCS-1) other alarms of c already hold
+// theirs. It yields first: the attempt the scheduler just handed over then
+// writes its request on this P now instead of waiting for another to steal
+// it.
+func (c *PreciseClock) holdUntil(t time.Time, procs int) bool {
+	defer c.holding.Add(-1)
+	if int(c.holding.Add(1)) >= procs {
+		return false
+	}
+	runtime.Gosched()
+	if d := time.Until(t); d > 0 {
+		sleepHoldingP(d)
+	}
+	return true
+}
+
+// preciseAlarm is a PreciseClock's alarm. It waits on a timerfd where the
+// system has one (opened by the first Wait), else on a Go timer.
+type preciseAlarm struct {
+	clock *PreciseClock
+	rung  atomic.Bool   // a Ring not yet answered
+	ring  chan struct{} // the Go timer's wait watches it
+	fd    atomic.Pointer[timerfd]
+	noFd  bool // opening a timerfd failed: Go timers only (the waiter's own)
+}
+
+// Wait waits until t, or a Ring; with GOMAXPROCS above 1 it may sleep the
+// last precise before t without watching for Ring, and a Ring then cuts
+// the next Wait short.
+func (a *preciseAlarm) Wait(t time.Time) bool {
+	if procs := runtime.GOMAXPROCS(0); procs > 1 {
+		if !a.waitUntil(t.Add(-precise)) {
+			return false
+		}
+		if a.clock.holdUntil(t, procs) {
+			return true
+		}
+	}
+	return a.waitUntil(t)
+}
+
+// waitUntil waits until t or a Ring; a Ring still unanswered when t has
+// come stays for the next Wait.
+func (a *preciseAlarm) waitUntil(t time.Time) bool {
+	f := a.timerfd()
+	for {
+		d := time.Until(t)
+		if d <= 0 {
+			return true
+		}
+		if f != nil && f.arm(d) != nil {
+			f = nil // closed meanwhile: wait on a timer
+		}
+		// After arming: a Ring from here on arms the timerfd to fire
+		// at once, and a Ring before it is seen now.
+		if a.rung.Swap(false) {
+			return false
+		}
+		if f == nil || f.wait() != nil {
+			a.waitTimer(d)
+		}
+	}
+}
+
+// waitTimer waits d on a Go timer, or until a Ring.
+func (a *preciseAlarm) waitTimer(d time.Duration) {
+	timer := time.NewTimer(d)
+	select {
+	case <-timer.C:
+	case <-a.ring:
+		timer.Stop()
+	}
+}
+
+// timerfd returns the alarm's timerfd, opening it the first time; nil
+// where the system has none.
+func (a *preciseAlarm) timerfd() *timerfd {
+	if f := a.fd.Load(); f != nil || a.noFd {
+		return f
+	}
+	f, err := openTimerfd()
+	if err != nil {
+		a.noFd = true
+		return nil
+	}
+	a.fd.Store(f)
+	return f
+}
+
+func (a *preciseAlarm) Ring() {
+	a.rung.Store(true)
+	select {
+	case a.ring <- struct{}{}:
+	default:
+	}
+	if f := a.fd.Load(); f != nil {
+		_ = f.ring() // closed meanwhile: nobody waits on it
+	}
+}
+
+func (a *preciseAlarm) Close() {
+	if f := a.fd.Swap(nil); f != nil {
+		f.close()
+	}
+}

@@ -1,0 +1,111 @@
+package tuning
+
+import (
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+// useKnobs puts k in force for the rest of the test.
+func useKnobs(t *testing.T, k Knobs) {
+	t.Helper()
+	before := inForce.Load()
+	Use(k)
+	t.Cleanup(func() { inForce.Store(before) })
+}
+
+func TestResolveLetsTheEnvironmentWinOverTheConfig(t *testing.T) {
+	tests := []struct {
+		env, config string
+		unset       bool // SHAPER_TUNING not in the environment
+		want        Knobs
+		wantErr     bool
+	}{
+		{unset: true, config: "", want: All},
+		{unset: true, config: "on", want: All},
+		{unset: true, config: "off", want: 0},
+		{unset: true, config: "fast", wantErr: true},
+		{env: "off", config: "on", want: 0},
+		{env: "on", config: "off", want: All},
+		{env: "off:clock", config: "off", want: All &^ KnobClock},
+		{env: "off:conn,procs", want: KnobClock | KnobHeap},
+		{env: "off:clock,procs,heap,conn", want: 0},
+		{env: "", wantErr: true},
+		{env: "OFF", wantErr: true},
+		{env: "off:sleep", wantErr: true},
+	}
+	for _, tt := range tests {
+		if tt.unset {
+			t.Setenv(EnvVar, "") // restored after the test
+			os.Unsetenv(EnvVar)
+		} else {
+			t.Setenv(EnvVar, tt.env)
+		}
+		got, err := Resolve(tt.config)
+		if (err != nil) != tt.wantErr || err == nil && got != tt.want {
+			t.Errorf("%s=%q (set: %v), tuning: %q: Resolve = %v, %v; want %v (error: %v)", EnvVar, tt.env, !tt.unset, tt.config, got, err, tt.want, tt.wantErr)
+		}
+		if err == nil {
+			if again, err := parseEnv(got.String()); err != nil || again != got {
+				t.Errorf("%v: String %q parses back as %v, %v", got, got.String(), again, err)
+			}
+		}
+	}
+}
+
+// With tuning off, every knob takes the plain path: Go timers, a
+// GOMAXPROCS and a GOGC the runtime keeps, the net.Conn as dialled. With
+// it on, the tuned one (on Linux).
+func TestTuningOffTakesThePlainPaths(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	useKnobs(t, 0)
+	if c, ok := SharedClock().(shaper.SystemClock); !ok {
+		t.Errorf("tuning off: SharedClock() = %T; want shaper.SystemClock (Go timers)", c)
+	}
+	if c := dial(); Wrap(c) != c {
+		t.Errorf("tuning off: Wrap(TCP) = %T; want the connection itself", Wrap(c))
+	}
+	if p := NewProcs(slog.New(slog.DiscardHandler)); !p.fixed {
+		t.Error("tuning off: NewProcs would change GOMAXPROCS; want it left alone")
+	}
+	procs := runtime.GOMAXPROCS(0)
+	NewProcs(slog.New(slog.DiscardHandler)).Set(1)
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("tuning off: Set(1/s) made GOMAXPROCS %d; want %d, untouched", got, procs)
+	}
+	for knob, what := range Knobs(0).Report() {
+		t.Logf("off: %s: %s", knob, what)
+	}
+
+	useKnobs(t, All)
+	if c, ok := SharedClock().(*PreciseClock); !ok || c != &shared {
+		t.Errorf("tuning on: SharedClock() = %T; want the process's *PreciseClock", c)
+	}
+	if SharedClock() != SharedClock() {
+		t.Error("tuning on: two calls of SharedClock gave two clocks; want one for the process")
+	}
+	_, raw := Wrap(dial()).(*RawConn)
+	if want := runtime.GOOS == "linux"; raw != want {
+		t.Errorf("tuning on: Wrap(TCP) is a *RawConn: %v; want %v on %s", raw, want, runtime.GOOS)
+	}
+	if p := NewProcs(slog.New(slog.DiscardHandler)); p.fixed != (os.Getenv("GOMAXPROCS") != "") {
+		t.Errorf("tuning on: NewProcs fixed = %v; want it to follow the rate unless GOMAXPROCS is set", p.fixed)
+	}
+}
