@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/config"
-	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 )
 
@@ -44,8 +43,8 @@ type Fleet struct {
 	build   Builder
 	metrics *shaper.Metrics
 	log     *slog.Logger
-	// clock is every pipeline's: tuning.SharedClock, whose alarms share
-	// the one limit on holding a P.
+	// clock is every pipeline's (NewClock), whose alarms share the one
+	// limit on holding a P.
 	clock shaper.Clock
 
 	mu      sync.Mutex
@@ -66,7 +65,7 @@ type member struct {
 // New builds every pipeline of cfg with build, without starting them. On
 // error, whatever was built is closed.
 func New(cfg *config.File, build Builder, metrics *shaper.Metrics, log *slog.Logger) (*Fleet, error) {
-	f := &Fleet{build: build, metrics: metrics, log: log, clock: tuning.SharedClock(), cfg: cfg, members: map[string]*member{}}
+	f := &Fleet{build: build, metrics: metrics, log: log, clock: NewClock(), cfg: cfg, members: map[string]*member{}}
 	for _, pc := range cfg.Pipelines {
 		m, err := f.newMember(pc)
 		if err != nil {

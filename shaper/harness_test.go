@@ -14,9 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/fleet"
 	"github.com/shaper-dev/shaper/internal/gather"
 	"github.com/shaper-dev/shaper/internal/natstest"
-	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -170,7 +170,7 @@ func (e *env) start(cfg config.Pipeline) *running {
 	// tests run on Go timers (docs/tuning.md).
 	p := shaper.New(cfg.Core(), shaper.Parts{
 		Source: src, Sink: sink, DeadLetter: dl, Limiter: lim, KeyLimiter: cfg.Rate.KeyLimiter(),
-		DestinationLimiter: cfg.Rate.DestinationLimiter(), Clock: tuning.SharedClock(),
+		DestinationLimiter: cfg.Rate.DestinationLimiter(), Clock: fleet.NewClock(),
 		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/fleet"
 	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sources"
@@ -94,7 +95,7 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	parts.Metrics = shaper.NewMetrics(prometheus.NewRegistry())
 	parts.Logger = log
 	parts.DrainTimeout = cfg.Shutdown.DrainTimeout
-	parts.Clock = tuning.SharedClock()
+	parts.Clock = fleet.NewClock()
 	p := shaper.New(pc.Core(), parts)
 	log.Info("replay starting", "pipeline", pc.Name, "from", where, "total", src.Progress().Total, "limit", pc.Rate.Limit)
 	tuning.NewProcs(log).Set(pc.Rate.Limit)

@@ -4,28 +4,25 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
-// precise is how much of a wait a PreciseClock may sleep holding its P when
-// GOMAXPROCS is above 1 (see PreciseClock).
+// precise is how much of a wait an Alarm may sleep holding its P when
+// GOMAXPROCS is above 1 (see Alarms).
 const precise = 2 * time.Millisecond
 
-// shared is the PreciseClock of the process's pipelines (SharedClock).
-var shared PreciseClock
-
-// SharedClock returns the clock the pipelines of the process run on: one
-// PreciseClock for all of them with the clock knob on, so that together
-// they keep a P free for the rest; else a shaper.SystemClock (Go timers).
-func SharedClock() shaper.Clock {
-	if InForce().Has(KnobClock) {
-		return &shared
+// NewAlarms returns the alarms of the process's pipelines when the clock
+// knob is on (nil when it is off: Go timers then). Its owner (package
+// fleet) makes one for all of its pipelines, so that together they keep a
+// P free for the rest.
+func NewAlarms() *Alarms {
+	if !InForce().Has(KnobClock) {
+		return nil
 	}
-	return shaper.SystemClock{}
+	return &Alarms{}
 }
 
-// PreciseClock is a shaper.Clock whose alarms wait in the network poller,
+// Alarms makes the alarms the pipelines' schedulers wait on (the
+// shaper.Alarm contract): they wait in the network poller,
 // on Linux on a timerfd: the kernel wakes the poller at the very
 // nanosecond (a Go timer wakes it in whole milliseconds, up to one late,
 // which at hundreds of departures a second is jitter at the sink, and in
@@ -37,18 +34,15 @@ func SharedClock() shaper.Clock {
 // alarms of this clock do: at short intervals the scheduler then never
 // parks, and nothing wakes a second thread to run it. One P at least stays
 // free for the rest of the process, whatever the number of pipelines,
-// provided they share one PreciseClock (SharedClock). The zero value is
-// ready to use. docs/tuning.md says what each part saves and how it was
-// measured.
-type PreciseClock struct {
-	shaper.SystemClock
+// provided they share one Alarms. The zero value is ready to use.
+// docs/tuning.md says what each part saves and how it was measured.
+type Alarms struct {
 	holding atomic.Int32 // alarms sleeping holding their P now, and those asking to
 }
 
-// NewAlarm returns an alarm that waits in the network poller (see
-// PreciseClock).
-func (c *PreciseClock) NewAlarm() shaper.Alarm {
-	return &preciseAlarm{clock: c, ring: make(chan struct{}, 1)}
+// NewAlarm returns an alarm that waits in the network poller (see Alarms).
+func (c *Alarms) NewAlarm() *Alarm {
+	return &Alarm{clock: c, ring: make(chan struct{}, 1)}
 }
 
 // holdUntil sleeps until t holding the P, and reports false, having slept
@@ -56,7 +50,7 @@ func (c *PreciseClock) NewAlarm() shaper.Alarm {
 // theirs. It yields first: the attempt the scheduler just handed over then
 // writes its request on this P now instead of waiting for another to steal
 // it.
-func (c *PreciseClock) holdUntil(t time.Time, procs int) bool {
+func (c *Alarms) holdUntil(t time.Time, procs int) bool {
 	defer c.holding.Add(-1)
 	if int(c.holding.Add(1)) >= procs {
 		return false
@@ -68,10 +62,10 @@ func (c *PreciseClock) holdUntil(t time.Time, procs int) bool {
 	return true
 }
 
-// preciseAlarm is a PreciseClock's alarm. It waits on a timerfd where the
-// system has one (opened by the first Wait), else on a Go timer.
-type preciseAlarm struct {
-	clock *PreciseClock
+// Alarm is one of Alarms' alarms. It waits on a timerfd where the system
+// has one (opened by the first Wait), else on a Go timer.
+type Alarm struct {
+	clock *Alarms
 	rung  atomic.Bool   // a Ring not yet answered
 	ring  chan struct{} // the Go timer's wait watches it
 	fd    atomic.Pointer[timerfd]
@@ -81,7 +75,7 @@ type preciseAlarm struct {
 // Wait waits until t, or a Ring; with GOMAXPROCS above 1 it may sleep the
 // last precise before t without watching for Ring, and a Ring then cuts
 // the next Wait short.
-func (a *preciseAlarm) Wait(t time.Time) bool {
+func (a *Alarm) Wait(t time.Time) bool {
 	if procs := runtime.GOMAXPROCS(0); procs > 1 {
 		if !a.waitUntil(t.Add(-precise)) {
 			return false
@@ -95,7 +89,7 @@ func (a *preciseAlarm) Wait(t time.Time) bool {
 
 // waitUntil waits until t or a Ring; a Ring still unanswered when t has
 // come stays for the next Wait.
-func (a *preciseAlarm) waitUntil(t time.Time) bool {
+func (a *Alarm) waitUntil(t time.Time) bool {
 	f := a.timerfd()
 	for {
 		d := time.Until(t)
@@ -117,7 +111,7 @@ func (a *preciseAlarm) waitUntil(t time.Time) bool {
 }
 
 // waitTimer waits d on a Go timer, or until a Ring.
-func (a *preciseAlarm) waitTimer(d time.Duration) {
+func (a *Alarm) waitTimer(d time.Duration) {
 	timer := time.NewTimer(d)
 	select {
 	case <-timer.C:
@@ -128,7 +122,7 @@ func (a *preciseAlarm) waitTimer(d time.Duration) {
 
 // timerfd returns the alarm's timerfd, opening it the first time; nil
 // where the system has none.
-func (a *preciseAlarm) timerfd() *timerfd {
+func (a *Alarm) timerfd() *timerfd {
 	if f := a.fd.Load(); f != nil || a.noFd {
 		return f
 	}
@@ -141,7 +135,7 @@ func (a *preciseAlarm) timerfd() *timerfd {
 	return f
 }
 
-func (a *preciseAlarm) Ring() {
+func (a *Alarm) Ring() {
 	a.rung.Store(true)
 	select {
 	case a.ring <- struct{}{}:
@@ -152,7 +146,7 @@ func (a *preciseAlarm) Ring() {
 	}
 }
 
-func (a *preciseAlarm) Close() {
+func (a *Alarm) Close() {
 	if f := a.fd.Swap(nil); f != nil {
 		f.close()
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // clockTuned is what the clock knob does here, for Report: outside Linux
-// a PreciseClock has no timerfd and sleeps as the runtime does.
+// an Alarm has no timerfd and sleeps as the runtime does.
 const clockTuned = "Go timers (no timerfd outside Linux)"
 
 // sleepHoldingP sleeps d; outside Linux it is an ordinary sleep.

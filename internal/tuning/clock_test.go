@@ -8,15 +8,15 @@ import (
 	"time"
 )
 
-// However many alarms of one PreciseClock sleep the last stretch before a
+// However many alarms of one Alarms sleep the last stretch before a
 // departure at once, one P stays free: with GOMAXPROCS 2 and four
 // goroutines waiting precise over and over for 400 ms, a goroutine that
 // needs a P thirty times, a millisecond apart, finishes long before they
 // stop. Were every alarm to hold its P, it would run only when the runtime
 // preempted a sleeper, about every 10 ms, and finish after them.
-func TestPreciseClockSleepsLeaveAPFree(t *testing.T) {
+func TestAlarmsSleepsLeaveAPFree(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	var c PreciseClock
+	var c Alarms
 	var stopped atomic.Bool
 	var wg sync.WaitGroup
 	end := time.Now().Add(400 * time.Millisecond)
@@ -25,7 +25,7 @@ func TestPreciseClockSleepsLeaveAPFree(t *testing.T) {
 			a := c.NewAlarm()
 			defer a.Close()
 			for {
-				now := c.Now()
+				now := time.Now()
 				if !now.Before(end) {
 					stopped.Store(true)
 					return
@@ -43,7 +43,7 @@ func TestPreciseClockSleepsLeaveAPFree(t *testing.T) {
 	wg.Wait()
 }
 
-// A PreciseClock's alarm, at GOMAXPROCS 1 and 2: Wait ends at its time and
+// An Alarms' alarm, at GOMAXPROCS 1 and 2: Wait ends at its time and
 // not before, on Linux on a timerfd; a Ring during a Wait ends it at once
 // with false, a Ring before a Wait cuts that Wait short, and a Ring answered
 // once does not end a later Wait early; a Ring after Close is harmless.
@@ -51,7 +51,7 @@ func TestMachineAlarmWaitsUntilItsTimeOrARing(t *testing.T) {
 	for _, procs := range []int{1, 2} {
 		t.Run(map[int]string{1: "one P", 2: "two Ps"}[procs], func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-			var c PreciseClock
+			var c Alarms
 			a := c.NewAlarm()
 			defer a.Close()
 
@@ -64,7 +64,7 @@ func TestMachineAlarmWaitsUntilItsTimeOrARing(t *testing.T) {
 					t.Errorf("Wait(%v from now) ended %v after its time; want at it or after, within 1s", d, late)
 				}
 			}
-			if runtime.GOOS == "linux" && a.(*preciseAlarm).fd.Load() == nil {
+			if runtime.GOOS == "linux" && a.fd.Load() == nil {
 				t.Error("on Linux the alarm waited without a timerfd")
 			}
 

@@ -16,7 +16,7 @@ import (
 // with a second P idle each hand-over between goroutines wakes another
 // thread to look for work, which finds none and sleeps again; on one P the
 // hand-overs stay on one thread. A departure is then never slept holding
-// the P (see PreciseClock), which at higher rates saves more than one P
+// the P (see Alarms), which at higher rates saves more than one P
 // does. docs/tuning.md has the measurements behind the bound.
 const OneProcRate = 500
 

@@ -5,8 +5,7 @@
 //
 //   - clock: the pipelines' departures wait on a timerfd in the network
 //     poller, and with GOMAXPROCS above 1 sleep their last stretch in the
-//     kernel holding the P, with a timer slack of 1 ns (SharedClock,
-//     PreciseClock);
+//     kernel holding the P, with a timer slack of 1 ns (Alarms);
 //   - procs: GOMAXPROCS is 1 while the pipelines' limits sum to at most
 //     OneProcRate (Procs);
 //   - heap: the collector lets the heap grow to HeapFloor before it runs

@@ -6,8 +6,6 @@ import (
 	"os"
 	"runtime"
 	"testing"
-
-	"github.com/shaper-dev/shaper/shaper"
 )
 
 // useKnobs puts k in force for the rest of the test.
@@ -76,8 +74,8 @@ func TestTuningOffTakesThePlainPaths(t *testing.T) {
 	}
 
 	useKnobs(t, 0)
-	if c, ok := SharedClock().(shaper.SystemClock); !ok {
-		t.Errorf("tuning off: SharedClock() = %T; want shaper.SystemClock (Go timers)", c)
+	if a := NewAlarms(); a != nil {
+		t.Errorf("tuning off: NewAlarms() = %v; want nil (Go timers)", a)
 	}
 	if c := dial(); Wrap(c) != c {
 		t.Errorf("tuning off: Wrap(TCP) = %T; want the connection itself", Wrap(c))
@@ -95,11 +93,8 @@ func TestTuningOffTakesThePlainPaths(t *testing.T) {
 	}
 
 	useKnobs(t, All)
-	if c, ok := SharedClock().(*PreciseClock); !ok || c != &shared {
-		t.Errorf("tuning on: SharedClock() = %T; want the process's *PreciseClock", c)
-	}
-	if SharedClock() != SharedClock() {
-		t.Error("tuning on: two calls of SharedClock gave two clocks; want one for the process")
+	if a := NewAlarms(); a == nil {
+		t.Error("tuning on: NewAlarms() = nil; want precise alarms")
 	}
 	_, raw := Wrap(dial()).(*RawConn)
 	if want := runtime.GOOS == "linux"; raw != want {
