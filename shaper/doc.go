@@ -30,7 +30,8 @@
 //     sink's business), expiry, dead letters, acks and the graceful drain
 //     — the whole life of a message, top to bottom;
 //   - sleep.go: the Clock a pipeline runs on (Parts.Clock: a SystemClock on
-//     Go timers by default, package tuning's in the daemon, a
+//     Go timers by default, fleet.NewClock's in the daemon (package
+//     tuning's alarms), a
 //     testing/synctest one in the scheduler tests) and departures on time:
 //     the scheduler waits on an Alarm, which a rate change or a hold
 //     rings; semaphore.go: max_in_flight, resizable by a reload;
