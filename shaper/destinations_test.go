@@ -257,6 +257,26 @@ func TestPushbackScopeKeyHoldsOnlyTheKeysLaneOnAFakeClock(t *testing.T) {
 	}
 }
 
+// slidingSecond answers as a sink that admits capacity(now) requests in
+// any sliding second and answers 429 with Retry-After: 1 above it.
+func slidingSecond(capacity func(now time.Time) int) func(*shaper.Message, int) (time.Duration, error) {
+	var mu sync.Mutex
+	var admitted []time.Time // the last second's 2xx
+	return func(*shaper.Message, int) (time.Duration, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		for len(admitted) > 0 && !admitted[0].After(now.Add(-time.Second)) {
+			admitted = admitted[1:]
+		}
+		if len(admitted) >= capacity(now) {
+			return 0, &shaper.StatusError{Code: 429, RetryAfter: now.Add(time.Second)}
+		}
+		admitted = append(admitted, now)
+		return 0, nil
+	}
+}
+
 // A sink that admits 40 requests in any sliding second and answers 429
 // with Retry-After: 1 above it, behind a limit of 100 with the adaptive
 // rate: the limit in force settles near what the sink admits, few
@@ -267,21 +287,7 @@ func TestTheAdaptiveRateFollowsAThrottlingSinkOnAFakeClock(t *testing.T) {
 		f := newFakes(0)
 		f.addFor("m", goodHost, "", 3000)
 		f.sink = destSink{fakeSink{f}}
-		var mu sync.Mutex
-		var admitted []time.Time // the last second's 2xx
-		f.respond = func(*shaper.Message, int) (time.Duration, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			now := time.Now()
-			for len(admitted) > 0 && !admitted[0].After(now.Add(-time.Second)) {
-				admitted = admitted[1:]
-			}
-			if len(admitted) >= admits {
-				return 0, &shaper.StatusError{Code: 429, RetryAfter: now.Add(time.Second)}
-			}
-			admitted = append(admitted, now)
-			return 0, nil
-		}
+		f.respond = slidingSecond(func(time.Time) int { return admits })
 		start := time.Now()
 		var limitNow float64
 		runFake(t, f, func(p *config.Pipeline) {
@@ -353,21 +359,7 @@ func TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock(t *tes
 			}
 			return 80
 		}
-		var mu sync.Mutex
-		var admitted []time.Time // the last second's 2xx
-		f.respond = func(*shaper.Message, int) (time.Duration, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			now := time.Now()
-			for len(admitted) > 0 && !admitted[0].After(now.Add(-time.Second)) {
-				admitted = admitted[1:]
-			}
-			if len(admitted) >= capacity(now) {
-				return 0, &shaper.StatusError{Code: 429, RetryAfter: now.Add(time.Second)}
-			}
-			admitted = append(admitted, now)
-			return 0, nil
-		}
+		f.respond = slidingSecond(capacity)
 		found := time.Duration(-1) // from the step up until the limit is within 10% of 80
 		runFake(t, f, func(p *config.Pipeline) {
 			p.Rate.Limit = 100
