@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -201,8 +202,16 @@ func TestHTTPOwnClientJudgesEveryAnswerAsNetHTTPDoes(t *testing.T) {
 				}
 				want, got := verdicts(viaTransport), verdicts(newHTTP)
 				for i := range want {
-					if got[i] != want[i] {
-						t.Errorf("attempt %d: own client %+v; net/http %+v", i, got[i], want[i])
+					if got[i] == want[i] {
+						continue
+					}
+					// Where net/http itself judges one answer two ways
+					// (over TLS, a body cut short reads as the close
+					// alert or as the connection's end, whichever comes
+					// first), the own client must give one of its
+					// judgements.
+					if !slices.Contains(want, got[i]) || !slices.ContainsFunc(want, func(v verdict) bool { return v != want[0] }) {
+						t.Errorf("attempt %d: own client %+v; net/http %+v (all: %+v)", i, got[i], want[i], want)
 					}
 				}
 			})
