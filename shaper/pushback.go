@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,41 +24,28 @@ import (
 type pause struct {
 	// changed wakes the scheduler when the pause ends.
 	changed func()
-
-	mu    sync.Mutex
-	since time.Time // when the operator paused; zero: not paused
+	// since is when the operator paused (a time.Time in an atomic, read
+	// before every departure without a lock); nil: not paused.
+	since atomic.Pointer[time.Time]
 }
 
 // pause holds departures until resume; it reports false when already paused.
 func (s *pause) pause(now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.since.IsZero() {
-		return false
-	}
-	s.since = now
-	return true
+	return s.since.CompareAndSwap(nil, &now)
 }
 
 // resume ends a pause, and returns how long it lasted (false: not paused).
 func (s *pause) resume(now time.Time) (time.Duration, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.since.IsZero() {
+	since := s.since.Swap(nil)
+	if since == nil {
 		return 0, false
 	}
-	d := now.Sub(s.since)
-	s.since = time.Time{}
 	s.changed()
-	return d, true
+	return now.Sub(*since), true
 }
 
 // on reports whether the pipeline is paused.
-func (s *pause) on() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.since.IsZero()
-}
+func (s *pause) on() bool { return s.since.Load() != nil }
 
 // gate holds a destination's departures back. The scheduler asks it before
 // every departure (shut) and tells it when one goes (departing); every attempt reports its
