@@ -12,8 +12,8 @@ import (
 // attempt that started that second
 // ('p'), one to an attempt that started before the last decrease ('o': it
 // answers the limit already lowered), a second the gate held ('h'). The
-// tick after a push-back or a hold raises nothing. want is the limit in
-// force after each event.
+// tick after a push-back raises nothing; a hold only leaves its second
+// out. want is the limit in force after each event.
 func TestTheAdaptiveRateProbesUpwardAndStartsAgainAtAPushBack(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	cfg := AdaptiveConfig{Min: 5, Decrease: 0.8, Increase: 2}
@@ -23,16 +23,16 @@ func TestTheAdaptiveRateProbesUpwardAndStartsAgainAtAPushBack(t *testing.T) {
 		events string
 		want   []float64
 	}{
-		{"two rises of increase, then the step triples each second", 24, "++++++++",
-			[]float64{26, 28, 34, 52, 100, 100, 100, 100}},
+		{"two seconds of increase, then a rise that grows fivefold each second", 24, "++++++++",
+			[]float64{26, 28, 38, 88, 100, 100, 100, 100}},
 		{"a push-back starts the rise again from increase", 24, "+++++p+++++",
-			[]float64{26, 28, 34, 52, 100, 80, 80, 82, 84, 90, 100}},
+			[]float64{26, 28, 38, 88, 100, 80, 80, 82, 84, 94, 100}},
 		{"a push-back in the same round trip lowers nothing but starts the rise again", 24, "++++p++++o+++++",
-			[]float64{26, 28, 34, 52, 41.6, 41.6, 43.6, 45.6, 51.6, 51.6, 51.6, 53.6, 55.6, 61.6, 79.6}},
+			[]float64{26, 28, 38, 88, 70.4, 70.4, 72.4, 74.4, 84.4, 84.4, 84.4, 86.4, 88.4, 98.4, 100}},
 		{"a held second neither rises nor starts the rise again", 24, "++++h+++",
-			[]float64{26, 28, 34, 52, 52, 52, 100, 100}},
+			[]float64{26, 28, 38, 88, 88, 100, 100, 100}},
 		{"a limit lowered by someone else starts the rise again", 24, "++++s+++++",
-			[]float64{26, 28, 34, 52, 43.6, 45.6, 51.6, 69.6, 100, 100}},
+			[]float64{26, 28, 38, 88, 72.4, 74.4, 84.4, 100, 100, 100}},
 		{"never below min", 6, "pp+", []float64{5, 5, 5}},
 		{"never above the ceiling", 97, "++++", []float64{99, 100, 100, 100}},
 	}
@@ -57,7 +57,7 @@ func TestTheAdaptiveRateProbesUpwardAndStartsAgainAtAPushBack(t *testing.T) {
 						cur = limit
 					}
 				case 'h':
-					a.hold()
+					a.hold(now)
 				case 's':
 					cur *= 0.8
 					if limit, changed, _ := a.tick(now, cur); changed {
@@ -100,5 +100,31 @@ func TestTheAdaptiveRateTellsHowLongItWasBelowTheCeiling(t *testing.T) {
 	// 50 → 60 → 70 → 100 (ticks 2 to 4; the third rise is 3×Increase).
 	if recovered != 4*time.Second {
 		t.Errorf("below the ceiling for %v; want 4s", recovered)
+	}
+}
+
+// The rise follows the time without push-back, not whole seconds: ticks a
+// quarter second apart rise by a quarter of Increase each, and a hold
+// leaves out only the time it held.
+func TestTheAdaptiveRateRisesWithTheTimeWithoutPushBack(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := newAdaptive(AdaptiveConfig{Min: 5, Decrease: 0.8, Increase: 2}, 100)
+	cur := 24.0
+	tick := func(at time.Duration) {
+		if limit, changed, _ := a.tick(t0.Add(at), cur); changed {
+			cur = limit
+		}
+	}
+	tick(time.Second) // the first tick counts a whole second
+	for _, at := range []time.Duration{1250, 1500, 1750, 2000} {
+		tick(at * time.Millisecond)
+	}
+	if cur != 28 {
+		t.Fatalf("limit %v after 2s of quarter-second ticks from 24; want 28", cur)
+	}
+	a.hold(t0.Add(2750 * time.Millisecond))
+	tick(3 * time.Second)
+	if want := 28 + 2*5*0.25; cur != want {
+		t.Fatalf("limit %v after a hold of 750ms and a tick 250ms later; want %v (a quarter second of the grown rise)", cur, want)
 	}
 }

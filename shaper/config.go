@@ -145,10 +145,11 @@ type PerKeyRate struct {
 // AdaptiveConfig is the adaptive rate (rate.adaptive): every push-back (a
 // 429 or 503, or an attempt slower than LatencyTarget when that is > 0)
 // multiplies the limit in force by Decrease, at most once per round trip
-// and never below Min; each second without push-back raises it, up to
-// rate.limit: by Increase for the first two seconds after a push-back,
-// then by a step that triples each second (3×Increase, 9×Increase, ...)
-// until the next push-back (with rate.shared, any replica's).
+// and never below Min; while no push-back comes it rises, up to
+// rate.limit: by Increase per second for the first two seconds after a
+// push-back, then at a rate that grows fivefold each second (5×Increase,
+// 25×Increase, ... per second) until the next push-back (with
+// rate.shared, any replica's).
 type AdaptiveConfig struct {
 	// Min is the lowest limit it goes to. Default 5, or rate.limit when
 	// that is lower.
@@ -156,8 +157,8 @@ type AdaptiveConfig struct {
 	// Decrease multiplies the limit at a push-back: above 0, below 1.
 	// Default 0.8.
 	Decrease float64 `yaml:"decrease"`
-	// Increase is the first rise of the limit after a push-back, each
-	// second, in requests per second: > 0. Default 2.
+	// Increase is how much the limit rises per second (in requests per
+	// second) for the first two seconds after a push-back: > 0. Default 2.
 	Increase float64 `yaml:"increase"`
 	// LatencyTarget, when > 0, counts an attempt slower than it as a
 	// push-back. Default 0 (latency is not watched).

@@ -320,8 +320,12 @@ func TestTheAdaptiveRateFollowsAThrottlingSinkOnAFakeClock(t *testing.T) {
 		rate, share := float64(delivered)/25, float64(throttled)/float64(requests)
 		t.Logf("seconds 15-40: %.1f/s delivered, %d of %d requests retries of throttled ones (%.1f%%); limit in force at 40s %.1f",
 			rate, throttled, requests, 100*share, limitNow)
-		if rate < 28 || rate > 42 {
-			t.Errorf("delivered %.1f/s over seconds 15-40; want 28 to 42 (the sink admits 40)", rate)
+		// Each push-back comes with a second of Retry-After in which
+		// nothing goes: a probe that finds the capacity costs that
+		// second, so the rate delivered stays well under what the sink
+		// admits (the price of finding a raised capacity within 5 s).
+		if rate < 26 || rate > 42 {
+			t.Errorf("delivered %.1f/s over seconds 15-40; want 26 to 42 (the sink admits 40)", rate)
 		}
 		if share > 0.10 {
 			t.Errorf("%.1f%% of requests over seconds 15-40 throttled; want at most 10%%", 100*share)
@@ -343,61 +347,74 @@ func TestTheAdaptiveRateFollowsAThrottlingSinkOnAFakeClock(t *testing.T) {
 // (429 with Retry-After: 1 above it), behind a limit of 100 with the
 // adaptive rate, as in the bench's push-back section: after the step up,
 // the limit in force is within 10% of 80/s in at most 5 s, and few
-// requests are throttled once it has settled.
+// requests are throttled once it has settled. The step up comes at
+// offsets spread over the five seconds after the 60th, so it finds the
+// rise in each of its phases (just after a push-back, probing, growing).
 func TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newFakes(0)
-		f.addFor("m", goodHost, "", 6000)
-		f.sink = destSink{fakeSink{f}}
-		start := time.Now()
-		capacity := func(at time.Time) int {
-			switch d := at.Sub(start); {
-			case d < 30*time.Second:
-				return 100
-			case d < 60*time.Second:
-				return 30
-			}
-			return 80
-		}
-		f.respond = slidingSecond(capacity)
-		found := time.Duration(-1) // from the step up until the limit is within 10% of 80
-		runFake(t, f, func(p *config.Pipeline) {
-			p.Rate.Limit = 100
-			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
-			p.Bucket.MaxQueueTime = 5 * time.Minute
-		}, func(p *shaper.Pipeline) {
-			for time.Since(start) < 90*time.Second {
-				elapse(100 * time.Millisecond)
-				if d := time.Since(start) - 60*time.Second; d > 0 && found < 0 && p.Status().LimitNow >= 72 {
-					found = d
-				}
-			}
+	for offset := time.Duration(0); offset < 5*time.Second; offset += 250 * time.Millisecond {
+		t.Run(fmt.Sprintf("step up at %v", 60*time.Second+offset), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) { raisedCapacity(t, 60*time.Second+offset) })
 		})
-		var requests, throttled, delivered int
-		seen := map[string]bool{}
-		for _, e := range f.of("send") {
-			again := seen[e.id]
-			seen[e.id] = true
-			if d := e.at.Sub(start); d >= 70*time.Second && d < 90*time.Second {
-				requests++
-				if again {
-					throttled++
-				}
+	}
+}
+
+func raisedCapacity(t *testing.T, stepUp time.Duration) {
+	f := newFakes(0)
+	f.addFor("m", goodHost, "", 6000)
+	f.sink = destSink{fakeSink{f}}
+	start := time.Now()
+	capacity := func(at time.Time) int {
+		switch d := at.Sub(start); {
+		case d < 30*time.Second:
+			return 100
+		case d < stepUp:
+			return 30
+		}
+		return 80
+	}
+	f.respond = slidingSecond(capacity)
+	found := time.Duration(-1) // from the step up until the limit is within 10% of 80
+	runFake(t, f, func(p *config.Pipeline) {
+		p.Rate.Limit = 100
+		p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
+		p.Bucket.MaxQueueTime = 5 * time.Minute
+	}, func(p *shaper.Pipeline) {
+		for time.Since(start) < stepUp+30*time.Second {
+			elapse(100 * time.Millisecond)
+			if d := time.Since(start) - stepUp; d > 0 && found < 0 && p.Status().LimitNow >= 72 {
+				found = d
 			}
-		}
-		for _, e := range f.of("ack") {
-			if d := e.at.Sub(start); d >= 70*time.Second && d < 90*time.Second {
-				delivered++
-			}
-		}
-		share := float64(throttled) / float64(requests)
-		t.Logf("limit within 10%% of 80/s %v after the step up; seconds 70-90: %.1f/s delivered, %d of %d requests retries of throttled ones (%.1f%%)",
-			found, float64(delivered)/20, throttled, requests, 100*share)
-		if found < 0 || found > 5*time.Second {
-			t.Errorf("the limit in force came within 10%% of the raised capacity %v after the step (-1: never); want at most 5s", found)
-		}
-		if share >= 0.05 {
-			t.Errorf("%.1f%% of requests throttled in the steady state at 80/s; want under 5%%", 100*share)
 		}
 	})
+	var requests, throttled, delivered int
+	seen := map[string]bool{}
+	settled := func(at time.Time) bool {
+		d := at.Sub(start)
+		return d >= stepUp+10*time.Second && d < stepUp+30*time.Second
+	}
+	for _, e := range f.of("send") {
+		again := seen[e.id]
+		seen[e.id] = true
+		if settled(e.at) {
+			requests++
+			if again {
+				throttled++
+			}
+		}
+	}
+	for _, e := range f.of("ack") {
+		if settled(e.at) {
+			delivered++
+		}
+	}
+	share := float64(throttled) / float64(requests)
+	t.Logf("limit within 10%% of 80/s %v after the step up; 20 s from 10 s after it: %.1f/s delivered, %d of %d requests retries of throttled ones (%.1f%%)",
+		found, float64(delivered)/20, throttled, requests, 100*share)
+	if found < 0 || found > 5*time.Second {
+		t.Errorf("the limit in force came within 10%% of the raised capacity %v after the step (-1: never); want at most 5s", found)
+	}
+	if share >= 0.05 {
+		t.Errorf("%.1f%% of requests throttled in the steady state at 80/s; want under 5%%", 100*share)
+	}
 }

@@ -287,15 +287,18 @@ func (g *gate) counts() (throttled int64, open bool) {
 }
 
 // adaptive decides the limit in force of rate.adaptive: it falls by Decrease at
-// a push-back, at most once per round trip, and rises each second without
-// one, between Min and the ceiling. The rise probes: Increase for each of
-// the first adaptiveProbeAfter seconds after a push-back, then a step that
-// triples each second (3×Increase, 9×Increase, ...) until the next
-// push-back starts again from Increase. Near a capacity the sink has just
-// shown, the limit creeps up to it, as an additive rise does, and a sink
-// that pushes back every few seconds is probed as gently; a sink that
-// takes more than it did is found within five seconds (a step from 30 to
-// 80/s: TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock)
+// a push-back, at most once per round trip, and rises while none comes,
+// between Min and the ceiling. The rise probes: Increase per second for the
+// first adaptiveProbeFor after a push-back, then a rate of rise that grows
+// fivefold each second (5×Increase, 25×Increase, ... per second) until
+// the next push-back starts again from Increase. It is applied every
+// adaptEvery, so the rise follows the time without push-back, not whole
+// seconds: a second cut short by a push-back or a Retry-After costs only
+// what was held. Near a capacity the sink has just shown, the limit creeps
+// up to it, as an additive rise does, and a sink that pushes back every few
+// seconds is probed as gently; a sink that takes more than it did is found
+// within five seconds (a step from 30 to 80/s:
+// TestTheAdaptiveRateFindsARaisedCapacityWithinFiveSecondsOnAFakeClock)
 // rather than one Increase a second.
 type adaptive struct {
 	cfg AdaptiveConfig
@@ -309,19 +312,21 @@ type adaptive struct {
 	// when the limit first fell below the ceiling (zero: at the ceiling).
 	pushed   bool
 	lowSince time.Time
-	// rises counts the rises since the last push-back, and step is the
-	// last one's size (0: none yet); set is the limit it last put in
-	// force (0: none).
-	rises int
-	step  float64
-	set   float64
+	// ticked is the last tick or hold (zero: none yet); quiet how long the
+	// limit has risen since the last push-back; set is the limit it last
+	// put in force (0: none).
+	ticked time.Time
+	quiet  time.Duration
+	set    float64
 }
 
-// adaptiveProbeAfter is how many rises of Increase follow a push-back
-// before the step starts growing, by adaptiveStepGrowth each second.
+// adaptiveProbeFor is how long the limit rises by Increase per second
+// after a push-back before its rate of rise grows by adaptiveStepGrowth
+// each second; adaptEvery is how often the rise is applied.
 const (
-	adaptiveProbeAfter = 2
-	adaptiveStepGrowth = 3
+	adaptiveProbeFor   = 2 * time.Second
+	adaptiveStepGrowth = 5
+	adaptEvery         = 250 * time.Millisecond
 )
 
 func newAdaptive(cfg AdaptiveConfig, ceiling float64) *adaptive {
@@ -334,7 +339,7 @@ func (a *adaptive) pushback(start, now time.Time, cur float64) (float64, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.pushed = true
-	a.rises, a.step = 0, 0
+	a.quiet = 0
 	if start.Before(a.decreased) {
 		return 0, false
 	}
@@ -346,31 +351,38 @@ func (a *adaptive) pushback(start, now time.Time, cur float64) (float64, bool) {
 	return next, true
 }
 
-// tick is called every second with the limit in force cur; it returns the
-// new limit (false: unchanged), and when the limit is back at the ceiling,
-// how long it was below it.
+// tick is called every adaptEvery with the limit in force cur; it returns
+// the new limit (false: unchanged), and when the limit is back at the
+// ceiling, how long it was below it. The tick after a push-back rises
+// nothing: the time before it is not time without push-back.
 func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool, recovered time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	elapsed := time.Second
+	if !a.ticked.IsZero() {
+		elapsed = min(now.Sub(a.ticked), time.Second)
+	}
+	a.ticked = now
 	if a.pushed {
 		a.pushed = false
 		return 0, false, 0
 	}
-	if cur >= a.ceiling {
+	if cur >= a.ceiling || elapsed <= 0 {
 		return 0, false, 0
 	}
 	if cur < a.set*(1-1e-9) {
 		// Lowered by someone else: another replica's push-back, under
 		// rate.shared. The rise starts again, as at a push-back here.
-		a.rises, a.step = 0, 0
+		a.quiet = 0
 	}
-	a.rises++
-	if a.rises <= adaptiveProbeAfter || a.step == 0 {
-		a.step = a.cfg.Increase
-	} else {
-		a.step *= adaptiveStepGrowth
+	perSecond := a.cfg.Increase
+	if a.quiet >= adaptiveProbeFor {
+		for range int((a.quiet-adaptiveProbeFor)/time.Second) + 1 {
+			perSecond *= adaptiveStepGrowth
+		}
 	}
-	limit = min(a.ceiling, cur+a.step)
+	a.quiet += elapsed
+	limit = min(a.ceiling, cur+perSecond*elapsed.Seconds())
 	a.set = limit
 	if limit >= a.ceiling && !a.lowSince.IsZero() {
 		recovered = now.Sub(a.lowSince)
@@ -379,11 +391,14 @@ func (a *adaptive) tick(now time.Time, cur float64) (limit float64, changed bool
 	return limit, true, recovered
 }
 
-// hold skips the next increase, as a push-back does.
-func (a *adaptive) hold() {
+// hold marks the time since the last tick as held (the destination paused
+// by a Retry-After, the pipeline by its operator): nothing could be sent,
+// so it says nothing of what the sink takes, and the limit neither rises
+// nor starts its rise again.
+func (a *adaptive) hold(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.pushed = true
+	a.ticked = now
 }
 
 // atCeiling reports whether the limit in force cur is at the ceiling.
@@ -401,7 +416,7 @@ func (a *adaptive) setCeilingIfChanged(limit float64) {
 	defer a.mu.Unlock()
 	if a.ceiling != limit {
 		a.ceiling, a.lowSince = limit, time.Time{}
-		a.rises, a.step = 0, 0
+		a.quiet = 0
 	}
 }
 
@@ -411,7 +426,7 @@ func (a *adaptive) setCeiling(limit float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ceiling, a.lowSince = limit, time.Time{}
-	a.rises, a.step = 0, 0
+	a.quiet = 0
 }
 
 // pushedBack tells the gate and the adaptive rate how an attempt of t (the
@@ -513,11 +528,11 @@ func (p *Pipeline) lowerLimit(start, now time.Time) {
 	}
 }
 
-// adapt raises the limit in force each second without push-back (and
+// adapt raises the limit in force every adaptEvery without push-back (and
 // without a hold of the gate), until ctx ends.
 func (p *Pipeline) adapt(ctx context.Context) {
 	for {
-		timer := p.clock.NewTimer(time.Second)
+		timer := p.clock.NewTimer(adaptEvery)
 		select {
 		case <-timer.C():
 		case <-ctx.Done():
@@ -530,9 +545,9 @@ func (p *Pipeline) adapt(ctx context.Context) {
 			continue
 		}
 		if p.paused.on() {
-			// A second in which nothing could be sent says nothing
+			// Time in which nothing could be sent says nothing
 			// about what the sink takes: no increase.
-			p.adaptive.hold()
+			p.adaptive.hold(now)
 			continue
 		}
 		p.mu.Lock()
@@ -547,8 +562,8 @@ func (p *Pipeline) adapt(ctx context.Context) {
 	}
 }
 
-// adaptDestinations raises each destination's own limit after a second
-// without push-back, as adapt does the pipeline's, and forgets those back
+// adaptDestinations raises each destination's own limit while no
+// push-back comes, as adapt does the pipeline's, and forgets those back
 // at their ceiling that hold nothing.
 func (p *Pipeline) adaptDestinations(now time.Time) {
 	ceiling, burst := p.destinationCeiling(), p.destinationBurst()
@@ -556,7 +571,7 @@ func (p *Pipeline) adaptDestinations(now time.Time) {
 	p.bucket.eachDestination(func(d *destination) bool {
 		d.adaptive.setCeilingIfChanged(ceiling)
 		if _, why := d.gate.shut(now); why != holdNone || paused {
-			d.adaptive.hold()
+			d.adaptive.hold(now)
 			return false
 		}
 		if limit, changed, _ := d.adaptive.tick(now, d.lim.Limit(now)); changed {
