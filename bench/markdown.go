@@ -298,7 +298,7 @@ func (s *PushbackSection) markdown(p func(string, ...any), r *Report) {
 	p("run through the same schedule one after the other (embedded JetStream → shaper.Pipeline → HTTP sink, in the")
 	p("harness process; %d messages published first, bucket capacity 500, max_in_flight 8, max_queue_time 5m, so the", s.Messages)
 	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8, increase", s.Limit)
-	p("2/s for two seconds after a push-back, then a step tripling each second), and a fixed %g/s without adaptive,", s.Limit)
+	p("2/s per second for two seconds after a push-back, then a rise growing fivefold each second, applied every 250 ms), and a fixed %g/s without adaptive,", s.Limit)
 	p("which pauses every departure for a `Retry-After` but keeps its limit. Every %d ms the harness samples the", s.SampleMs)
 	p("limit in force (`Status().LimitNow`) and the 2xx of the second before.")
 	measuredBy(p, s.Common, r)
