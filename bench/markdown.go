@@ -17,7 +17,7 @@ func (r *Report) markdown() string {
 	p("%s", reproducible(r.Command))
 	p("```\n")
 	p("Measured %s on %s, %d cores, %s%s.\n", r.Date, m.CPU, m.Cores, m.Go, map[bool]string{true: " (**-quick: short runs, not for publishing**)"}[r.Quick])
-	p("`make bench` runs every section. Flags: `-only %s`", strings.Join(sections, ","))
+	p("`make bench` runs every section. Flags: `-only %s`", strings.Join(sectionNames(), ","))
 	p("runs some sections; `-quick` checks the harness in a minute or two; `-cpuprofile FILE` profiles the harness")
 	p("process (the in-process pipelines); `-shaper BIN` uses a prebuilt binary for the `shaper run` children;")
 	p("`-render benchmarks.json` rewrites this page and the pictures from saved figures, measuring nothing. To see")
@@ -56,7 +56,7 @@ func (r *Report) markdown() string {
 	}
 	p("")
 
-	for _, s := range present[section](r.Precision, r.Overhead, r.Throughput, r.Scale, r.Picture, r.Pushback, r.Lanes, r.Destinations, r.Peers, r.Tuning) {
+	for _, s := range r.measured() {
 		s.markdown(p, r)
 	}
 	return b.String()

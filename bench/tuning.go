@@ -195,9 +195,6 @@ func startTLSSink(dir string) (s *sink, caFile string, stop func(), err error) {
 	return s, caFile, ts.Close, nil
 }
 
-// The tuning section has no goal: it says what each knob buys.
-func (s *TuningSection) addGoals(*goals) {}
-
 // markdown writes the tuning section.
 func (s *TuningSection) markdown(p func(string, ...any), r *Report) {
 	p("## Tuning\n")
