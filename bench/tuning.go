@@ -198,9 +198,7 @@ func startTLSSink(dir string) (s *sink, caFile string, stop func(), err error) {
 // markdown writes the tuning section.
 func (s *TuningSection) markdown(p func(string, ...any), r *Report) {
 	p("## Tuning\n")
-	p("What each knob of `internal/tuning` buys on the path users run ([tuning.md](tuning.md)): a `shaper run` child")
-	p("delivers a JetStream backlog to an HTTPS sink (TLS, HTTP/1.1, answering 200; the broker and the sink in the harness")
-	p("process), leaky, `max_in_flight` 8, with `SHAPER_TUNING` set as the row says: every knob on, every knob off, and each")
+	p("What each knob of `internal/tuning` buys on the path users run ([tuning.md](tuning.md)): a `shaper run` child delivers a JetStream backlog to an HTTPS sink (TLS, HTTP/1.1, answering 200; the broker and the sink in the harness process), leaky, `max_in_flight` 8, with `SHAPER_TUNING` set as the row says: every knob on, every knob off, and each")
 	p("knob off alone. The rows of a limit run in turn, %d %s; the figures are the medians. CPU is the child's process CPU",
 		s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
 	p("clock over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink received in it;",
