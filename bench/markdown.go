@@ -606,11 +606,7 @@ func (t Timing) text() string {
 func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 	p("## Peers\n")
 	p("What shaper costs beside what a user would run instead (issue 17). For each source, the loop a user would write by hand (`bench/peers/loop`, one `-source` per broker), its variants, Benthos and a `shaper run` child deliver the same %d-byte bodies to the same HTTP sink at the same limit, %d requests in flight at most: one party at a time, every party of every case in turn, %d %s; the figures are the medians of a party's runs. Every party, the broker (`bench/peers/broker`: nats-server with JetStream, or kfake) and the sink", s.BodyBytes, peerWorkers, s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
-	cpuFrom := "utime + stime from `/proc/<pid>/stat`"
-	if s.CPUClock == cpuClockProcess {
-		cpuFrom = "CPU clock (clock_gettime of its CPUCLOCK, every thread, in ns)"
-	}
-	p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's %s over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink received in the window; rate, spacing and jitter are of the arrivals that the sink's process recorded in it, by two clocks. *On the wire* is the kernel's receive timestamp of each request's first bytes (SO_TIMESTAMPNS): when it reached the sink's host, as a packet capture would show it; the precision goals are held to it. *At the handler* is when the sink's handler ran: that adds however late the system scheduled the sink's process, which no party controls (– where the sink had no wire times).", cpuFrom, s.WindowSeconds, s.WarmupSeconds)
+	p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's CPU clock (clock_gettime of its CPUCLOCK, every thread, in ns) over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink received in the window; rate, spacing and jitter are of the arrivals that the sink's process recorded in it, by two clocks. *On the wire* is the kernel's receive timestamp of each request's first bytes (SO_TIMESTAMPNS): when it reached the sink's host, as a packet capture would show it; the precision goals are held to it. *At the handler* is when the sink's handler ran: that adds however late the system scheduled the sink's process, which no party controls (– where the sink had no wire times).", s.WindowSeconds, s.WarmupSeconds)
 	measuredBy(p, s.Common, r)
 	p("")
 	p("- *× loop*: the ratio to the hand-written loop of the same source, measured in the same run (the case's first row).")
@@ -622,14 +618,7 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 	p("%s\n", loadLine(s.Load))
 	table(p, "case", "party", ">CPU per message (share of a core)", ">× loop", ">broker CPU per message", ">× loop", ">rate error", ">most per 100 ms (goal)", ">jitter p99 (goal ≤ 1 ms)", ">at the handler: rate error, most per 100 ms, jitter p99")
 	sinkLow, sinkHigh := math.Inf(1), 0.0
-	flagged := false
-	ticks := func(us float64, m PeerRun) string {
-		if s.coarse(us, m) {
-			flagged = true
-			return fmt.Sprintf("%.0f µs†", us)
-		}
-		return fmt.Sprintf("%.0f µs", us)
-	}
+	us := func(v float64) string { return fmt.Sprintf("%.0f µs", v) }
 	for _, c := range s.Cases {
 		for i, pt := range c.Parties {
 			name := ""
@@ -639,14 +628,14 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 			m := pt.Median
 			broker, brokerRatio := "–", "–"
 			if pt.ReadsBroker {
-				broker, brokerRatio = ticks(m.BrokerUs, m), ratioText(pt.BrokerRatio)
+				broker, brokerRatio = us(m.BrokerUs), ratioText(pt.BrokerRatio)
 			}
 			t, _ := m.precision()
 			handler := "–"
 			if m.Wire != nil {
 				handler = m.Timing.text()
 			}
-			p("| %s | %s | %s (%.0f%%) | %s | %s | %s | %s | %s | %s | %s |", name, pt.Label, ticks(m.CPUUs, m), m.CPUPct, ratioText(pt.CPURatio),
+			p("| %s | %s | %s (%.0f%%) | %s | %s | %s | %s | %s | %s | %s |", name, pt.Label, us(m.CPUUs), m.CPUPct, ratioText(pt.CPURatio),
 				broker, brokerRatio, signedPct(t.RateErrPct),
 				mark(fmt.Sprintf("%d (%d)", t.Max100ms, c.Allowed100ms), t.Max100ms > c.Allowed100ms),
 				mark(micros(t.JitterP99), t.JitterP99 > 1000), handler)
@@ -654,28 +643,9 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 		}
 	}
 	p("")
-	if flagged {
-		p("†: fewer than 10 clock ticks (%v) of CPU in the window. `/proc/<pid>/stat` counts in ticks of %v, so such a figure, and a ratio to it, is only as good as a tick either way.\n", fewTicks, clockTick)
-	}
 	if sinkHigh > 0 {
 		p("The sink's own CPU per request ranged from %.0f to %.0f µs over the parties' medians (each party's is in benchmarks.json, beside every run's figures).\n", sinkLow, sinkHigh)
 	}
-}
-
-// cpuClockProcess is PeersSection.CPUClock for figures read from each
-// process's CPU clock (processCPU).
-const cpuClockProcess = "process"
-
-// fewTicks is the least CPU time a figure of the section is taken from
-// before it is flagged: /proc/<pid>/stat counts in clock ticks, so below
-// ten a figure is only as good as a tick either way.
-const fewTicks = 10 * clockTick
-
-// coarse reports whether us microseconds per message over run m's
-// deliveries come to less than fewTicks of CPU counted in clock ticks
-// (never for figures of the process CPU clock).
-func (s *PeersSection) coarse(us float64, m PeerRun) bool {
-	return s.CPUClock == "" && us*float64(m.Delivered) < float64(fewTicks.Microseconds())
 }
 
 // signedPct writes a percentage to two decimals with its sign, and one
