@@ -83,7 +83,7 @@ func (s *OverheadSection) markdown(p func(string, ...any), r *Report) {
 	p("## Overhead\n")
 	p("%s\n", loadLine(s.Load))
 	p("### One limiter decision\n")
-	p("`%s` (from the module root): one sub-benchmark per limiter, medians of %d runs. `Reserve` is one goroutine; `ReserveParallel` is every goroutine on one limiter. Each runs on a fake clock, so `time.Now` is not measured; go.uber.org/ratelimit reads its own clock, a fake one that costs an atomic add per call.\n", s.LimiterCommand, runsOf(s.Limiter))
+	p("`%s` (from the module root): one sub-benchmark per limiter, medians of %d runs. `Reserve` is one goroutine; `ReserveParallel` is every goroutine on one limiter. Each runs on a fake clock, so `time.Now` is not measured; go.uber.org/ratelimit reads its own clock, a fake one that costs an atomic add per call.\n", s.LimiterCommand, runsOf(s.Limiter, func(l LimiterBench) int { return l.Runs }))
 	table(p, "benchmark", ">ns/op (median)", ">range", ">allocs/op", ">B/op")
 	for _, l := range s.Limiter {
 		p("| `%s` | %.1f | %.1f–%.1f | %g | %g |", l.Name, l.NsPerOp, l.NsMin, l.NsMax, l.AllocsPerOp, l.BytesPerOp)
@@ -378,7 +378,7 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 		tk.markdown(p)
 	}
 	p("### One scheduling decision\n")
-	p("`%s` (from the module root), medians of %d runs. One op is the bucket's part of one departure, the task put back instead of sent: `take(now)` (the decision), `spend(t, now)` (the lane's per-key slot) and `retry(t, now)` (the task back in its lane, due at once, which stands for admitting a new message without its allocation): three acquisitions of the bucket's lock (four under `rate.per_key`). Every lane holds a message. *keys in turns*: no `rate.per_key`; every lane stays in the ring. *rate.per_key*: each lane has its own limit of 1/s, the lanes' slots spread over the second, and the scheduler waits for each: the op holds a second `take`, as after the scheduler's sleep, and each decision moves one lane into the timed heap and one out. Goal: O(1) or O(log n), < 200 ns at 10 000 lanes, 0 allocs.\n", s.DecisionCommand, runsOf(s.Decisions))
+	p("`%s` (from the module root), medians of %d runs. One op is the bucket's part of one departure, the task put back instead of sent: `take(now)` (the decision), `spend(t, now)` (the lane's per-key slot) and `retry(t, now)` (the task back in its lane, due at once, which stands for admitting a new message without its allocation): three acquisitions of the bucket's lock (four under `rate.per_key`). Every lane holds a message. *keys in turns*: no `rate.per_key`; every lane stays in the ring. *rate.per_key*: each lane has its own limit of 1/s, the lanes' slots spread over the second, and the scheduler waits for each: the op holds a second `take`, as after the scheduler's sleep, and each decision moves one lane into the timed heap and one out. Goal: O(1) or O(log n), < 200 ns at 10 000 lanes, 0 allocs.\n", s.DecisionCommand, runsOf(s.Decisions, func(l LimiterBench) int { return l.Runs }))
 	table(p, ">active lanes", ">keys in turns: ns/op (range)", ">vs 1 lane", ">allocs/op", ">rate.per_key: ns/op (range)", ">vs 1 lane", ">allocs/op")
 	for _, n := range []int{1, 100, 10_000, 100_000} {
 		row := fmt.Sprintf("| %s |", thousands(n))
@@ -412,7 +412,7 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 		p("From 100 lanes to 100 000 (1000×, log₂ n 2.5×) a decision's cost grew %s.\n", strings.Join(growth, " and "))
 	}
 	p("### Memory per lane\n")
-	p("`%s`: the live heap after a GC with the lanes held, less the live heap before the bucket was made, per lane (median of %d runs). The messages and the keys' strings are made before and do not count (a key costs its own bytes besides). *active*: a lane holding one message (its task included); *active_per_key*: the same with its own limiter (`rate.per_key`); *idle_per_key*: a key remembered only for its limiter: its message was sent and settled, and its limiter is not yet as new.\n", s.MemoryCommand, runsOfMemory(s.Memory))
+	p("`%s`: the live heap after a GC with the lanes held, less the live heap before the bucket was made, per lane (median of %d runs). The messages and the keys' strings are made before and do not count (a key costs its own bytes besides). *active*: a lane holding one message (its task included); *active_per_key*: the same with its own limiter (`rate.per_key`); *idle_per_key*: a key remembered only for its limiter: its message was sent and settled, and its limiter is not yet as new.\n", s.MemoryCommand, runsOf(s.Memory, func(m LaneMemory) int { return m.Runs }))
 	table(p, "lane", ">lanes", ">heap per lane")
 	for _, m := range s.Memory {
 		p("| %s | %s | %.0f B |", m.Name, thousands(m.Lanes), m.BytesPerLane)
@@ -451,13 +451,6 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 	}
 }
 
-func runsOfMemory(m []LaneMemory) int {
-	if len(m) == 0 {
-		return 0
-	}
-	return m[0].Runs
-}
-
 // twoKeysSummary is a run's first and last B, in a few words.
 func twoKeysSummary(tk *LaneTwoKeys, run LaneTwoKeysRun) string {
 	switch {
@@ -471,14 +464,16 @@ func twoKeysSummary(tk *LaneTwoKeys, run LaneTwoKeysRun) string {
 
 // secondsText writes s to the millisecond below 0.1, to the hundredth
 // below 1 and to the tenth above: 0.012, 0.48, 1.3, 20.6.
-func secondsText(s float64) string {
-	switch {
-	case s < 0.1:
-		return fmt.Sprintf("%.3f", s)
-	case s < 1:
-		return fmt.Sprintf("%.2f", s)
+func secondsText(s float64) string { return decimals(s, 1, 1, 3) }
+
+// decimals writes v with digits decimals less one for each power of ten
+// it reaches, within lo and hi.
+func decimals(v float64, digits, lo, hi int) string {
+	d := hi
+	if v > 0 {
+		d = min(max(digits-int(math.Floor(math.Log10(v))), lo), hi)
 	}
-	return fmt.Sprintf("%.1f", s)
+	return strconv.FormatFloat(v, 'f', d, 64)
 }
 
 // markdown writes the two-keys subsection.
@@ -523,13 +518,10 @@ func (tk *LaneTwoKeys) altText() string {
 // perText writes a ratio to two decimals below 10, to one below 100,
 // else whole, its digits grouped.
 func perText(v float64) string {
-	switch {
-	case v < 10:
-		return fmt.Sprintf("%.2f", v)
-	case v < 100:
-		return fmt.Sprintf("%.1f", v)
+	if v >= 100 {
+		return thousands(int(math.Round(v)))
 	}
-	return thousands(int(math.Round(v)))
+	return decimals(v, 2, 0, 2)
 }
 
 // markdown writes the destinations section.
