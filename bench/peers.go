@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/shaper-dev/shaper/bench/peers/backlog"
+	"github.com/shaper-dev/shaper/bench/peers/peer"
 )
 
 // PeersSection is what shaper costs beside what a user would run instead
@@ -42,11 +42,6 @@ type PeersSection struct {
 	// BodyBytes is the size of every message's body.
 	BodyBytes int        `json:"body_bytes"`
 	Cases     []PeerCase `json:"cases"`
-	// CPUClock is where every process's CPU time came from: cpuClockProcess
-	// (its process CPU clock, in nanoseconds), or "" (utime + stime of
-	// /proc/<pid>/stat, in 10 ms ticks: the harness before this field, or a
-	// system whose clock could not be read).
-	CPUClock string `json:"cpu_clock,omitempty"`
 }
 
 // PeerCase is one source delivered to HTTP at one limit by several
@@ -92,8 +87,7 @@ type PeerParty struct {
 }
 
 // PeerRun is one run of a party, over its window: the messages the sink
-// received in it and the CPU each process used (see
-// PeersSection.CPUClock).
+// received in it and the CPU each process used (its process CPU clock).
 type PeerRun struct {
 	Seconds   float64 `json:"seconds"`
 	Delivered int     `json:"delivered"`
@@ -148,9 +142,9 @@ const peerFeedFactor = 1.1
 const peerBacklogSeconds = 20
 
 func runPeers(ctx context.Context, b *bench) (_ *PeersSection, err error) {
-	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: backlog.Size}
-	if _, err := processCPU(os.Getpid()); err == nil {
-		s.CPUClock = cpuClockProcess
+	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: peer.Size}
+	if _, err := processCPU(os.Getpid()); err != nil {
+		return nil, err // every process's CPU is read from its CPU clock
 	}
 	if b.o.quick {
 		s.Runs, s.WarmupSeconds, s.WindowSeconds = 1, 1, 2
@@ -636,7 +630,7 @@ func (f *natsFeed) run(ctx context.Context, nc *nats.Conn, subject string, rate 
 		case <-timer.C:
 		}
 		for due := int(rate * time.Since(start).Seconds()); sent < due; sent++ {
-			if err := nc.Publish(subject, backlog.Body(sent)); err != nil {
+			if err := nc.Publish(subject, peer.Body(sent)); err != nil {
 				f.err = fmt.Errorf("publish to %s: %w", subject, err)
 				return
 			}
@@ -659,7 +653,7 @@ func peerInterval(limit float64) time.Duration {
 }
 
 // writeBenthosConfig writes the config of the Benthos party of run id to
-// dir and returns its path: the generate input producing backlog.Body(0)
+// dir and returns its path: the generate input producing peer.Body(0)
 // as fast as the output takes it, a local rate_limit resource of one
 // request per 1/limit, and the http_client output with 8 requests in
 // flight. Its HTTP server (which would listen on 0.0.0.0:4195) is off.
@@ -686,7 +680,7 @@ output:
       Content-Type: application/json
     rate_limit: sink
     max_in_flight: %d
-`, strconv.Quote(string(backlog.Body(0))), peerInterval(limit), url, peerWorkers)
+`, strconv.Quote(string(peer.Body(0))), peerInterval(limit), url, peerWorkers)
 	path := filepath.Join(dir, id+".yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return "", err

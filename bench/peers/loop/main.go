@@ -45,28 +45,19 @@ import (
 	"io"
 	"log"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/time/rate"
+
+	"github.com/shaper-dev/shaper/bench/peers/peer"
 )
 
-func main() {
-	ctx, done := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	done()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "loop:", err)
-		os.Exit(1)
-	}
-}
+func main() { peer.Main("loop", run) }
 
 // loop is what every worker shares.
 type loop struct {

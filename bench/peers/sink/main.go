@@ -29,24 +29,15 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/shaper-dev/shaper/bench/peers/peer"
 )
 
-func main() {
-	ctx, done := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	done()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sink:", err)
-		os.Exit(1)
-	}
-}
+func main() { peer.Main("sink", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sink", flag.ContinueOnError)
