@@ -66,7 +66,7 @@ func realMain(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.quick, "quick", false, "short runs, to check the harness itself; the figures are not for publishing")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines, the brokers, the sinks) to this file")
 	fs.StringVar(&o.shaper, "shaper", "", "use this shaper binary for the `shaper run` children instead of building ./cmd/shaper")
-	peerCases := fs.String("peer-cases", "", "with peers: comma-separated cases to run (default all): jetstream-1000, jetstream-100, kafka-1000, core-1000, jetstream-5000")
+	peerCases := fs.String("peer-cases", "", "with peers: comma-separated cases to run (default all): jetstream-1000, jetstream-100, kafka-1000, core-1000, jetstream-5000, jetstream-https-1000, jetstream-https-100")
 	render := fs.String("render", "", "measure nothing: write benchmarks.md and the pictures again from this benchmarks.json")
 	if err := fs.Parse(args); err != nil {
 		return err

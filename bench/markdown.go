@@ -615,7 +615,7 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 		for i, pt := range c.Parties {
 			name := ""
 			if i == 0 {
-				name = fmt.Sprintf("%s → HTTP, %v/s", c.Source, c.Limit)
+				name = fmt.Sprintf("%s → %s, %v/s", c.Source, c.scheme(), c.Limit)
 			}
 			m := pt.Median
 			broker, brokerRatio := "–", "–"
@@ -638,6 +638,36 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 	if sinkHigh > 0 {
 		p("The sink's own CPU per request ranged from %.0f to %.0f µs over the parties' medians (each party's is in benchmarks.json, beside every run's figures).\n", sinkLow, sinkHigh)
 	}
+	s.sideBySide(p)
+}
+
+// sideBySide writes, for each JetStream case with shaper run both ways,
+// the CPU per message of the hand-written loop and of shaper with tuning
+// on and off, HTTP and HTTPS, from the table above.
+func (s *PeersSection) sideBySide(p func(string, ...any)) {
+	var rows []string
+	for _, c := range s.Cases {
+		loop, ok1 := c.party(partyLoop)
+		on, ok2 := c.party(partyShaper)
+		off, ok3 := c.party(partyShaperOff)
+		if !ok1 || !ok2 || !ok3 || peerSource(c.Name) != peerJetStream {
+			continue
+		}
+		us := func(pt PeerParty) string {
+			return fmt.Sprintf("%.0f µs (%s)", pt.Median.CPUUs, ratioText(pt.CPURatio))
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %v/s | %.0f µs | %s | %s |", c.scheme(), c.Limit, loop.Median.CPUUs, us(on), us(off)))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p("### Side by side: tuning on and off, HTTP and HTTPS\n")
+	p("CPU per message of each party from the table above (JetStream → the sink, the same run), with its ratio to the hand-written loop: shaper as it runs by default (`tuning: on`), with `SHAPER_TUNING=off`, and the loop, over plain HTTP and over TLS ([tuning.md](tuning.md)).\n")
+	table(p, "sink", ">limit", ">hand-written loop", ">shaper, tuning on (× loop)", ">shaper, tuning off (× loop)")
+	for _, r := range rows {
+		p("%s", r)
+	}
+	p("")
 }
 
 // signedPct writes a percentage to two decimals with its sign, and one

@@ -170,21 +170,33 @@ func TestProcessCPUCountsWhatGetrusageAndProcStatCount(t *testing.T) {
 // after another to the sink's process, on one kept-alive connection and
 // each on a new one (whose first bytes may arrive before the sink accepts
 // it), and finds each request's wire time between its sending and its
-// handler time, and that before its answer.
+// handler time, and that before its answer; over TLS too (-tls), where
+// the certificate it wrote is the one to trust.
 func TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tmp, bins := buildTestPeers(ctx, t, "sink")
-	sink, err := startPeerSink(ctx, tmp, filepath.Join(bins, "sink"))
-	if err != nil {
-		t.Fatal(err)
+	for _, ca := range []string{"", filepath.Join(tmp, "sink-ca.pem")} {
+		sink, err := startPeerSink(ctx, tmp, filepath.Join(bins, "sink"), ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sink.close()
+		if want := map[bool]string{false: "http://", true: "https://"}[ca != ""]; !strings.HasPrefix(sink.url, want) {
+			t.Errorf("sink URL %s; want %s", sink.url, want)
+		}
+		timeEachRequest(t, sink)
 	}
-	defer sink.close()
+}
+
+func timeEachRequest(t *testing.T, sink *peerSink) {
 	for _, keepAlive := range []bool{true, false} {
 		if _, err := sink.call(http.MethodPost, "/reset"); err != nil {
 			t.Fatal(err)
 		}
-		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: !keepAlive}}
+		transport := sink.client.Transport.(*http.Transport).Clone()
+		transport.DisableKeepAlives = !keepAlive
+		client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
 		const n = 20
 		var sent, answered []time.Time
 		for range n {

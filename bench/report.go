@@ -240,7 +240,7 @@ func (s *PeersSection) addGoals(g *goals) {
 		if !ok || len(sh.Runs) == 0 {
 			continue
 		}
-		where := fmt.Sprintf("%s → HTTP at %v/s", c.Source, c.Limit)
+		where := fmt.Sprintf("%s → %s at %v/s", c.Source, c.scheme(), c.Limit)
 		if base, ok := c.party(c.Baseline); ok && base.Median.CPUUs > 0 && c.Limit <= peerCPUGoalMaxLimit {
 			g.add(fmt.Sprintf("peers, %s: shaper's CPU per message ≤ 0.6× the hand-written loop's", where), sh.CPURatio <= 0.6,
 				"%.2f× (%.0f µs against %.0f µs)", sh.CPURatio, sh.Median.CPUUs, base.Median.CPUUs)

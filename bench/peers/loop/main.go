@@ -39,12 +39,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -82,16 +85,27 @@ func run(ctx context.Context, args []string) error {
 	sink := fs.String("sink", "", "URL to POST each message's body to (required)")
 	limit := fs.Float64("rate", 0, "requests per second (required)")
 	workers := fs.Int("workers", 8, "requests in flight at once")
+	ca := fs.String("ca", "", "PEM file of the certificate to trust for an https -sink")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *sink == "" || *limit <= 0 || *workers < 1 || *buffer < 1 {
 		return errors.New("-sink and -rate > 0 are required, and -workers and -buffer must be >= 1")
 	}
+	transport := &http.Transport{MaxIdleConns: *workers, MaxIdleConnsPerHost: *workers, IdleConnTimeout: 90 * time.Second}
+	if *ca != "" {
+		pem, err := os.ReadFile(*ca)
+		if err != nil {
+			return err
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("-ca %s: no certificate", *ca)
+		}
+		transport.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
 	l := &loop{
-		client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-			MaxIdleConns: *workers, MaxIdleConnsPerHost: *workers, IdleConnTimeout: 90 * time.Second,
-		}},
+		client:  &http.Client{Timeout: 2 * time.Second, Transport: transport},
 		limiter: rate.NewLimiter(rate.Limit(*limit), 1),
 		url:     *sink,
 		workers: *workers,
