@@ -1,0 +1,457 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/shaper-dev/shaper/internal/childtest"
+	"github.com/shaper-dev/shaper/internal/kafkatest"
+	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
+)
+
+// The fleet tests run three `shaper run` replicas sharing one rate through
+// a redis-server (rate.shared), consuming one Kafka topic of six partitions
+// in one group, into one recording sink. Each replica sends to the sink's
+// URL with its own query (?r=0, ?r=1, ?r=2), so the sink tells who sent
+// what.
+const (
+	fleetSize       = 3
+	fleetPartitions = 6
+	fleetLimit      = 300
+	fleetTopic      = "fleet"
+	fleetGroup      = "fleet"
+	// fleetTimeout is rate.shared.timeout: the default (50ms). A replica
+	// stopped longer than it (the stall test stops one for 100ms) must not
+	// take the stop for a Redis that does not answer.
+	fleetTimeout = 50 * time.Millisecond
+)
+
+// fleet is the servers and replicas of one fleet test.
+type fleet struct {
+	t        *testing.T
+	kafka    *kafkatest.Cluster
+	redis    *redistest.Server
+	sink     *sinktest.Sink
+	replicas []*childtest.Process
+	admins   []string
+	n        int // messages produced
+}
+
+// startFleet starts kfake, redis-server, the sink and the replicas;
+// replica i reaches Redis at redisAddr(i). It returns once the group is
+// stable with every replica in it, before any message is produced, so that
+// no rebalance repeats a message.
+func startFleet(t *testing.T, fallback int, redisAddr func(i int, redis string) string) *fleet {
+	t.Helper()
+	f := &fleet{t: t}
+	f.kafka = kafkatest.Start(t, kfake.SeedTopics(fleetPartitions, fleetTopic))
+	f.redis = redistest.Start(t)
+	f.sink = sinktest.Start(t, sinktest.OK)
+	for i := range fleetSize {
+		config := childtest.WriteConfig(t, childtest.Pipeline{
+			Source: kafkatest.SourceYAML(f.kafka.Addr, fleetTopic, fleetGroup, "commit_interval: 200ms"),
+			Bucket: "{capacity: 200, max_queue_time: 2m}",
+			Rate: fmt.Sprintf(`{limit: %d, shared: {redis: {addr: "%s"}, key: "shaper:fleet", fallback_limit: %d, timeout: %s}}`,
+				fleetLimit, redisAddr(i, f.redis.Addr), fallback, fleetTimeout),
+			Sink: fmt.Sprintf(`{http: {url: "%s?r=%d", max_in_flight: 8, timeout: 2s}}`, f.sink.URL, i),
+		}.YAML())
+		p := startShaper(t, fmt.Sprintf("replica %d", i), config)
+		f.replicas = append(f.replicas, p)
+	}
+	for _, p := range f.replicas {
+		f.admins = append(f.admins, p.Admin())
+	}
+	adm := kadm.NewClient(f.kafka.Client())
+	defer adm.Close()
+	testwait.For(t, time.Minute, "the group stable with every replica and partition", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		gs, err := adm.DescribeGroups(ctx, fleetGroup)
+		if err != nil {
+			return false
+		}
+		g := gs[fleetGroup]
+		return g.State == "Stable" && len(g.Members) == fleetSize && len(g.AssignedPartitions()[fleetTopic]) == fleetPartitions
+	})
+	return f
+}
+
+// produce writes n records, spread evenly over the partitions.
+func (f *fleet) produce(n int) {
+	f.t.Helper()
+	recs := kafkatest.Records(n)
+	for i, r := range recs {
+		r.Partition = int32(i % fleetPartitions)
+	}
+	f.kafka.Produce(fleetTopic, recs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	f.n += n
+}
+
+// ids returns the id of every record produced (topic/partition/offset).
+func (f *fleet) ids() []string {
+	var ids []string
+	for p := range fleetPartitions {
+		for o := range (f.n + fleetPartitions - 1 - p) / fleetPartitions {
+			ids = append(ids, fmt.Sprintf("%s/%d/%d", fleetTopic, p, o))
+		}
+	}
+	return ids
+}
+
+// finish waits for every message to be delivered, stops the replicas
+// (each drains and commits), waits for the group to have committed every
+// record, and checks that each message was delivered exactly once.
+func (f *fleet) finish() outcome {
+	f.t.Helper()
+	testwait.For(f.t, 3*time.Minute, "every message delivered", func() bool { return f.sink.DeliveredCount() >= f.n })
+	for _, p := range f.replicas {
+		p.Stop()
+	}
+	adm := kadm.NewClient(f.kafka.Client())
+	defer adm.Close()
+	var lag int64
+	testwait.For(f.t, 30*time.Second, "the group to commit every record", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		committed, err := adm.FetchOffsets(ctx, fleetGroup)
+		if err != nil {
+			return false
+		}
+		ends, err := adm.ListEndOffsets(ctx, fleetTopic)
+		if err != nil {
+			return false
+		}
+		lag = 0
+		ends.Each(func(o kadm.ListedOffset) {
+			c, _ := committed.Lookup(fleetTopic, o.Partition)
+			lag += o.Offset - max(c.At, 0)
+		})
+		return lag == 0
+	})
+	o := account(f.t, f.ids(), f.sink, nil)
+	if o.duplicates > 0 {
+		f.t.Errorf("%d duplicates (2xx answers beyond the first of a message): %v; want every message delivered once",
+			o.duplicates, f.sink.Duplicates()[:min(10, len(f.sink.Duplicates()))])
+	}
+	return o
+}
+
+// scrape reads the metrics of every replica.
+func (f *fleet) scrape() []childtest.Metrics {
+	f.t.Helper()
+	ms := make([]childtest.Metrics, len(f.admins))
+	for i, a := range f.admins {
+		m, err := childtest.Scrape(a)
+		if err != nil {
+			f.t.Fatalf("replica %d: /metrics: %v", i, err)
+		}
+		ms[i] = m
+	}
+	return ms
+}
+
+// arrivals returns, per replica, the arrival times at the sink of its
+// requests in [from, to), and all of them together.
+func (f *fleet) arrivals(from, to time.Time) (per [][]time.Time, all []time.Time) {
+	per = make([][]time.Time, fleetSize)
+	for _, r := range f.sink.Between(from, to) {
+		for i := range fleetSize {
+			if strings.HasSuffix(r.URI, fmt.Sprintf("?r=%d", i)) {
+				per[i] = append(per[i], r.At)
+			}
+		}
+		all = append(all, r.At)
+	}
+	return per, all
+}
+
+// rates returns len(ts)/d for each of ts.
+func rates(d time.Duration, ts ...[]time.Time) []float64 {
+	out := make([]float64, len(ts))
+	for i, t := range ts {
+		out[i] = float64(len(t)) / d.Seconds()
+	}
+	return out
+}
+
+// stopEvery stops p with SIGSTOP for off of every period, the way a CPU
+// quota throttles a container, until halt is closed; it always leaves p
+// running (SIGCONT). It returns how many stops it made.
+func stopEvery(p *childtest.Process, off, period time.Duration, halt <-chan struct{}) int {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	stops := 0
+	for {
+		p.Signal(syscall.SIGSTOP)
+		stops++
+		time.Sleep(off)
+		p.Signal(syscall.SIGCONT)
+		select {
+		case <-halt:
+			return stops
+		case <-tick.C:
+		}
+	}
+}
+
+func TestFleetHoldsTheSharedRateWhileAReplicaIsStoppedEvery400ms(t *testing.T) {
+	t.Parallel()
+	const (
+		n        = 9000 // 30 s at the limit: the backlog outlasts the stalls
+		fallback = 50
+		stallFor = 20 * time.Second
+		settle   = time.Second // after the first stop, before measuring
+	)
+	f := startFleet(t, fallback, func(_ int, redis string) string { return redis })
+	f.produce(n)
+	testwait.For(t, time.Minute, "the first deliveries", func() bool { return f.sink.DeliveredCount() >= fleetLimit })
+
+	halt := make(chan struct{})
+	var stops int
+	var wg sync.WaitGroup
+	stallStart := time.Now()
+	wg.Go(func() { stops = stopEvery(f.replicas[0], 100*time.Millisecond, 400*time.Millisecond, halt) })
+	time.Sleep(settle)
+	from, before := time.Now(), f.scrape()
+	time.Sleep(stallFor - settle)
+	to, after := time.Now(), f.scrape()
+	close(halt)
+	wg.Wait()
+	t.Logf("replica 0 stopped 100ms every 400ms: %d stops in %v", stops, time.Since(stallStart).Round(time.Millisecond))
+
+	o := f.finish()
+	window := to.Sub(from)
+	per, all := f.arrivals(from, to)
+	rs := rates(window, per...)
+	unused := make([]float64, fleetSize)
+	var unusedAll, fallbacks float64
+	for i := range fleetSize {
+		unused[i] = after[i].Sum("shaper_limiter_unused_total") - before[i].Sum("shaper_limiter_unused_total")
+		unusedAll += unused[i]
+		fallbacks += after[i].Sum("shaper_limiter_fallback")
+	}
+	got := float64(len(all)) / window.Seconds()
+	leased := got + unusedAll/window.Seconds()
+	everything := sinktest.Arrivals(f.sink.Requests())
+	most100 := sinktest.MaxInWindow(everything, 100*time.Millisecond)
+	most1s := sinktest.MaxInWindow(everything, time.Second)
+	t.Logf("%d replicas sharing %d/s (race=%v) over %v while replica 0 stalls: %.1f/s at the sink (%.1f%%; per replica %.1f), unused slots %.0f (per replica %v, %.1f/s), delivered + unused %.1f/s (%.1f%%); most in 100 ms %d, in 1 s %d over the whole run; %d delivered, %d lost, %d duplicates",
+		fleetSize, fleetLimit, raceEnabled, window.Round(time.Millisecond), got, 100*got/fleetLimit, rs,
+		unusedAll, unused, unusedAll/window.Seconds(), leased, 100*leased/fleetLimit, most100, most1s, len(o.delivered), len(o.lost), o.duplicates)
+
+	slack := windowSlack(fleetLimit)
+	if bound := fleetLimit/10 + fleetSize + slack; most100 > bound {
+		t.Errorf("%d requests arrived within 100 ms; want at most limit/10 + replicas + %d (arrival jitter) = %d", most100, slack, bound)
+	}
+	if bound := fleetLimit + fleetSize + slack; most1s > bound {
+		t.Errorf("%d requests arrived within 1 s; want at most limit + replicas + %d = %d", most1s, slack, bound)
+	}
+	// Generous lower bounds: what the fleet delivered, and what it
+	// leased of the shared schedule (delivered, or counted as unused: a
+	// slot a replica let pass is counted, never silently lost).
+	if got < 0.6*fleetLimit {
+		t.Errorf("the fleet delivered %.1f/s; want at least 60%% of the limit %d", got, fleetLimit)
+	}
+	if leased < 0.9*fleetLimit {
+		t.Errorf("delivered + unused = %.1f/s; want at least 90%% of the limit %d: slots went missing uncounted", leased, fleetLimit)
+	}
+	if fallbacks != 0 {
+		t.Errorf("shaper_limiter_fallback summed over the replicas = %v at the end; want 0: a stop is no Redis outage", fallbacks)
+	}
+}
+
+// proxy is a TCP proxy on loopback in front of one address, which the test
+// can cut (every connection closed, new ones refused) and mend (listening
+// again on the same address).
+type proxy struct {
+	t      *testing.T
+	Addr   string
+	target string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]bool
+	wg    sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy: listen: %v", err)
+	}
+	p.Addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(func() { p.cut(); p.wg.Wait() })
+	return p
+}
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // cut
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			if !p.track(c, up) {
+				continue
+			}
+			pipe := func(dst, src net.Conn) {
+				_, _ = io.Copy(dst, src)
+				_ = dst.Close()
+				_ = src.Close()
+			}
+			p.wg.Go(func() { pipe(up, c) })
+			p.wg.Go(func() { pipe(c, up) })
+		}
+	})
+}
+
+// track records a proxied pair of connections, or closes them if the
+// proxy was cut meanwhile.
+func (p *proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln == nil {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+	return true
+}
+
+// cut closes the listener and every connection: the replica behind the
+// proxy has lost Redis (new connections are refused).
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+// mend listens again on the proxy's address.
+func (p *proxy) mend() {
+	p.t.Helper()
+	var ln net.Listener
+	var err error
+	for range 100 {
+		if ln, err = net.Listen("tcp", p.Addr); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		p.t.Fatalf("proxy: listen again on %s: %v", p.Addr, err)
+	}
+	p.serve(ln)
+}
+
+func TestFleetKeepsTheSharedRateWhenAReplicaLosesRedisAndItFallsBack(t *testing.T) {
+	t.Parallel()
+	const (
+		n        = 9000
+		fallback = 50
+		cutFor   = 10 * time.Second
+		settle   = time.Second // after the cut, before measuring
+	)
+	var px *proxy
+	f := startFleet(t, fallback, func(i int, redis string) string {
+		if i > 0 {
+			return redis
+		}
+		px = startProxy(t, redis)
+		return px.Addr
+	})
+	f.produce(n)
+	testwait.For(t, time.Minute, "the first deliveries", func() bool { return f.sink.DeliveredCount() >= 2*fleetLimit })
+
+	px.cut()
+	cutAt := time.Now()
+	f.replicas[0].WaitMetrics(10*time.Second, "replica 0 on its fallback limit", func(m childtest.Metrics) bool {
+		return m.Sum("shaper_limiter_fallback") == 1
+	})
+	fellBack := time.Since(cutAt)
+	if code, body := readyz(f.admins[0]); code != http.StatusOK {
+		t.Errorf("replica 0's /readyz on its fallback limit = %d %q; want 200: it still delivers", code, body)
+	}
+	time.Sleep(time.Until(cutAt.Add(settle)))
+	from := time.Now()
+	time.Sleep(time.Until(cutAt.Add(cutFor)))
+	to, during := time.Now(), f.scrape()
+	for i, m := range during {
+		if want := float64(min(i, 1) ^ 1); m.Sum("shaper_limiter_fallback") != want {
+			t.Errorf("replica %d: shaper_limiter_fallback = %v with replica 0 cut off from Redis; want %v", i, m.Sum("shaper_limiter_fallback"), want)
+		}
+	}
+
+	px.mend()
+	mended := time.Now()
+	f.replicas[0].WaitMetrics(15*time.Second, "replica 0 back on the shared limit", func(m childtest.Metrics) bool {
+		return m.Sum("shaper_limiter_fallback") == 0
+	})
+	back := time.Since(mended)
+	o := f.finish()
+
+	window := to.Sub(from)
+	per, all := f.arrivals(from, to)
+	rs := rates(window, per...)
+	shared := append(append([]time.Time(nil), per[1]...), per[2]...)
+	unused := during[1].Sum("shaper_limiter_unused_total") + during[2].Sum("shaper_limiter_unused_total")
+	most100Shared := sinktest.MaxInWindow(shared, 100*time.Millisecond)
+	most100Cut := sinktest.MaxInWindow(per[0], 100*time.Millisecond)
+	most1s := sinktest.MaxInWindow(all, time.Second)
+	t.Logf("replica 0 cut off from Redis: on its fallback limit after %v, back on the shared limit %v after Redis was reachable again; over %v of the cut: replica 0 %.1f/s (fallback_limit %d), replicas 1 and 2 %.1f/s together (%.1f, %.1f; limit %d), fleet %.1f/s; most in 100 ms: replica 0 %d, replicas 1 and 2 %d; fleet most in 1 s %d; unused slots of replicas 1 and 2 over the run %.0f; %d delivered, %d lost, %d duplicates",
+		fellBack.Round(time.Millisecond), back.Round(time.Millisecond), window.Round(time.Millisecond), rs[0], fallback,
+		rs[1]+rs[2], rs[1], rs[2], fleetLimit, float64(len(all))/window.Seconds(), most100Cut, most100Shared, most1s, unused,
+		len(o.delivered), len(o.lost), o.duplicates)
+
+	slack := windowSlack(fleetLimit)
+	if bound := fleetLimit/10 + fleetSize - 1 + slack; most100Shared > bound {
+		t.Errorf("replicas 1 and 2 sent %d requests within 100 ms; want at most limit/10 + 2 + %d (arrival jitter) = %d", most100Shared, slack, bound)
+	}
+	if bound := fallback/10 + 1 + windowSlack(fallback) + 1; most100Cut > bound {
+		t.Errorf("replica 0 sent %d requests within 100 ms on its fallback limit; want at most %d", most100Cut, bound)
+	}
+	if bound := fleetLimit + fallback + fleetSize + slack; most1s > bound {
+		t.Errorf("the fleet sent %d requests within 1 s with replica 0 on its fallback; want at most limit + fallback_limit + replicas + %d = %d", most1s, slack, bound)
+	}
+	if rs[0] < 0.7*fallback || rs[0] > 1.1*fallback {
+		t.Errorf("replica 0 sent %.1f/s cut off from Redis; want its fallback_limit %d (-30%% +10%%)", rs[0], fallback)
+	}
+	if rs[1]+rs[2] < 0.6*fleetLimit {
+		t.Errorf("replicas 1 and 2 sent %.1f/s together; want at least 60%% of the limit %d", rs[1]+rs[2], fleetLimit)
+	}
+}
