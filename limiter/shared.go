@@ -49,6 +49,13 @@ const (
 	// two slots at least 1/limit - 2ms apart.
 	maxLate = 2 * time.Millisecond
 
+	// stallLate is how late a deadline must be noticed to tell that this
+	// process did not run around it: it was stopped (SIGSTOP, a CPU quota
+	// throttling its container) or starved of CPU. A wait for Redis whose
+	// end came that late, or a call whose own deadline did, says nothing
+	// about Redis, which may well have answered meanwhile. See Fallback.
+	stallLate = 10 * time.Millisecond
+
 	// probeGapMin and probeGapMax bound the time from the start of one
 	// probe of Redis to the start of the next while fallen back. Each gap
 	// is drawn uniformly between them, so replicas that fell back at the
@@ -250,6 +257,18 @@ func (c SharedConfig) validate() error {
 // switch either way may put one slot of the new limiter (Token mode: its
 // burst) right after the last of the old.
 //
+// Timeout is counted in time this process runs. A replica stopped for
+// longer than Timeout (SIGSTOP, a container throttled by its CPU quota,
+// which stops it for up to 100ms each period) would otherwise take every
+// stop for a Redis that does not answer and add its fallback limit to the
+// shared one until a probe brings it back. So a wait whose end is noticed
+// 10ms or more late (the process did not run then) gets one more Timeout
+// from that moment, and a call whose own deadline was noticed that late
+// fails without falling back: its waiters ask again. A reply that arrives
+// past the timeout is a success like any other: its slots that have
+// passed are let pass and counted as unused, the rest are used. Stops
+// between Timeout and Timeout + 10ms can still make a replica fall back.
+//
 // Reserve needs real time (time.Now) for now, since slots come from the
 // server's clock; Limit and the fallback work from any now.
 //
@@ -346,9 +365,12 @@ type call struct {
 	probe   bool
 	// abandoned means a caller gave up waiting for the call and fell
 	// back; its error, when it comes, tells why. cut means the call's own
-	// deadline ended it, which tells nothing more.
+	// deadline ended it, which tells nothing more. stalled means that
+	// deadline was noticed stallLate or more late, which tells nothing
+	// about Redis.
 	abandoned bool
 	cut       bool
+	stalled   bool
 
 	// Set when the call starts: the rate it sends, whether it overwrites
 	// the stored one (SetRate), and which SetRate that is.
@@ -392,11 +414,9 @@ func NewShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 	s.mu.Lock()
 	op := s.requestLocked(0)
 	s.mu.Unlock()
-	timer := time.NewTimer(s.timeout)
-	defer timer.Stop()
-	select {
-	case <-op.done:
-	case <-timer.C:
+	w := s.newWait()
+	defer w.stop()
+	if !w.until(op.done) {
 		s.mu.Lock()
 		if s.op == op && !s.fallback {
 			s.timedOutLocked()
@@ -404,6 +424,47 @@ func NewShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 		s.mu.Unlock()
 	}
 	return s, nil
+}
+
+// wait is one caller's wait for Redis: Timeout of the time this process
+// runs. A timer that fires stallLate or more past its time tells that the
+// process was stopped or starved around it; the wait is then given one
+// more Timeout, from the moment it noticed, instead of counting as Redis's
+// failure to answer.
+type wait struct {
+	timeout  time.Duration
+	timer    *time.Timer
+	deadline time.Time
+	extended bool
+}
+
+func (s *Shared) newWait() *wait {
+	return &wait{timeout: s.timeout, timer: time.NewTimer(s.timeout), deadline: time.Now().Add(s.timeout)}
+}
+
+// until waits for done and reports true, or reports false once the wait
+// is over.
+func (w *wait) until(done <-chan struct{}) bool {
+	for {
+		select {
+		case <-done:
+			return true
+		case <-w.timer.C:
+			now := time.Now()
+			if w.extended || now.Sub(w.deadline) < stallLate {
+				return false
+			}
+			w.extended = true
+			w.deadline = now.Add(w.timeout)
+			w.timer.Reset(w.timeout)
+		}
+	}
+}
+
+func (w *wait) stop() {
+	if w != nil {
+		w.timer.Stop()
+	}
 }
 
 // newShared returns a Shared limiter for a valid cfg with its defaults
@@ -485,7 +546,7 @@ const (
 // slot finds the next slot for a caller at now and does with it what how
 // says; it reports whether it took it.
 func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
-	var timer *time.Timer
+	var w *wait
 	expired := false
 	s.mu.Lock()
 	for {
@@ -501,16 +562,12 @@ func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 				t, taken = now, s.local.Allow(now)
 			}
 			s.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
+			w.stop()
 			return t, taken
 		}
 		if t, taken, ok := s.takeLocked(now, how); ok {
 			s.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
+			w.stop()
 			return t, taken
 		}
 		if expired {
@@ -522,14 +579,10 @@ func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 		}
 		op := s.requestLocked(s.leaseSizeLocked())
 		s.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(s.timeout)
+		if w == nil {
+			w = s.newWait()
 		}
-		select {
-		case <-op.done:
-		case <-timer.C:
-			expired = true
-		}
+		expired = !w.until(op.done)
 		s.mu.Lock()
 	}
 }
@@ -756,8 +809,13 @@ func (s *Shared) do(ctx context.Context, op *call) {
 	if op.set {
 		set = "1"
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	start := time.Now()
+	deadline := start.Add(s.timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	// When this process noticed the deadline: late if it did not run
+	// around it (see stallLate).
+	noticed := make(chan time.Time, 1)
+	context.AfterFunc(ctx, func() { noticed <- time.Now() })
 	var vals []any
 	var err error
 	if op.probe && s.dial != nil {
@@ -769,17 +827,24 @@ func (s *Shared) do(ctx context.Context, op *call) {
 	}
 	recv := time.Now()
 	cancel()
+	// A call that failed at or past its deadline timed out, whether the
+	// context said so first or the connection's read deadline (set to the
+	// same time) did.
+	timedOut := err != nil && (ctx.Err() == context.DeadlineExceeded || !recv.Before(deadline))
 	var r reply
 	if err == nil {
 		r, err = parseReply(vals)
 	}
 	switch {
-	case err != nil && ctx.Err() == context.DeadlineExceeded:
+	case timedOut && (<-noticed).Sub(deadline) >= stallLate:
+		// The deadline was noticed late: this process did not run
+		// around it, and Redis may have answered meanwhile.
+		op.stalled = true
+		err = fmt.Errorf("limiter: shared key %q: the call to redis at %s ended %v after it began, its timeout %v noticed late: this process was stopped or starved",
+			s.key, s.target, recv.Sub(start).Round(time.Millisecond), s.timeout)
+	case timedOut:
 		op.cut = true
 		err = s.timeoutError()
-	case err == nil && recv.Sub(start) > s.timeout:
-		err = fmt.Errorf("limiter: shared key %q: redis at %s answered after %v, past the timeout %v",
-			s.key, s.target, recv.Sub(start).Round(time.Millisecond), s.timeout)
 	case err != nil:
 		err = fmt.Errorf("limiter: shared key %q: %w", s.key, err)
 	}
@@ -807,6 +872,11 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 				// The timeout alone does not say why; this does.
 				s.log.Warn("shared limiter: the redis call that timed out has failed", "key", s.key, "redis", s.target, "err", err)
 			}
+		case op.stalled && !op.probe:
+			// Not Redis's failure: the waiters ask again, each within
+			// its own wait.
+			s.log.Debug("shared limiter: a redis call outlived its timeout while this process did not run; asking again",
+				"key", s.key, "redis", s.target, "err", err)
 		case op.probe:
 			if s.fallback {
 				s.log.Debug("shared limiter: redis probe failed", "key", s.key, "redis", s.target,
@@ -842,8 +912,14 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 		s.log.Info("shared limiter: redis answers again; back to the shared limit",
 			"key", s.key, "limit", s.limit, "fallback_for", recv.Sub(s.since).Round(time.Millisecond))
 	}
+	// A reply that came past the timeout (this process was stopped or
+	// starved meanwhile) is a success like any other: its slots that have
+	// passed are let pass (takeLocked), and those to come are used. Only
+	// without an offset kept from an earlier reply can its slots not be
+	// placed: its own round trip would shift them that late.
+	placeable := !s.epoch.IsZero() || rtt <= s.timeout
 	at := s.mapLocked(r.now, recv, rtt)
-	if op.want > 0 && !newer && !s.closed {
+	if op.want > 0 && !newer && !s.closed && placeable {
 		s.dropLeaseLocked() // used up, or it would not have been asked for
 		s.lease = lease{
 			at:       at,
