@@ -40,6 +40,13 @@ const (
 	leaseSlots   = 10
 	leaseSpanMax = 10 * time.Millisecond
 	leaseSpanMin = 2 * time.Millisecond
+	// leaseShortFor is how long a replica that let a leased slot pass (it
+	// was stopped, or woke too late) leases as few slots as it may: below
+	// 1000/s, leaseSpanMin of the schedule (1 or 2 slots) instead of
+	// leaseSpanMax. A replica stopped again and again (a CPU quota) then
+	// strands one or two slots per stop instead of up to 10ms of them.
+	// At 1000/s and above a lease stays 10 slots (0.1 calls per slot).
+	leaseShortFor = 2 * time.Second
 	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
 	// maxLate is the longest a leased slot may be handed out after its
@@ -316,6 +323,9 @@ type Shared struct {
 	// unused counts leased slots given up: skipped because they had
 	// passed, or still in a lease when it was dropped.
 	unused int64
+	// shortUntil is when leases may be long again after a slot passed
+	// unused (see leaseShortFor).
+	shortUntil time.Time
 	// op is the Redis call for the shared limit asked for or running,
 	// nil when none is. A probe is never op, nor is a call left running
 	// when the limiter fell back.
@@ -577,7 +587,7 @@ func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 			s.timedOutLocked()
 			continue
 		}
-		op := s.requestLocked(s.leaseSizeLocked())
+		op := s.requestLocked(s.leaseSizeLocked(now))
 		s.mu.Unlock()
 		if w == nil {
 			w = s.newWait()
@@ -619,6 +629,7 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 			return t, false, true
 		}
 		s.unused++
+		s.shortUntil = now.Add(leaseShortFor)
 	}
 	return time.Time{}, false, false
 }
@@ -640,10 +651,13 @@ func (s *Shared) Unused() int64 {
 	return s.unused
 }
 
-// leaseSizeLocked returns how many slots to lease at the current limit. It
-// requires that s.mu is held.
-func (s *Shared) leaseSizeLocked() int {
+// leaseSizeLocked returns how many slots to lease at the current limit,
+// at now. It requires that s.mu is held.
+func (s *Shared) leaseSizeLocked(now time.Time) int {
 	k := math.Min(math.Ceil(s.limit*leaseSpanMax.Seconds()), leaseSlots)
+	if k < leaseSlots && now.Before(s.shortUntil) {
+		k = 1 // a slot passed unused lately: see leaseShortFor
+	}
 	k = math.Max(k, math.Ceil(s.limit*leaseSpanMin.Seconds()))
 	return int(math.Max(1, math.Min(k, maxLease)))
 }
