@@ -157,8 +157,8 @@ func (c SharedConfig) validate() error {
 // where that is more (20 at 10 000/s; at most 1000). The replica hands the
 // lease out locally, slot i at its own time on the global schedule; one
 // Reserve in k waits for the call. Redis sees at most 100 calls a second
-// from the whole fleet up to 1000/s, 0.1 per slot up to 5000/s, and 500 a
-// second above.
+// from the whole fleet up to 1000/s while no replica lets a slot pass, 0.1
+// per slot up to 5000/s, and 500 a second above.
 //
 // Why leases this short: a slot that passes in a lease that a replica
 // holds is lost to the fleet, and a replica stopped for longer than the
@@ -173,6 +173,15 @@ func (c SharedConfig) validate() error {
 // up to 5000/s, and the stranded slots are counted (Unused). Ten slots is
 // where Redis stays off the hot path (0.1 calls per request); shorter
 // leases would strand less and cost a call for every few requests.
+//
+// Below 1000/s that cost is paid where the loss arises: a replica that
+// let a slot of its lease pass (it was stopped, or woke more than the
+// 2ms below late) leases as little as it may for the next 2 seconds,
+// limit × 2ms rounded up (1 slot at 300/s, 2 at 600/s), one Redis call per
+// lease. A replica stopped every 400ms then strands one or two slots per
+// stop instead of 10ms of them, and calls Redis up to once per slot while
+// it keeps stalling; the others keep their long leases. From 1000/s a
+// lease stays 10 slots, so a stop there strands up to 10 slots.
 //
 // Slot times come from the server's clock. Each reply carries the
 // server's now, read somewhere within the round trip, so the local time
