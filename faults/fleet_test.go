@@ -264,14 +264,16 @@ func TestFleetHoldsTheSharedRateWhileAReplicaIsStoppedEvery400ms(t *testing.T) {
 	halt := make(chan struct{})
 	var resumed []time.Time
 	var wg sync.WaitGroup
+	// The stalls end, and the replica runs, however the test ends.
+	stopStalls := sync.OnceFunc(func() { close(halt); wg.Wait() })
+	t.Cleanup(stopStalls)
 	stallStart := time.Now()
 	wg.Go(func() { resumed = stopEvery(f.replicas[0], 100*time.Millisecond, 400*time.Millisecond, halt) })
 	time.Sleep(settle)
 	from, before := time.Now(), f.scrape()
 	time.Sleep(stallFor - settle)
 	to, after := time.Now(), f.scrape()
-	close(halt)
-	wg.Wait()
+	stopStalls()
 	t.Logf("replica 0 stopped 100ms every 400ms: %d stops in %v", len(resumed), time.Since(stallStart).Round(time.Millisecond))
 
 	o := f.finish()
