@@ -3,8 +3,9 @@
 // nats-server, kfake for Kafka, a redis-server process, HTTP sinks on
 // loopback that record every request) and breaks things around them: kill -9
 // at random moments, signals during a drain, sinks that fail, hang, refuse,
-// reset or drip, brokers that restart, Redis that dies or stalls, poison
-// input, a large backlog. Each test states in its name the promise it
+// reset or drip, brokers that restart, Redis that dies or stalls, a fleet
+// of replicas sharing one rate with one of them stopped again and again by
+// signals or cut off from Redis, poison input, a large backlog. Each test states in its name the promise it
 // checks; together they hold shaper to the delivery contract of docs/guarantees.md:
 // every message ends delivered or dead-lettered, nothing is lost, the rate
 // and max_in_flight hold under retries.

@@ -118,7 +118,8 @@ func (r RedisConfig) Addresses() []string {
 }
 
 // Client returns a Redis client for r whose calls the caller bounds with
-// timeout (by its context): go-redis neither retries nor waits past it.
+// timeout (by its context): go-redis neither retries a command nor dials
+// more than once for one, and waits past the timeout for neither.
 func (r RedisConfig) Client(timeout time.Duration) (redis.UniversalClient, error) {
 	tlsCfg, err := tlsconf.Client(r.TLS)
 	if err != nil {
@@ -132,8 +133,12 @@ func (r RedisConfig) Client(timeout time.Duration) (redis.UniversalClient, error
 		DB:         r.DB,
 		TLSConfig:  tlsCfg,
 		// The limiter bounds every call by its own timeout and falls back;
-		// go-redis must not retry behind its back.
+		// go-redis must not retry behind its back: no command retries (-1,
+		// as 0 means the default 3), and one dial per call, where the
+		// default of five dials 100ms apart kept a replica whose Redis
+		// refused connections waiting 400ms, or its whole timeout.
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		DialTimeout:           max(timeout, time.Second),
 		ContextTimeoutEnabled: true, // a hung call ends at the limiter's timeout
 	}), nil

@@ -40,6 +40,13 @@ const (
 	leaseSlots   = 10
 	leaseSpanMax = 10 * time.Millisecond
 	leaseSpanMin = 2 * time.Millisecond
+	// leaseShortFor is how long a replica that let a leased slot pass (it
+	// was stopped, or woke too late) leases as few slots as it may: below
+	// 1000/s, leaseSpanMin of the schedule (1 or 2 slots) instead of
+	// leaseSpanMax. A replica stopped again and again (a CPU quota) then
+	// strands one or two slots per stop instead of up to 10ms of them.
+	// At 1000/s and above a lease stays 10 slots (0.1 calls per slot).
+	leaseShortFor = 2 * time.Second
 	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
 	// maxLate is the longest a leased slot may be handed out after its
@@ -48,6 +55,13 @@ const (
 	// busy machine), which would otherwise waste slots, while keeping any
 	// two slots at least 1/limit - 2ms apart.
 	maxLate = 2 * time.Millisecond
+
+	// stallLate is how late a deadline must be noticed to tell that this
+	// process did not run around it: it was stopped (SIGSTOP, a CPU quota
+	// throttling its container) or starved of CPU. A wait for Redis whose
+	// end came that late, or a call whose own deadline did, says nothing
+	// about Redis, which may well have answered meanwhile. See Fallback.
+	stallLate = 10 * time.Millisecond
 
 	// probeGapMin and probeGapMax bound the time from the start of one
 	// probe of Redis to the start of the next while fallen back. Each gap
@@ -143,8 +157,8 @@ func (c SharedConfig) validate() error {
 // where that is more (20 at 10 000/s; at most 1000). The replica hands the
 // lease out locally, slot i at its own time on the global schedule; one
 // Reserve in k waits for the call. Redis sees at most 100 calls a second
-// from the whole fleet up to 1000/s, 0.1 per slot up to 5000/s, and 500 a
-// second above.
+// from the whole fleet up to 1000/s while no replica lets a slot pass, 0.1
+// per slot up to 5000/s, and 500 a second above.
 //
 // Why leases this short: a slot that passes in a lease that a replica
 // holds is lost to the fleet, and a replica stopped for longer than the
@@ -159,6 +173,15 @@ func (c SharedConfig) validate() error {
 // up to 5000/s, and the stranded slots are counted (Unused). Ten slots is
 // where Redis stays off the hot path (0.1 calls per request); shorter
 // leases would strand less and cost a call for every few requests.
+//
+// Below 1000/s that cost is paid where the loss arises: a replica that
+// let a slot of its lease pass (it was stopped, or woke more than the
+// 2ms below late) leases as little as it may for the next 2 seconds,
+// limit × 2ms rounded up (1 slot at 300/s, 2 at 600/s), one Redis call per
+// lease. A replica stopped every 400ms then strands one or two slots per
+// stop instead of 10ms of them, and calls Redis up to once per slot while
+// it keeps stalling; the others keep their long leases. From 1000/s a
+// lease stays 10 slots, so a stop there strands up to 10 slots.
 //
 // Slot times come from the server's clock. Each reply carries the
 // server's now, read somewhere within the round trip, so the local time
@@ -250,6 +273,18 @@ func (c SharedConfig) validate() error {
 // switch either way may put one slot of the new limiter (Token mode: its
 // burst) right after the last of the old.
 //
+// Timeout is counted in time this process runs. A replica stopped for
+// longer than Timeout (SIGSTOP, a container throttled by its CPU quota,
+// which stops it for up to 100ms each period) would otherwise take every
+// stop for a Redis that does not answer and add its fallback limit to the
+// shared one until a probe brings it back. So a wait whose end is noticed
+// 10ms or more late (the process did not run then) gets one more Timeout
+// from that moment, and a call whose own deadline was noticed that late
+// fails without falling back: its waiters ask again. A reply that arrives
+// past the timeout is a success like any other: its slots that have
+// passed are let pass and counted as unused, the rest are used. Stops
+// between Timeout and Timeout + 10ms can still make a replica fall back.
+//
 // Reserve needs real time (time.Now) for now, since slots come from the
 // server's clock; Limit and the fallback work from any now.
 //
@@ -297,6 +332,9 @@ type Shared struct {
 	// unused counts leased slots given up: skipped because they had
 	// passed, or still in a lease when it was dropped.
 	unused int64
+	// shortUntil is when leases may be long again after a slot passed
+	// unused (see leaseShortFor).
+	shortUntil time.Time
 	// op is the Redis call for the shared limit asked for or running,
 	// nil when none is. A probe is never op, nor is a call left running
 	// when the limiter fell back.
@@ -346,9 +384,12 @@ type call struct {
 	probe   bool
 	// abandoned means a caller gave up waiting for the call and fell
 	// back; its error, when it comes, tells why. cut means the call's own
-	// deadline ended it, which tells nothing more.
+	// deadline ended it, which tells nothing more. stalled means that
+	// deadline was noticed stallLate or more late, which tells nothing
+	// about Redis.
 	abandoned bool
 	cut       bool
+	stalled   bool
 
 	// Set when the call starts: the rate it sends, whether it overwrites
 	// the stored one (SetRate), and which SetRate that is.
@@ -392,11 +433,9 @@ func NewShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 	s.mu.Lock()
 	op := s.requestLocked(0)
 	s.mu.Unlock()
-	timer := time.NewTimer(s.timeout)
-	defer timer.Stop()
-	select {
-	case <-op.done:
-	case <-timer.C:
+	w := s.newWait()
+	defer w.stop()
+	if !w.until(op.done) {
 		s.mu.Lock()
 		if s.op == op && !s.fallback {
 			s.timedOutLocked()
@@ -404,6 +443,47 @@ func NewShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 		s.mu.Unlock()
 	}
 	return s, nil
+}
+
+// wait is one caller's wait for Redis: Timeout of the time this process
+// runs. A timer that fires stallLate or more past its time tells that the
+// process was stopped or starved around it; the wait is then given one
+// more Timeout, from the moment it noticed, instead of counting as Redis's
+// failure to answer.
+type wait struct {
+	timeout  time.Duration
+	timer    *time.Timer
+	deadline time.Time
+	extended bool
+}
+
+func (s *Shared) newWait() *wait {
+	return &wait{timeout: s.timeout, timer: time.NewTimer(s.timeout), deadline: time.Now().Add(s.timeout)}
+}
+
+// until waits for done and reports true, or reports false once the wait
+// is over.
+func (w *wait) until(done <-chan struct{}) bool {
+	for {
+		select {
+		case <-done:
+			return true
+		case <-w.timer.C:
+			now := time.Now()
+			if w.extended || now.Sub(w.deadline) < stallLate {
+				return false
+			}
+			w.extended = true
+			w.deadline = now.Add(w.timeout)
+			w.timer.Reset(w.timeout)
+		}
+	}
+}
+
+func (w *wait) stop() {
+	if w != nil {
+		w.timer.Stop()
+	}
 }
 
 // newShared returns a Shared limiter for a valid cfg with its defaults
@@ -485,7 +565,7 @@ const (
 // slot finds the next slot for a caller at now and does with it what how
 // says; it reports whether it took it.
 func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
-	var timer *time.Timer
+	var w *wait
 	expired := false
 	s.mu.Lock()
 	for {
@@ -501,16 +581,12 @@ func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 				t, taken = now, s.local.Allow(now)
 			}
 			s.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
+			w.stop()
 			return t, taken
 		}
 		if t, taken, ok := s.takeLocked(now, how); ok {
 			s.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
+			w.stop()
 			return t, taken
 		}
 		if expired {
@@ -520,16 +596,12 @@ func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 			s.timedOutLocked()
 			continue
 		}
-		op := s.requestLocked(s.leaseSizeLocked())
+		op := s.requestLocked(s.leaseSizeLocked(now))
 		s.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(s.timeout)
+		if w == nil {
+			w = s.newWait()
 		}
-		select {
-		case <-op.done:
-		case <-timer.C:
-			expired = true
-		}
+		expired = !w.until(op.done)
 		s.mu.Lock()
 	}
 }
@@ -566,6 +638,7 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 			return t, false, true
 		}
 		s.unused++
+		s.shortUntil = now.Add(leaseShortFor)
 	}
 	return time.Time{}, false, false
 }
@@ -587,10 +660,13 @@ func (s *Shared) Unused() int64 {
 	return s.unused
 }
 
-// leaseSizeLocked returns how many slots to lease at the current limit. It
-// requires that s.mu is held.
-func (s *Shared) leaseSizeLocked() int {
+// leaseSizeLocked returns how many slots to lease at the current limit,
+// at now. It requires that s.mu is held.
+func (s *Shared) leaseSizeLocked(now time.Time) int {
 	k := math.Min(math.Ceil(s.limit*leaseSpanMax.Seconds()), leaseSlots)
+	if k < leaseSlots && now.Before(s.shortUntil) {
+		k = 1 // a slot passed unused lately: see leaseShortFor
+	}
 	k = math.Max(k, math.Ceil(s.limit*leaseSpanMin.Seconds()))
 	return int(math.Max(1, math.Min(k, maxLease)))
 }
@@ -756,8 +832,13 @@ func (s *Shared) do(ctx context.Context, op *call) {
 	if op.set {
 		set = "1"
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	start := time.Now()
+	deadline := start.Add(s.timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	// When this process noticed the deadline: late if it did not run
+	// around it (see stallLate).
+	noticed := make(chan time.Time, 1)
+	context.AfterFunc(ctx, func() { noticed <- time.Now() })
 	var vals []any
 	var err error
 	if op.probe && s.dial != nil {
@@ -769,17 +850,24 @@ func (s *Shared) do(ctx context.Context, op *call) {
 	}
 	recv := time.Now()
 	cancel()
+	// A call that failed at or past its deadline timed out, whether the
+	// context said so first or the connection's read deadline (set to the
+	// same time) did.
+	timedOut := err != nil && (ctx.Err() == context.DeadlineExceeded || !recv.Before(deadline))
 	var r reply
 	if err == nil {
 		r, err = parseReply(vals)
 	}
 	switch {
-	case err != nil && ctx.Err() == context.DeadlineExceeded:
+	case timedOut && (<-noticed).Sub(deadline) >= stallLate:
+		// The deadline was noticed late: this process did not run
+		// around it, and Redis may have answered meanwhile.
+		op.stalled = true
+		err = fmt.Errorf("limiter: shared key %q: the call to redis at %s ended %v after it began, its timeout %v noticed late: this process was stopped or starved",
+			s.key, s.target, recv.Sub(start).Round(time.Millisecond), s.timeout)
+	case timedOut:
 		op.cut = true
 		err = s.timeoutError()
-	case err == nil && recv.Sub(start) > s.timeout:
-		err = fmt.Errorf("limiter: shared key %q: redis at %s answered after %v, past the timeout %v",
-			s.key, s.target, recv.Sub(start).Round(time.Millisecond), s.timeout)
 	case err != nil:
 		err = fmt.Errorf("limiter: shared key %q: %w", s.key, err)
 	}
@@ -807,6 +895,11 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 				// The timeout alone does not say why; this does.
 				s.log.Warn("shared limiter: the redis call that timed out has failed", "key", s.key, "redis", s.target, "err", err)
 			}
+		case op.stalled && !op.probe:
+			// Not Redis's failure: the waiters ask again, each within
+			// its own wait.
+			s.log.Debug("shared limiter: a redis call outlived its timeout while this process did not run; asking again",
+				"key", s.key, "redis", s.target, "err", err)
 		case op.probe:
 			if s.fallback {
 				s.log.Debug("shared limiter: redis probe failed", "key", s.key, "redis", s.target,
@@ -842,8 +935,14 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 		s.log.Info("shared limiter: redis answers again; back to the shared limit",
 			"key", s.key, "limit", s.limit, "fallback_for", recv.Sub(s.since).Round(time.Millisecond))
 	}
+	// A reply that came past the timeout (this process was stopped or
+	// starved meanwhile) is a success like any other: its slots that have
+	// passed are let pass (takeLocked), and those to come are used. Only
+	// without an offset kept from an earlier reply can its slots not be
+	// placed: its own round trip would shift them that late.
+	placeable := !s.epoch.IsZero() || rtt <= s.timeout
 	at := s.mapLocked(r.now, recv, rtt)
-	if op.want > 0 && !newer && !s.closed {
+	if op.want > 0 && !newer && !s.closed && placeable {
 		s.dropLeaseLocked() // used up, or it would not have been asked for
 		s.lease = lease{
 			at:       at,

@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -36,9 +37,11 @@ func (s stall) until(t time.Time) time.Time {
 // A replica with a stall runs no code while stopped: it wakes at the end
 // of the stop, like a process that SIGSTOP held, and sends a slot that
 // came meanwhile late. It returns every send time of each limiter once
-// halt is closed.
-func departures(lims []*limiter.Shared, stalls []stall, halt <-chan struct{}) [][]time.Time {
-	sent := make([][]time.Time, len(lims))
+// halt is closed, and for each stop that held a slot of a limiter, how
+// many slots its first Reserve after the stop let pass (Unused).
+func departures(lims []*limiter.Shared, stalls []stall, halt <-chan struct{}) (sent [][]time.Time, stranded [][]int64) {
+	sent = make([][]time.Time, len(lims))
+	stranded = make([][]int64, len(lims))
 	var wg sync.WaitGroup
 	for i, l := range lims {
 		wg.Go(func() {
@@ -65,12 +68,20 @@ func departures(lims []*limiter.Shared, stalls []stall, halt <-chan struct{}) []
 					}
 				}
 			}
+			unusedBefore := int64(-1) // before a stop held a slot
 			for {
 				now, ok := sleep(time.Now())
 				if !ok {
 					return
 				}
 				slot := l.Reserve(now)
+				if unusedBefore >= 0 {
+					stranded[i] = append(stranded[i], l.Unused()-unusedBefore)
+					unusedBefore = -1
+				}
+				if !st.until(slot).Equal(slot) {
+					unusedBefore = l.Unused()
+				}
 				if now, ok = sleep(slot); !ok {
 					return
 				}
@@ -81,7 +92,7 @@ func departures(lims []*limiter.Shared, stalls []stall, halt <-chan struct{}) []
 	}
 	<-halt
 	wg.Wait()
-	return sent
+	return sent, stranded
 }
 
 // later returns the later of a and b.
@@ -148,9 +159,10 @@ func TestSharedFleetDeliversTheLimitWhileAReplicaStalls(t *testing.T) {
 	halt := make(chan struct{})
 	time.AfterFunc(runFor, func() { close(halt) })
 	var sentStalled, sentSteady [][]time.Time
+	var stranded [][]int64
 	var wg sync.WaitGroup
-	wg.Go(func() { sentStalled = departures(stalled, stalls, halt) })
-	wg.Go(func() { sentSteady = departures(steady, make([]stall, fleet), halt) })
+	wg.Go(func() { sentStalled, stranded = departures(stalled, stalls, halt) })
+	wg.Go(func() { sentSteady, _ = departures(steady, make([]stall, fleet), halt) })
 	wg.Wait()
 	calls := scriptCalls(t, admin) - callsBefore
 
@@ -164,6 +176,20 @@ func TestSharedFleetDeliversTheLimitWhileAReplicaStalls(t *testing.T) {
 	}
 	if n := stalled[0].Unused(); n == 0 {
 		t.Errorf("Unused() of the stalled replica = 0; want the slots its stops let pass")
+	}
+	// After its first stop the stalled replica leases limit × 2ms (2
+	// slots) at a time, not 10ms of the schedule (6): a stop strands
+	// fewer slots than a long lease holds.
+	var strandedAll int64
+	for _, n := range stranded[0] {
+		strandedAll += n
+	}
+	long := math.Ceil(limit * 0.010)
+	t.Logf("slots let pass by the stalled replica as it resumed, per stop: %v", stranded[0])
+	if stops := len(stranded[0]); stops < 2 {
+		t.Errorf("%d stops held a slot; want several", stops)
+	} else if mean := float64(strandedAll-stranded[0][0]) / float64(stops-1); mean > long/2 {
+		t.Errorf("the stalled replica let pass %.1f slots per stop after its first; want at most half a 10ms lease (%v slots): its leases should be short", mean, long)
 	}
 	for _, r := range []fleetRun{got, base} {
 		if !atMostOver(r.rate, limit, 0.01, 0.15) {
