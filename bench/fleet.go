@@ -77,7 +77,7 @@ const (
 )
 
 func runFleet(ctx context.Context, b *bench) (*FleetSection, error) {
-	sec := &FleetSection{WindowSeconds: 5, SettleSeconds: 1, StallMs: 100, StallEveryMs: 400}
+	sec := &FleetSection{WindowSeconds: 5, SettleSeconds: 2, StallMs: 100, StallEveryMs: 400}
 	fleets, limits := []int{1, 3, 5}, []float64{100, 1000, 5000}
 	if b.o.quick {
 		sec.WindowSeconds, sec.SettleSeconds = 2, 0.5
