@@ -2,11 +2,11 @@
 // `make bench` runs) measures, side by side in one run, the shaping
 // precision of the real pipeline beside two baselines, the overhead of the
 // limiter and of a running daemon, the throughput ceiling, memory under a
-// large backlog, the Redis-shared limiter, how the rate follows a sink
-// that pushes back, what keys cost (lanes) and what per-message
-// destinations cost (url_from to many hosts), and what shaper costs beside
-// the loop a user would write instead and Benthos (peers), and writes
-// docs/benchmarks.md, docs/benchmarks.json and the pictures.
+// large backlog, one rate shared by replicas through Redis (fleet), how
+// the rate follows a sink that pushes back, what keys cost (lanes) and what
+// per-message destinations cost (url_from to many hosts), and what shaper
+// costs beside the loop a user would write instead and Benthos (peers), and
+// writes docs/benchmarks.md, docs/benchmarks.json and the pictures.
 //
 // Every section runs on one runner (runner.go): it starts the brokers,
 // publishes, runs in-process pipelines or `shaper run` children on a
@@ -161,6 +161,7 @@ func (r *Report) sections() []entry {
 		register("overhead", &r.Overhead, runOverhead),
 		register("throughput", &r.Throughput, runThroughput),
 		register("scale", &r.Scale, runScale),
+		register("fleet", &r.Fleet, runFleet),
 		register("picture", &r.Picture, runPicture),
 		register("pushback", &r.Pushback, runPushback),
 		register("lanes", &r.Lanes, runLanes),

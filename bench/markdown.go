@@ -145,17 +145,6 @@ func (s *ScaleSection) markdown(p func(string, ...any), r *Report) {
 			mark(fmt.Sprintf("%.1f MiB", bl.RSSMiB), bl.Backlog >= 1_000_000 && bl.RSSMiB > 64))
 	}
 	p("")
-	p("### Shared limit through Redis\n")
-	p("Three `shaper run` replicas share one JetStream durable and one limit in a real `redis-server`; the sink counts what all three send together over the window. Redis calls are the `EVALSHA` + `EVAL` calls in `INFO commandstats` over the window (statistics reset at its start), per request the sink received.\n")
-	table(p, ">replicas", ">shared limit", ">window", ">aggregate rate", ">error", ">most per 100 ms (limit/10 + 1)", ">Redis calls per request")
-	for _, sh := range s.Shared {
-		fallback := ""
-		if sh.Fallback {
-			fallback = " (a replica fell back to its local limit)"
-		}
-		p("| %d | %v/s | %.1f s | %.1f/s%s | %+.2f%% | %d (%d) | %.3f |", sh.Replicas, sh.Limit, sh.Seconds, sh.Rate, fallback, sh.RateErrPct, sh.Max100ms, sh.Allowed100ms, sh.CallsPerRequest)
-	}
-	p("")
 }
 
 func (s *PictureSection) markdown(p func(string, ...any), r *Report) {

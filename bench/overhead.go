@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
-
-	"github.com/shaper-dev/shaper/internal/window"
 )
 
 // OverheadSection is what shaping costs: one limiter decision, the CPU per
@@ -241,12 +238,10 @@ func (b *bench) throughputCase(ctx context.Context, name, source string, inFligh
 	return ThroughputCase{MaxInFlight: inFlight, Window: w, Exhausted: s.count.Load() >= throughputBacklog}, nil
 }
 
-// ScaleSection is memory under a large backlog and the Redis-shared
-// limiter across replicas.
+// ScaleSection is memory under a large backlog.
 type ScaleSection struct {
 	Common
 	Backlog []BacklogRun `json:"backlog"`
-	Shared  []SharedRun  `json:"shared"`
 }
 
 // BacklogRun is a `shaper run` child working through a Kafka backlog with
@@ -264,25 +259,6 @@ type BacklogRun struct {
 	// Capped is set when the run stopped at the time cap before the
 	// backlog was through.
 	Capped bool `json:"capped,omitempty"`
-}
-
-// SharedRun is three `shaper run` replicas sharing one limit through a
-// real redis-server. RateErrPct compares the aggregate with the one
-// shared limit; CallsPerRequest is the EVALSHA and EVAL calls the server
-// ran (INFO commandstats) per request the sink received, over the window;
-// Fallback is set when a replica reported shaper_limiter_fallback at the
-// end of the window: it ran on its local limit for a while.
-type SharedRun struct {
-	Replicas        int     `json:"replicas"`
-	Limit           float64 `json:"limit"`
-	Seconds         float64 `json:"seconds"`
-	Rate            float64 `json:"aggregate_rate"`
-	RateErrPct      float64 `json:"rate_err_pct"`
-	Max100ms        int     `json:"max_per_100ms"`
-	Allowed100ms    int     `json:"allowed_per_100ms"`
-	CallsPerRequest float64 `json:"redis_calls_per_request"`
-	Requests        int     `json:"requests"`
-	Fallback        bool    `json:"fallback,omitempty"`
 }
 
 func runScale(ctx context.Context, b *bench) (*ScaleSection, error) {
@@ -307,20 +283,6 @@ func runScale(ctx context.Context, b *bench) (*ScaleSection, error) {
 		progress("scale: backlog %d: %d delivered in %.1fs (%.0f/s), heap ≤ %.1f MiB, peak RSS %.1f MiB",
 			r.Backlog, r.Delivered, r.Seconds, r.Rate, r.HeapMiB, r.RSSMiB)
 		sec.Backlog = append(sec.Backlog, r)
-	}
-	redis, err := startRedis(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer redis.close()
-	for _, limit := range []float64{100, 1000} {
-		r, err := b.sharedRun(ctx, redis, limit)
-		if err != nil {
-			return nil, fmt.Errorf("shared limit %v: %w", limit, err)
-		}
-		progress("scale: 3 replicas sharing %v/s: %.1f/s (%+.2f%%), max/100ms %d (≤%d), %.3f Redis calls per request",
-			limit, r.Rate, r.RateErrPct, r.Max100ms, r.Allowed100ms, r.CallsPerRequest)
-		sec.Shared = append(sec.Shared, r)
 	}
 	return sec, nil
 }
@@ -359,68 +321,6 @@ func (b *bench) backlogRun(ctx context.Context, topic string, n int, limit time.
 	r.Rate = float64(r.Delivered) / r.Seconds
 	if r.RSSMiB = peakRSS(p); r.Delivered == 0 {
 		return r, fmt.Errorf("nothing delivered; log:\n%s", p.tail())
-	}
-	return r, nil
-}
-
-// sharedRun starts three replicas on one JetStream durable (they share its
-// messages) with one limit in Redis, and measures what the sink receives
-// from all of them together over a steady window.
-func (b *bench) sharedRun(ctx context.Context, redis *redisServer, limit float64) (SharedRun, error) {
-	const replicas = 3
-	steady := 4 * time.Second
-	if b.o.quick {
-		steady = 2 * time.Second
-	}
-	r := SharedRun{Replicas: replicas, Limit: limit, Allowed100ms: int(limit/10) + 1}
-	stream := fmt.Sprintf("SHARED%d", int(limit))
-	// Enough for the start, the steady window and a margin, whatever the rate.
-	drop, err := b.stream(ctx, stream, int(limit*(steady.Seconds()+15)))
-	if err != nil {
-		return r, err
-	}
-	defer drop()
-	s, err := startSink(true)
-	if err != nil {
-		return r, err
-	}
-	defer s.close()
-	config := pipelineYAML("shared", b.natsYAML(stream, "shaper-shared"), "bucket: {capacity: 1000, max_queue_time: 1m}",
-		fmt.Sprintf("rate: {limit: %v, shared: {redis: {addr: %q}, key: \"shaper:bench:%v\", fallback_limit: %v, timeout: 200ms}}", limit, redis.Addr, limit, limit/replicas),
-		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 8}}", s.URL))
-	ds, err := b.startDaemons(ctx, fmt.Sprintf("shared-%v", limit), slices.Repeat([]string{config}, replicas))
-	if err != nil {
-		return r, err
-	}
-	defer ds.kill()
-	if !waitFor(ctx, time.Minute, s.reached(int64(limit))) {
-		return r, fmt.Errorf("no steady delivery within a minute; log:\n%s", ds[0].tail())
-	}
-	time.Sleep(500 * time.Millisecond)
-	if err := redis.client.ConfigResetStat(ctx).Err(); err != nil {
-		return r, err
-	}
-	from := time.Now()
-	time.Sleep(steady)
-	to := time.Now()
-	calls, err := redis.scriptCalls(ctx)
-	if err != nil {
-		return r, err
-	}
-	in := between(s.arrivals(), from, to)
-	r.Seconds = to.Sub(from).Seconds()
-	r.Requests = len(in)
-	r.Rate = float64(len(in)) / r.Seconds
-	r.RateErrPct = 100 * (r.Rate - limit) / limit
-	r.Max100ms = window.Most(in, 100*time.Millisecond)
-	if len(in) > 0 {
-		r.CallsPerRequest = float64(calls) / float64(len(in))
-	}
-	for _, p := range ds {
-		if m, err := p.scrape("shaper_limiter_fallback"); err == nil && m["shaper_limiter_fallback"] > 0 {
-			r.Fallback = true
-			progress("scale: a replica had fallen back to its local limit at the end of the window")
-		}
 	}
 	return r, nil
 }

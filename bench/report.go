@@ -25,6 +25,7 @@ type Report struct {
 	Overhead     *OverheadSection     `json:"overhead,omitempty"`
 	Throughput   *ThroughputSection   `json:"throughput,omitempty"`
 	Scale        *ScaleSection        `json:"scale,omitempty"`
+	Fleet        *FleetSection        `json:"fleet,omitempty"`
 	Picture      *PictureSection      `json:"picture,omitempty"`
 	Pushback     *PushbackSection     `json:"pushback,omitempty"`
 	Lanes        *LanesSection        `json:"lanes,omitempty"`
