@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"math"
 	"regexp"
@@ -60,12 +61,8 @@ const (
 
 // SetDefaults fills every field left out with its default.
 func (k *KeyConfig) SetDefaults() {
-	if k.MaxKeys == 0 {
-		k.MaxKeys = DefaultMaxKeys
-	}
-	if k.MaxLength == 0 {
-		k.MaxLength = DefaultMaxKeyLength
-	}
+	k.MaxKeys = cmp.Or(k.MaxKeys, DefaultMaxKeys)
+	k.MaxLength = cmp.Or(k.MaxLength, DefaultMaxKeyLength)
 }
 
 // Validate reports every problem of a defaulted k at key path path.
@@ -119,25 +116,15 @@ func (p *PipelineConfig) SetDefaults() {
 
 // SetDefaults fills every field left out with its default.
 func (b *BucketConfig) SetDefaults() {
-	if b.Capacity == 0 {
-		b.Capacity = DefaultCapacity
-	}
-	if b.MaxQueueTime == 0 {
-		b.MaxQueueTime = DefaultMaxQueueTime
-	}
-	if b.OnExpire == "" {
-		b.OnExpire = OnExpireDeadLetter
-	}
-	if b.PerKeyCapacity == 0 {
-		b.PerKeyCapacity = b.Capacity
-	}
+	b.Capacity = cmp.Or(b.Capacity, DefaultCapacity)
+	b.MaxQueueTime = cmp.Or(b.MaxQueueTime, DefaultMaxQueueTime)
+	b.OnExpire = cmp.Or(b.OnExpire, OnExpireDeadLetter)
+	b.PerKeyCapacity = cmp.Or(b.PerKeyCapacity, b.Capacity)
 }
 
 // SetDefaults fills every field left out with its default.
 func (r *RateConfig) SetDefaults() {
-	if r.Mode == "" {
-		r.Mode = ModeLeaky
-	}
+	r.Mode = cmp.Or(r.Mode, ModeLeaky)
 	if r.Burst == nil {
 		burst := 1
 		if r.Mode == ModeToken && r.Limit > 1 {
@@ -153,53 +140,29 @@ func (r *RateConfig) SetDefaults() {
 		k.Burst = &burst
 	}
 	if a := r.Adaptive; a != nil {
-		if a.Min == 0 {
-			a.Min = math.Min(DefaultAdaptiveMin, r.Limit)
-		}
-		if a.Decrease == 0 {
-			a.Decrease = DefaultAdaptiveDecrease
-		}
-		if a.Increase == 0 {
-			a.Increase = DefaultAdaptiveIncrease
-		}
+		a.Min = cmp.Or(a.Min, math.Min(DefaultAdaptiveMin, r.Limit))
+		a.Decrease = cmp.Or(a.Decrease, DefaultAdaptiveDecrease)
+		a.Increase = cmp.Or(a.Increase, DefaultAdaptiveIncrease)
 	}
 }
 
 // SetDefaults fills every field left out with its default.
 func (d *DeliveryConfig) SetDefaults() {
-	if d.Timeout == 0 {
-		d.Timeout = DefaultTimeout
-	}
-	if d.MaxInFlight == 0 {
-		d.MaxInFlight = DefaultMaxInFlight
-	}
+	d.Timeout = cmp.Or(d.Timeout, DefaultTimeout)
+	d.MaxInFlight = cmp.Or(d.MaxInFlight, DefaultMaxInFlight)
 	r := &d.Retry
-	if r.MaxAttempts == 0 {
-		r.MaxAttempts = DefaultMaxAttempts
-	}
-	if r.InitialBackoff == 0 {
-		r.InitialBackoff = DefaultInitialBackoff
-	}
-	if r.MaxBackoff == 0 {
-		r.MaxBackoff = max(DefaultMaxBackoff, r.InitialBackoff)
-	}
-	if r.MaxElapsed == 0 {
-		r.MaxElapsed = DefaultMaxElapsed
-	}
+	r.MaxAttempts = cmp.Or(r.MaxAttempts, DefaultMaxAttempts)
+	r.InitialBackoff = cmp.Or(r.InitialBackoff, DefaultInitialBackoff)
+	r.MaxBackoff = cmp.Or(r.MaxBackoff, max(DefaultMaxBackoff, r.InitialBackoff))
+	r.MaxElapsed = cmp.Or(r.MaxElapsed, DefaultMaxElapsed)
 	b := &d.Breaker
 	if b.Failures == nil {
 		failures := DefaultBreakerFailures
 		b.Failures = &failures
 	}
-	if b.Window == 0 {
-		b.Window = DefaultBreakerWindow
-	}
-	if b.OpenFor == 0 {
-		b.OpenFor = DefaultBreakerOpenFor
-	}
-	if b.MaxOpen == 0 {
-		b.MaxOpen = max(DefaultBreakerMaxOpen, b.OpenFor)
-	}
+	b.Window = cmp.Or(b.Window, DefaultBreakerWindow)
+	b.OpenFor = cmp.Or(b.OpenFor, DefaultBreakerOpenFor)
+	b.MaxOpen = cmp.Or(b.MaxOpen, max(DefaultBreakerMaxOpen, b.OpenFor))
 }
 
 var pipelineName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
