@@ -338,9 +338,7 @@ func waitGroupStable(t *testing.T, cl *kgo.Client, group string, n int) {
 	t.Helper()
 	var state string
 	var members int
-	if !testwait.Until(15*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	if !testwait.UntilEach(15*time.Second, 5*time.Second, func(ctx context.Context) bool {
 		req := kmsg.NewPtrDescribeGroupsRequest()
 		req.Groups = []string{group}
 		resp, err := req.RequestWith(ctx, cl)
