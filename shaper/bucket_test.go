@@ -53,24 +53,24 @@ func TestBucketTakeReportsWhenTheNextRetryIsDue(t *testing.T) {
 	}
 }
 
-func TestBucketRoomCountsEveryHeldMessageUntilReleased(t *testing.T) {
+func TestBucketHoldsEveryMessageUntilReleased(t *testing.T) {
 	now := time.Now()
 	b := newBucket(5, laneOptions{})
 	b.admit(now, msgs(3), nil)
-	if got := b.Room(); got != 2 {
-		t.Fatalf("Room() = %d; want 2", got)
+	if got := b.Held(); got != 3 {
+		t.Fatalf("Held() = %d; want 3", got)
 	}
 	inFlight, _ := b.take(now) // in flight: still held
-	if got := b.Room(); got != 2 {
-		t.Fatalf("Room() with one in flight = %d; want 2", got)
+	if got := b.Held(); got != 3 {
+		t.Fatalf("Held() with one in flight = %d; want 3", got)
 	}
 	b.release(inFlight)
-	if got := b.Room(); got != 3 {
-		t.Fatalf("Room() after release = %d; want 3", got)
+	if got := b.Held(); got != 2 {
+		t.Fatalf("Held() after release = %d; want 2", got)
 	}
 	b.SetCapacity(1)
-	if got := b.Room(); got != 0 {
-		t.Fatalf("Room() after shrinking below held = %d; want 0", got)
+	if got, c := b.Held(), b.Capacity(); got != 2 || c != 1 {
+		t.Fatalf("Held(), Capacity() after shrinking below held = %d, %d; want 2, 1", got, c)
 	}
 }
 
