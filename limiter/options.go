@@ -76,9 +76,7 @@ func (o *SharedOptions) Validate(path string, limit float64) error {
 	} else if o.FallbackLimit > limit {
 		ps.Add(path+".fallback_limit", "must be <= rate.limit (%v), got %v", limit, o.FallbackLimit)
 	}
-	if o.Timeout <= 0 {
-		ps.Add(path+".timeout", "must be > 0, got %s", o.Timeout)
-	}
+	ps.Positive(path+".timeout", o.Timeout)
 	return ps.Err()
 }
 

@@ -189,9 +189,7 @@ func (b BucketConfig) Validate(path string) error {
 	case b.Capacity > MaxCapacity:
 		ps.Add(path+".capacity", "must be at most %d, got %d", MaxCapacity, b.Capacity)
 	}
-	if b.MaxQueueTime <= 0 {
-		ps.Add(path+".max_queue_time", "must be > 0, got %s", b.MaxQueueTime)
-	}
+	ps.Positive(path+".max_queue_time", b.MaxQueueTime)
 	atMostMaxDuration(path+".max_queue_time", b.MaxQueueTime, &ps)
 	switch b.OnExpire {
 	case OnExpireDeadLetter, OnExpireDrop, OnExpireDeliver:
@@ -275,9 +273,7 @@ func validateRate(path, mode string, limit float64, burst *int, maxQueueTime tim
 // its keys are (a sink's: pipelines[0].sink.http).
 func (d DeliveryConfig) Validate(path string) error {
 	var ps check.Problems
-	if d.Timeout <= 0 {
-		ps.Add(path+".timeout", "must be > 0, got %s", d.Timeout)
-	}
+	ps.Positive(path+".timeout", d.Timeout)
 	if d.MaxInFlight < 1 {
 		ps.Add(path+".max_in_flight", "must be >= 1, got %d", d.MaxInFlight)
 	}
@@ -285,16 +281,12 @@ func (d DeliveryConfig) Validate(path string) error {
 	if r.MaxAttempts < 1 {
 		ps.Add(rp+".max_attempts", "must be >= 1, got %d", r.MaxAttempts)
 	}
-	if r.InitialBackoff <= 0 {
-		ps.Add(rp+".initial_backoff", "must be > 0, got %s", r.InitialBackoff)
-	}
+	ps.Positive(rp+".initial_backoff", r.InitialBackoff)
 	if r.MaxBackoff < r.InitialBackoff {
 		ps.Add(rp+".max_backoff", "must be >= initial_backoff (%s), got %s", r.InitialBackoff, r.MaxBackoff)
 	}
 	atMostMaxDuration(rp+".max_backoff", r.MaxBackoff, &ps)
-	if r.MaxElapsed <= 0 {
-		ps.Add(rp+".max_elapsed", "must be > 0, got %s", r.MaxElapsed)
-	}
+	ps.Positive(rp+".max_elapsed", r.MaxElapsed)
 	atMostMaxDuration(rp+".max_elapsed", r.MaxElapsed, &ps)
 	b, bp := d.Breaker, path+".breaker"
 	if b.Failures != nil && *b.Failures < 0 {
@@ -303,9 +295,7 @@ func (d DeliveryConfig) Validate(path string) error {
 	if b.Window < 0 {
 		ps.Add(bp+".window", "must be >= 0, got %s", b.Window)
 	}
-	if b.OpenFor <= 0 {
-		ps.Add(bp+".open_for", "must be > 0, got %s", b.OpenFor)
-	}
+	ps.Positive(bp+".open_for", b.OpenFor)
 	if b.MaxOpen < b.OpenFor {
 		ps.Add(bp+".max_open", "must be >= open_for (%s), got %s", b.OpenFor, b.MaxOpen)
 	}
