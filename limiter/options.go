@@ -149,8 +149,9 @@ func (s OwnedShared) Close() error {
 	return errors.Join(s.Shared.Close(), s.client.Close())
 }
 
-// Keys returns per-key limits of cfg through s's Redis client.
-func (s OwnedShared) Keys(cfg SharedKeysConfig) (*SharedKeys, error) {
+// Keys returns per-key limits of cfg (see NewSharedKeys) through s's Redis
+// client.
+func (s OwnedShared) Keys(cfg SharedConfig) (*SharedKeys, error) {
 	return NewSharedKeys(s.client, cfg)
 }
 
