@@ -1,11 +1,8 @@
 package main
 
 import (
-	"encoding/xml"
 	"errors"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,60 +128,6 @@ PASS
 	}
 }
 
-func TestPicturesAreWellFormedXML(t *testing.T) {
-	tests := []struct {
-		name, svg string
-		want      []string
-	}{
-		{"shaping", shapingSVG(&PictureSection{Burst: 20, Limit: 100, BinMs: 100, Panels: []PicturePanel{
-			{Limiter: implLeaky, Label: "leaky <mode> & co", In: []int{0, 20, 0, 0}, Out: []int{0, 10, 10, 0}, Max100ms: 10, Took: 0.2},
-			{Limiter: implFixed, Label: "fixed", In: []int{0, 20, 0, 0}, Out: []int{0, 20, 0, 0}, Max100ms: 20, Took: 0.1},
-		}}), []string{"leaky &lt;mode&gt; &amp; co", "requests per second", "seconds"}},
-		{"pushback", pushbackSVG(&PushbackSection{Limit: 100, Steps: pushbackSteps, Seconds: 4, Runs: []PushbackRun{
-			{Name: "adaptive", Label: "adaptive <min 5> & co", Samples: []PushbackSample{{T: 0.5, Limit: 100, Capacity: 3, Delivered: 3}, {T: 1, Limit: 80, Capacity: 3, Delivered: 2, Throttled: 1}}},
-			{Name: "fixed", Label: "fixed", Samples: []PushbackSample{{T: 0.5, Limit: 100, Capacity: 3, Delivered: 3}}},
-		}}), []string{"adaptive &lt;min 5&gt; &amp; co", "limit in force", "sink capacity", "requests per second"}},
-		{"lanes", lanesSVG(&LaneTwoKeys{Limit: 100, A: 20, B: 2, BinMs: 100, Runs: []LaneTwoKeysRun{
-			{Label: "without <lanes>", Seconds: 0.3, FirstB: 0.2, LastB: 0.25, ACumulative: []int{10, 20, 20}, BSeconds: []float64{0.2, 0.25}},
-		}}), []string{"without &lt;lanes&gt;", "last B: 0.25 s", "B delivered (of 2)"}},
-	}
-	for _, tt := range tests {
-		checkSVG(t, tt.name, tt.svg, tt.want...)
-	}
-}
-
-// checkSVG fails the test unless svg is well-formed XML holding every want.
-func checkSVG(t *testing.T, name, svg string, want ...string) {
-	t.Helper()
-	d := xml.NewDecoder(strings.NewReader(svg))
-	for {
-		_, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: not well-formed XML: %v\n%s", name, err, svg)
-		}
-	}
-	for _, w := range want {
-		if !strings.Contains(svg, w) {
-			t.Errorf("%s lacks %q", name, w)
-		}
-	}
-}
-
-func TestThousandsGroupsDigitsByThree(t *testing.T) {
-	tests := []struct {
-		give int
-		want string
-	}{{5, "5"}, {999, "999"}, {2000, "2\u2009000"}, {20000, "20\u2009000"}, {1234567, "1\u2009234\u2009567"}}
-	for _, tt := range tests {
-		if got := thousands(tt.give); got != tt.want {
-			t.Errorf("thousands(%d) = %q; want %q", tt.give, got, tt.want)
-		}
-	}
-}
-
 var pushbackSteps = []PushbackStep{{At: 0, Capacity: 3}, {At: 2, Capacity: 1}}
 
 func TestSlidingContractAdmitsTheCapacityOfItsStepInAnySecond(t *testing.T) {
@@ -284,26 +227,6 @@ func TestMeasurePushbackCountsEachStepsSteadyState(t *testing.T) {
 	}
 }
 
-// The page says how to run a figure again, never where a run wrote its
-// files or what someone noted after the command.
-func TestReproducibleKeepsWhatIsMeasuredAndDropsWhereItWasWritten(t *testing.T) {
-	tests := []struct {
-		give, want string
-	}{
-		{"go run ./bench", "go run ./bench"},
-		{"go run ./bench -only peers -out /tmp/x", "go run ./bench -only peers"},
-		{"go run ./bench -out=/tmp/x -quick -only=lanes", "go run ./bench -quick -only lanes"},
-		{"go run ./bench -shaper /tmp/shaper -peer-cases jetstream-100 -cpuprofile cpu.out", "go run ./bench -peer-cases jetstream-100"},
-		{"go run ./bench -only peers -out /tmp/final at abc1234 (a note)", "go run ./bench -only peers"},
-		{"something else", "go run ./bench"},
-	}
-	for _, tt := range tests {
-		if got := reproducible(tt.give); got != tt.want {
-			t.Errorf("reproducible(%q) = %q; want %q", tt.give, got, tt.want)
-		}
-	}
-}
-
 // TestRenderedDocsAreTheFiguresOfBenchmarksJSON renders docs/benchmarks.json
 // again, as `go run ./bench -render` does, and finds docs/benchmarks.md and
 // the pictures as they are: the page holds what the JSON holds.
@@ -368,47 +291,6 @@ func TestGoalsAreHeldToTheirTargets(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestFleetCountsEachHostsRequestsAndAcceptedConnections(t *testing.T) {
-	f, err := startFleet(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.close()
-	urls := f.urls()
-	for i, u := range urls {
-		if want := "http://" + hostIP(i) + ":"; !strings.HasPrefix(u, want) {
-			t.Errorf("urls()[%d] = %q; want it to start %q", i, u, want)
-		}
-	}
-	// One client keeps its connection to host 0 for three requests; three
-	// clients each open their own to host 1 and keep it; host 2 gets
-	// nothing.
-	post := func(c *http.Client, url string) {
-		resp, err := c.Post(url, "application/json", strings.NewReader(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	keep := &http.Client{Transport: &http.Transport{}}
-	defer keep.CloseIdleConnections()
-	for range 3 {
-		post(keep, urls[0])
-	}
-	for range 3 {
-		c := &http.Client{Transport: &http.Transport{}}
-		defer c.CloseIdleConnections()
-		post(c, urls[1])
-	}
-	if got, want := f.counts(), (fleetCounts{requests: 6, connections: 4, maxConnections: 3, maxOpen: 3, reached: 2}); got != want {
-		t.Errorf("counts() = %+v; want %+v", got, want)
-	}
-	if n := f[0].maxOpen.Load(); n != 1 {
-		t.Errorf("host 0: most open at once = %d; want 1", n)
 	}
 }
 

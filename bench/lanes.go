@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/shaper-dev/shaper/shaper"
@@ -358,7 +357,7 @@ func (b *bench) twoKeysRun(ctx context.Context, r *LaneTwoKeys, name string, min
 		return LaneTwoKeysRun{}, err
 	}
 	defer drop()
-	if err := b.publishMerchants(ctx, name+".in", r.A, r.B); err != nil {
+	if err := b.js.PublishMsgs(ctx, name+".in", r.A+r.B, merchantMsg(name+".in", r.A)); err != nil {
 		return LaneTwoKeysRun{}, err
 	}
 	s, err := serveSink(&sink{record: true, keyed: true}, "127.0.0.1")
@@ -428,20 +427,11 @@ func measureTwoKeys(got []arrival, first, end time.Time, want int, bin time.Dura
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
-// publishMerchants publishes a messages with header Merchant-Id: A and
-// bodies, ..., then b with Merchant-Id: B and bodies B-0, ...,
-// to subject in that order, and waits for every ack.
-func (b *bench) publishMerchants(ctx context.Context, subject string, a, n int) error {
-	nc, err := nats.Connect(b.js.URL())
-	if err != nil {
-		return fmt.Errorf("nats connect: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	for i := range a + n {
+// merchantMsg is message i of the two-keys backlog on subject: the first
+// a with header Merchant-Id: A and bodies, ..., then those with
+// Merchant-Id: B and bodies B-0, ...
+func merchantMsg(subject string, a int) func(i int) *nats.Msg {
+	return func(i int) *nats.Msg {
 		m := nats.NewMsg(subject)
 		key, k := "A", i
 		if i >= a {
@@ -449,16 +439,6 @@ func (b *bench) publishMerchants(ctx context.Context, subject string, a, n int) 
 		}
 		m.Header.Set(merchantHeader, key)
 		m.Data = fmt.Appendf(nil, "%s-%d", key, k)
-		if _, err := js.PublishMsgAsync(m); err != nil {
-			return fmt.Errorf("jetstream: publish to %s: %w", subject, err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(time.Minute):
-		return fmt.Errorf("jetstream: publish to %s: acks still pending after a minute", subject)
+		return m
 	}
 }

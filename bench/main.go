@@ -58,25 +58,23 @@ type options struct {
 	tmp        string          // configs, logs and the shaper binary of this run
 }
 
-var sections = []string{"precision", "overhead", "throughput", "scale", "picture", "pushback", "lanes", "destinations", "peers", "tuning"}
-
 func realMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	o := &options{}
 	fs.StringVar(&o.out, "out", "docs", "directory for benchmarks.md, benchmarks.json and the pictures, relative to the module root")
-	only := fs.String("only", "", "comma-separated sections to run (default all): "+strings.Join(sections, ", "))
+	only := fs.String("only", "", "comma-separated sections to run (default all): "+strings.Join(sectionNames(), ", "))
 	fs.BoolVar(&o.quick, "quick", false, "short runs, to check the harness itself; the figures are not for publishing")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines, the brokers, the sinks) to this file")
 	fs.StringVar(&o.shaper, "shaper", "", "use this shaper binary for the `shaper run` children instead of building ./cmd/shaper")
-	peerCases := fs.String("peer-cases", "", "with peers: comma-separated cases to run (default all): jetstream-1000, jetstream-100, kafka-1000, core-1000, jetstream-5000")
+	peerCases := fs.String("peer-cases", "", "with peers: comma-separated cases to run (default all): jetstream-1000, jetstream-100, kafka-1000, core-1000, jetstream-5000, jetstream-https-1000, jetstream-https-100")
 	render := fs.String("render", "", "measure nothing: write benchmarks.md and the pictures again from this benchmarks.json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	o.only, o.peerCases = set(*only), set(*peerCases)
 	for s := range o.only {
-		if !slices.Contains(sections, s) {
-			return fmt.Errorf("-only: unknown section %q (want %s)", s, strings.Join(sections, ", "))
+		if !slices.Contains(sectionNames(), s) {
+			return fmt.Errorf("-only: unknown section %q (want %s)", s, strings.Join(sectionNames(), ", "))
 		}
 	}
 	var err error
@@ -116,19 +114,19 @@ func realMain(ctx context.Context, args []string) error {
 	// A section that fails is left out and named in the report; the others
 	// still run, and the harness exits 1 after writing what it measured.
 	var errs []error
-	for _, name := range sections {
-		if len(o.only) > 0 && !o.only[name] || ctx.Err() != nil {
+	for _, e := range rep.sections() {
+		if len(o.only) > 0 && !o.only[e.name] || ctx.Err() != nil {
 			continue
 		}
 		t, probe := time.Now(), startLoadProbe()
-		progress("== %s", name)
-		s, err := rep.run(ctx, b, name)
-		progress("== %s took %.0fs", name, time.Since(t).Seconds())
+		progress("== %s", e.name)
+		s, err := e.run(ctx, b)
+		progress("== %s took %.0fs", e.name, time.Since(t).Seconds())
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", e.name, err))
 			continue
 		}
-		*s = Common{Load: probe.stop(), MeasuredBy: &Provenance{Command: rep.Command, Date: rep.Date}}
+		*s.common() = Common{Load: probe.stop(), MeasuredBy: &Provenance{Command: rep.Command, Date: rep.Date}}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err() // interrupted: nothing worth writing
@@ -146,32 +144,73 @@ func realMain(ctx context.Context, args []string) error {
 	return err
 }
 
-// run measures the section name into the report, and returns where its
-// load and provenance go.
-func (r *Report) run(ctx context.Context, b *bench, name string) (*Common, error) {
-	runs := map[string]func(context.Context, *bench) (section, error){
-		"precision": into(&r.Precision, runPrecision), "overhead": into(&r.Overhead, runOverhead),
-		"throughput": into(&r.Throughput, runThroughput), "scale": into(&r.Scale, runScale),
-		"picture": into(&r.Picture, runPicture), "pushback": into(&r.Pushback, runPushback),
-		"lanes": into(&r.Lanes, runLanes), "destinations": into(&r.Destinations, runDestinations),
-		"peers": into(&r.Peers, runPeers), "tuning": into(&r.Tuning, runTuning),
-	}
-	s, err := runs[name](ctx, b)
-	if err != nil {
-		return nil, err
-	}
-	return s.common(), nil
+// entry is one section of the harness: its name for -only, how it is
+// measured, and its figures in the report (nil when not measured).
+type entry struct {
+	name string
+	run  func(context.Context, *bench) (section, error)
+	got  func() section
 }
 
-// into is run, putting what it measured into dst.
-func into[S section](dst *S, run func(context.Context, *bench) (S, error)) func(context.Context, *bench) (section, error) {
-	return func(ctx context.Context, b *bench) (section, error) {
-		s, err := run(ctx, b)
-		if err == nil {
-			*dst = s
-		}
-		return s, err
+// sections are every section, in the order they run and appear on the
+// page, each with its place in r: adding a section is a field of Report
+// and a line here.
+func (r *Report) sections() []entry {
+	return []entry{
+		register("precision", &r.Precision, runPrecision),
+		register("overhead", &r.Overhead, runOverhead),
+		register("throughput", &r.Throughput, runThroughput),
+		register("scale", &r.Scale, runScale),
+		register("picture", &r.Picture, runPicture),
+		register("pushback", &r.Pushback, runPushback),
+		register("lanes", &r.Lanes, runLanes),
+		register("destinations", &r.Destinations, runDestinations),
+		register("peers", &r.Peers, runPeers),
+		register("tuning", &r.Tuning, runTuning),
 	}
+}
+
+// register is the entry of section name, which run measures into *dst.
+func register[T any, S interface {
+	*T
+	section
+}](name string, dst *S, run func(context.Context, *bench) (S, error)) entry {
+	return entry{name: name,
+		run: func(ctx context.Context, b *bench) (section, error) {
+			s, err := run(ctx, b)
+			if err != nil {
+				return nil, err
+			}
+			*dst = s
+			return s, nil
+		},
+		got: func() section {
+			if *dst == nil {
+				return nil
+			}
+			return *dst
+		},
+	}
+}
+
+// sectionNames are the sections' names, in order.
+func sectionNames() []string {
+	var names []string
+	for _, e := range (&Report{}).sections() {
+		names = append(names, e.name)
+	}
+	return names
+}
+
+// measured are the sections of r that hold figures, in order.
+func (r *Report) measured() []section {
+	var out []section
+	for _, e := range r.sections() {
+		if s := e.got(); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func set(list string) map[string]bool {

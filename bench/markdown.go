@@ -17,14 +17,9 @@ func (r *Report) markdown() string {
 	p("%s", reproducible(r.Command))
 	p("```\n")
 	p("Measured %s on %s, %d cores, %s%s.\n", r.Date, m.CPU, m.Cores, m.Go, map[bool]string{true: " (**-quick: short runs, not for publishing**)"}[r.Quick])
-	p("`make bench` runs every section. Flags: `-only %s`", strings.Join(sections, ","))
-	p("runs some sections; `-quick` checks the harness in a minute or two; `-cpuprofile FILE` profiles the harness")
-	p("process (the in-process pipelines); `-shaper BIN` uses a prebuilt binary for the `shaper run` children;")
-	p("`-render benchmarks.json` rewrites this page and the pictures from saved figures, measuring nothing. To see")
-	p("where a delivered message's CPU goes, profile the same path in one process:\n")
+	p("`make bench` runs every section. Flags: `-only %s` runs some sections; `-quick` checks the harness in a minute or two; `-cpuprofile FILE` profiles the harness process (the in-process pipelines); `-shaper BIN` uses a prebuilt binary for the `shaper run` children; `-render benchmarks.json` rewrites this page and the pictures from saved figures, measuring nothing. To see where a delivered message's CPU goes, profile the same path in one process:\n", strings.Join(sectionNames(), ","))
 	p("```")
-	p("go test -run '^$' -bench 'PipelineCPU/kafka/limit=1000' -benchtime 5000x -cpuprofile cpu.out ./bench/")
-	p("go tool pprof -top -cum cpu.out")
+	p("go test -run '^$' -bench 'PipelineCPU/kafka/limit=1000' -benchtime 5000x -cpuprofile cpu.out ./bench/\ngo tool pprof -top -cum cpu.out")
 	p("```\n")
 	table(p, "machine", "")
 	p("| CPU | %s, %d cores (GOMAXPROCS %d) |", m.CPU, m.Cores, m.GOMAXPROCS)
@@ -32,10 +27,7 @@ func (r *Report) markdown() string {
 	p("| OS | %s |", m.Kernel)
 	p("| Go | %s |", m.Go)
 	p("| load average (1 min) | %.2f at the start, %.2f at the end |\n", m.LoadStart, m.LoadEnd)
-	p("Everything runs on this one machine: the brokers (an embedded nats-server, kfake), the HTTP sink on")
-	p("127.0.0.1 and shaper share its cores. Each section says how much CPU *other* processes took while it")
-	p("ran (the machine's busy time minus the harness's and its children's); above %.0f%% its figures are", loadAffected)
-	p("marked as load-affected.\n")
+	p("Everything runs on this one machine: the brokers (an embedded nats-server, kfake), the HTTP sink on 127.0.0.1 and shaper share its cores. Each section says how much CPU *other* processes took while it ran (the machine's busy time minus the harness's and its children's); above %.0f%% its figures are marked as load-affected.\n", loadAffected)
 
 	if len(r.Failures) > 0 {
 		p("## Sections that failed\n")
@@ -47,16 +39,14 @@ func (r *Report) markdown() string {
 		p("```\n")
 	}
 	p("## Goals\n")
-	p("Reported, not asserted: the harness never fails on a missed goal. The spacing goals apply to leaky mode;")
-	p("token mode promises the average only (bursts up to `burst` are its contract), and its figures are in the")
-	p("precision table.\n")
+	p("Reported, not asserted: the harness never fails on a missed goal. The spacing goals apply to leaky mode; token mode promises the average only (bursts up to `burst` are its contract), and its figures are in the precision table.\n")
 	table(p, "goal", "measured", "")
 	for _, g := range r.Goals {
 		p("| %s | %s | %s |", g.Goal, g.Measured, map[bool]string{true: "met", false: "**missed**"}[g.Met])
 	}
 	p("")
 
-	for _, s := range present[section](r.Precision, r.Overhead, r.Throughput, r.Scale, r.Picture, r.Pushback, r.Lanes, r.Destinations, r.Peers, r.Tuning) {
+	for _, s := range r.measured() {
 		s.markdown(p, r)
 	}
 	return b.String()
@@ -64,21 +54,12 @@ func (r *Report) markdown() string {
 
 func (s *PrecisionSection) markdown(p func(string, ...any), r *Report) {
 	p("## Precision\n")
-	p("Through the real pipeline: %s. Each case publishes a backlog, starts a pipeline and records when every", s.Setup)
-	p("request reaches the sink. The steady state is every arrival from 1 s after the first on (2 s of it, 4 s at 10/s).")
-	p("The baselines drive the same pipeline through `shaper.Limiter`: **fixed-window** counts N per 1-second")
-	p("window and resets at the edge (started 0.3 s before an edge, so its first two windows meet there), and")
-	p("**x-time-rate** is `golang.org/x/time/rate` (burst 1) used like its `Wait`. Token mode runs with burst = limit/10.\n")
+	p("Through the real pipeline: %s. Each case publishes a backlog, starts a pipeline and records when every request reaches the sink. The steady state is every arrival from 1 s after the first on (2 s of it, 4 s at 10/s). The baselines drive the same pipeline through `shaper.Limiter`: **fixed-window** counts N per 1-second window and resets at the edge (started 0.3 s before an edge, so its first two windows meet there), and **x-time-rate** is `golang.org/x/time/rate` (burst 1) used like its `Wait`. Token mode runs with burst = limit/10.\n", s.Setup)
 	p("- *rate error*: steady-state rate vs the limit, (n−1)/(t_n−t_1); per whole window for the fixed window.")
-	p("- *most per 100 ms*: the most arrivals in any 100 ms window of the steady state; the goal is limit/10 + 1.")
-	p("  *departed* is the same count of the departures, as a probe around the limiter saw the slots taken: what")
-	p("  the limiter let go, before the way to the sink (a worker, the HTTP client, the sink's own goroutine) adds its jitter.")
+	p("- *most per 100 ms*: the most arrivals in any 100 ms window of the steady state; the goal is limit/10 + 1. *departed* is the same count of the departures, as a probe around the limiter saw the slots taken: what the limiter let go, before the way to the sink (a worker, the HTTP client, the sink's own goroutine) adds its jitter.")
 	p("- *most per 1 s*: the most in any 1 s window of the whole run, start included; allowed: limit + 1 (token: limit + burst).")
 	p("- *jitter*: p50 / p99 of |gap − 1/limit| between consecutive steady-state arrivals.")
-	p("- *scheduler late*: p50 / p99 / mean of how long after the previous slot's time the pipeline's scheduler asked the")
-	p("  limiter for the next one (a probe around the limiter): its timer's wake-up lateness. A leaky limiter asked")
-	p("  late keeps its schedule up to 2 ms late (the slots owed go together, never more than limit/10 + 1 in 100 ms")
-	p("  nor limit + 1 in a second) and loses what is later; a token bucket catches up, in a burst.\n")
+	p("- *scheduler late*: p50 / p99 / mean of how long after the previous slot's time the pipeline's scheduler asked the limiter for the next one (a probe around the limiter): its timer's wake-up lateness. A leaky limiter asked late keeps its schedule up to 2 ms late (the slots owed go together, never more than limit/10 + 1 in 100 ms nor limit + 1 in a second) and loses what is later; a token bucket catches up, in a burst.\n")
 	p("%s\n", loadLine(s.Load))
 	table(p, ">limit", "limiter", ">rate error", ">most per 100 ms (goal)", ">departed", ">most per 1 s (allowed)", ">jitter p50", ">jitter p99 (goal ≤ 1 ms to 1000/s)", ">scheduler late p50 / p99 / mean")
 	for _, c := range s.Cases {
@@ -102,9 +83,7 @@ func (s *OverheadSection) markdown(p func(string, ...any), r *Report) {
 	p("## Overhead\n")
 	p("%s\n", loadLine(s.Load))
 	p("### One limiter decision\n")
-	p("`%s` (from the module root): one sub-benchmark per limiter, medians of %d runs. `Reserve` is one", s.LimiterCommand, runsOf(s.Limiter))
-	p("goroutine; `ReserveParallel` is every goroutine on one limiter. Each runs on a fake clock, so `time.Now` is")
-	p("not measured; go.uber.org/ratelimit reads its own clock, a fake one that costs an atomic add per call.\n")
+	p("`%s` (from the module root): one sub-benchmark per limiter, medians of %d runs. `Reserve` is one goroutine; `ReserveParallel` is every goroutine on one limiter. Each runs on a fake clock, so `time.Now` is not measured; go.uber.org/ratelimit reads its own clock, a fake one that costs an atomic add per call.\n", s.LimiterCommand, runsOf(s.Limiter, func(l LimiterBench) int { return l.Runs }))
 	table(p, "benchmark", ">ns/op (median)", ">range", ">allocs/op", ">B/op")
 	for _, l := range s.Limiter {
 		p("| `%s` | %.1f | %.1f–%.1f | %g | %g |", l.Name, l.NsPerOp, l.NsMin, l.NsMax, l.AllocsPerOp, l.BytesPerOp)
@@ -120,19 +99,14 @@ func (s *OverheadSection) markdown(p func(string, ...any), r *Report) {
 	}
 	p("")
 	p("### CPU per delivered message\n")
-	p("A `shaper run` child process (the real daemon, built from `cmd/shaper`) consumes a Kafka backlog and")
-	p("delivers to the HTTP sink at a fixed rate. Its CPU is utime + stime from `/proc/<pid>/stat` (10 ms")
-	p("resolution) over the window; the broker (kfake) and the sink run in the harness process, whose CPU")
-	p("(getrusage) is shown beside it and is not part of shaper's. Allocations are the child's own, from the")
-	p("`go_memstats_mallocs_total` and `go_memstats_alloc_bytes_total` of its `/metrics` over the same window.\n")
+	p("A `shaper run` child process (the real daemon, built from `cmd/shaper`) consumes a Kafka backlog and delivers to the HTTP sink at a fixed rate. Its CPU is utime + stime from `/proc/<pid>/stat` (10 ms resolution) over the window; the broker (kfake) and the sink run in the harness process, whose CPU (getrusage) is shown beside it and is not part of shaper's. Allocations are the child's own, from the `go_memstats_mallocs_total` and `go_memstats_alloc_bytes_total` of its `/metrics` over the same window.\n")
 	table(p, "source", ">limit", ">window", ">delivered", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
 	for _, c := range s.CPUPerMessage {
 		p("| %s → HTTP | %v/s | %.1f s | %d (%.0f/s) | %s |", c.Source, c.Limit, c.Seconds, c.Delivered, c.Rate, c.cells("%.1f"))
 	}
 	p("")
 	p("### Idle daemon\n")
-	p("A `shaper run` child per source with an empty topic or stream, ready and connected, measured over")
-	p("the window from `/proc/<pid>/stat`. Goal: < 0.5%% of a core.\n")
+	p("A `shaper run` child per source with an empty topic or stream, ready and connected, measured over the window from `/proc/<pid>/stat`. Goal: < 0.5%% of a core.\n")
 	table(p, "source", ">window", ">CPU", ">share of one core")
 	for _, i := range s.Idle {
 		p("| %s | %.0f s | %.0f ms | %s |", i.Source, i.Seconds, i.CPUms, mark(fmt.Sprintf("%.3f%%", i.Pct), i.Pct >= 0.5))
@@ -143,8 +117,7 @@ func (s *OverheadSection) markdown(p func(string, ...any), r *Report) {
 func (s *ThroughputSection) markdown(p func(string, ...any), r *Report) {
 	p("## Throughput ceiling\n")
 	p("%s. Messages per second at the sink over the window once delivery is under way; CPU per message", s.Setup)
-	p("of the shaper child (`/proc/<pid>/stat`) and of the harness (broker + sink, getrusage). Goal: ≥ 20 000 msg/s")
-	p("Kafka → HTTP.\n")
+	p("of the shaper child (`/proc/<pid>/stat`) and of the harness (broker + sink, getrusage). Goal: ≥ 20 000 msg/s Kafka → HTTP.\n")
 	p("%s\n", loadLine(s.Load))
 	table(p, "source → HTTP", ">max_in_flight", ">msg/s", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
 	for _, c := range s.Cases {
@@ -161,9 +134,7 @@ func (s *ScaleSection) markdown(p func(string, ...any), r *Report) {
 	p("## Scale\n")
 	p("%s\n", loadLine(s.Load))
 	p("### Memory under a Kafka backlog\n")
-	p("A `shaper run` child works through a backlog already in Kafka (kfake, 4 partitions), bucket capacity")
-	p("1000, limit off, max_in_flight 64. Heap is the most `go_memstats_heap_inuse_bytes` its `/metrics` showed")
-	p("(sampled every 200 ms); RSS is its peak resident set, `VmHWM` of `/proc/<pid>/status`. Goal: RSS ≤ 64 MiB with 1M.\n")
+	p("A `shaper run` child works through a backlog already in Kafka (kfake, 4 partitions), bucket capacity 1000, limit off, max_in_flight 64. Heap is the most `go_memstats_heap_inuse_bytes` its `/metrics` showed (sampled every 200 ms); RSS is its peak resident set, `VmHWM` of `/proc/<pid>/status`. Goal: RSS ≤ 64 MiB with 1M.\n")
 	table(p, ">backlog", ">delivered", ">time", ">msg/s", ">heap in use (max)", ">RSS (peak)")
 	for _, bl := range s.Backlog {
 		delivered := fmt.Sprintf("%d", bl.Delivered)
@@ -175,9 +146,7 @@ func (s *ScaleSection) markdown(p func(string, ...any), r *Report) {
 	}
 	p("")
 	p("### Shared limit through Redis\n")
-	p("Three `shaper run` replicas share one JetStream durable and one limit in a real `redis-server`; the sink")
-	p("counts what all three send together over the window. Redis calls are the `EVALSHA` + `EVAL` calls in")
-	p("`INFO commandstats` over the window (statistics reset at its start), per request the sink received.\n")
+	p("Three `shaper run` replicas share one JetStream durable and one limit in a real `redis-server`; the sink counts what all three send together over the window. Redis calls are the `EVALSHA` + `EVAL` calls in `INFO commandstats` over the window (statistics reset at its start), per request the sink received.\n")
 	table(p, ">replicas", ">shared limit", ">window", ">aggregate rate", ">error", ">most per 100 ms (limit/10 + 1)", ">Redis calls per request")
 	for _, sh := range s.Shared {
 		fallback := ""
@@ -192,8 +161,7 @@ func (s *ScaleSection) markdown(p func(string, ...any), r *Report) {
 func (s *PictureSection) markdown(p func(string, ...any), r *Report) {
 	p("## The picture\n")
 	p("![A burst of %d messages shaped to %g/s: leaky mode, token mode and a fixed-window counter](shaping.svg)\n", s.Burst, s.Limit)
-	p("A burst of %d messages published at once into three pipelines (embedded JetStream → shaper → HTTP sink,", s.Burst)
-	p("in the harness process), each with a different limiter at %g/s, counted in %d ms bins.\n", s.Limit, s.BinMs)
+	p("A burst of %d messages published at once into three pipelines (embedded JetStream → shaper → HTTP sink, in the harness process), each with a different limiter at %g/s, counted in %d ms bins.\n", s.Burst, s.Limit, s.BinMs)
 	p("%s\n", loadLine(s.Load))
 	table(p, "limiter", ">most in any 100 ms", ">burst delivered after")
 	for _, pn := range s.Panels {
@@ -293,20 +261,11 @@ func reproducible(command string) string {
 func (s *PushbackSection) markdown(p func(string, ...any), r *Report) {
 	p("## When the sink pushes back\n")
 	p("![The limit in force, the sink's capacity and the delivered rate over time, with rate.adaptive and with a fixed rate](pushback.svg)\n")
-	p("A sink that admits *capacity* requests in any sliding second and answers 429 with `Retry-After: 1` above it;")
-	p("its capacity steps %s (at %s s from its first request, %.0f s in all). Two pipelines", scheduleText(s.Steps), stepTimes(s.Steps), s.Seconds)
-	p("run through the same schedule one after the other (embedded JetStream → shaper.Pipeline → HTTP sink, in the")
-	p("harness process; %d messages published first, bucket capacity 500, max_in_flight 8, max_queue_time 5m, so the", s.Messages)
-	p("bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8, increase", s.Limit)
-	p("2/s for two seconds after a push-back, then a step tripling each second), and a fixed %g/s without adaptive,", s.Limit)
-	p("which pauses every departure for a `Retry-After` but keeps its limit. Every %d ms the harness samples the", s.SampleMs)
-	p("limit in force (`Status().LimitNow`) and the 2xx of the second before.")
+	p("A sink that admits *capacity* requests in any sliding second and answers 429 with `Retry-After: 1` above it; its capacity steps %s (at %s s from its first request, %.0f s in all). Two pipelines run through the same schedule one after the other (embedded JetStream → shaper.Pipeline → HTTP sink, in the harness process; %d messages published first, bucket capacity 500, max_in_flight 8, max_queue_time 5m, so the bucket never runs dry and nothing expires): rate.limit %g with `rate.adaptive: {min: 5}` (decrease 0.8, increase 2/s per second for two seconds after a push-back, then a rise growing fivefold each second, applied every 250 ms), and a fixed %g/s without adaptive, which pauses every departure for a `Retry-After` but keeps its limit. Every %d ms the harness samples the limit in force (`Status().LimitNow`) and the 2xx of the second before.", scheduleText(s.Steps), stepTimes(s.Steps), s.Seconds, s.Messages, s.Limit, s.Limit, s.SampleMs)
 	measuredBy(p, s.Common, r)
 	p("")
-	p("- *follows in*: from the step until the delivered rate is within 10%% of the new capacity and stays so for 2 s")
-	p("  (—: not before the next step); *limit in force within 10%% in*: until the sampled limit first is.")
-	p("- *steady state*: from %.0f s after the step to the next one: the delivered rate, and the share of requests", s.SettleSeconds)
-	p("  answered 429.\n")
+	p("- *follows in*: from the step until the delivered rate is within 10%% of the new capacity and stays so for 2 s (—: not before the next step); *limit in force within 10%% in*: until the sampled limit first is.")
+	p("- *steady state*: from %.0f s after the step to the next one: the delivered rate, and the share of requests answered 429.\n", s.SettleSeconds)
 	p("%s\n", loadLine(s.Load))
 	table(p, "run", ">capacity", ">follows in (goal ≤ 5 s)", ">limit in force within 10% in", ">delivered, steady state", ">429s, steady state (goal < 5%)")
 	for _, run := range s.Runs {
@@ -352,11 +311,7 @@ func twoDestinationsMarkdown(p func(string, ...any), d *TwoDestinations) {
 	p("### Two destinations, one held\n")
 	p("One pipeline (embedded JetStream → shaper.Pipeline → HTTP sink, in the harness process), `rate.limit` %g, whose", d.Limit)
 	p("%s messages name in turn two destinations (`url_from: json:url`, `allowed_hosts` 127.0.0.1 and 127.0.0.2,", thousands(d.Published))
-	p("`allow_private: true`, no `key:`: each destination a lane): A, a sink on 127.0.0.1 that answers 429")
-	p("`Retry-After: %d` to every request, and B, one on 127.0.0.2 that answers 204. `bucket: {capacity: %d,", d.RetryAfter, d.Capacity)
-	p("max_queue_time: %gs, on_expire: drop}` (`per_key_capacity` %d by default), `retry.max_backoff` above the", d.MaxQueueTime, d.PerKeyCapacity)
-	p("Retry-After, max_in_flight 8; %.0f s from the first request. Alone, B would get the whole limit (the stream", d.Seconds)
-	p("never runs dry); the goal is at least 90%% of it beside A.\n")
+	p("`allow_private: true`, no `key:`: each destination a lane): A, a sink on 127.0.0.1 that answers 429 `Retry-After: %d` to every request, and B, one on 127.0.0.2 that answers 204. `bucket: {capacity: %d, max_queue_time: %gs, on_expire: drop}` (`per_key_capacity` %d by default), `retry.max_backoff` above the Retry-After, max_in_flight 8; %.0f s from the first request. Alone, B would get the whole limit (the stream never runs dry); the goal is at least 90%% of it beside A.\n", d.RetryAfter, d.Capacity, d.MaxQueueTime, d.PerKeyCapacity, d.Seconds)
 	at := make([]string, len(d.ARequestsAt))
 	for i, t := range d.ARequestsAt {
 		at[i] = fmt.Sprintf("%.1f", t)
@@ -415,8 +370,7 @@ var laneKinds = []struct{ name, label string }{
 // markdown writes the lanes section.
 func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 	p("## Keys (lanes)\n")
-	p("With `key.from` the bucket holds a lane per key: a ring of the lanes that may have a message ready, which take")
-	p("turns, and a heap of the lanes ready at a known time (a per-key slot under `rate.per_key`, a retry's due time).")
+	p("With `key.from` the bucket holds a lane per key: a ring of the lanes that may have a message ready, which take turns, and a heap of the lanes ready at a known time (a per-key slot under `rate.per_key`, a retry's due time).")
 	measuredBy(p, s.Common, r)
 	p("")
 	p("%s\n", loadLine(s.Load))
@@ -424,14 +378,7 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 		tk.markdown(p)
 	}
 	p("### One scheduling decision\n")
-	p("`%s` (from the module root), medians of %d runs. One op is the bucket's part of one departure, the task put", s.DecisionCommand, runsOf(s.Decisions))
-	p("back instead of sent: `take(now)` (the decision), `spend(t, now)` (the lane's per-key slot) and `retry(t, now)`")
-	p("(the task back in its lane, due at once, which stands for admitting a new message without its allocation):")
-	p("three acquisitions of the bucket's lock (four under `rate.per_key`). Every lane holds a message. *keys in turns*:")
-	p("no `rate.per_key`; every lane stays in the ring. *rate.per_key*: each lane has its own limit of 1/s, the lanes'")
-	p("slots spread over the second, and the scheduler waits for each: the op holds a second `take`, as after the")
-	p("scheduler's sleep, and each decision moves one lane into the timed heap and one out. Goal: O(1) or O(log n),")
-	p("< 200 ns at 10 000 lanes, 0 allocs.\n")
+	p("`%s` (from the module root), medians of %d runs. One op is the bucket's part of one departure, the task put back instead of sent: `take(now)` (the decision), `spend(t, now)` (the lane's per-key slot) and `retry(t, now)` (the task back in its lane, due at once, which stands for admitting a new message without its allocation): three acquisitions of the bucket's lock (four under `rate.per_key`). Every lane holds a message. *keys in turns*: no `rate.per_key`; every lane stays in the ring. *rate.per_key*: each lane has its own limit of 1/s, the lanes' slots spread over the second, and the scheduler waits for each: the op holds a second `take`, as after the scheduler's sleep, and each decision moves one lane into the timed heap and one out. Goal: O(1) or O(log n), < 200 ns at 10 000 lanes, 0 allocs.\n", s.DecisionCommand, runsOf(s.Decisions, func(l LimiterBench) int { return l.Runs }))
 	table(p, ">active lanes", ">keys in turns: ns/op (range)", ">vs 1 lane", ">allocs/op", ">rate.per_key: ns/op (range)", ">vs 1 lane", ">allocs/op")
 	for _, n := range []int{1, 100, 10_000, 100_000} {
 		row := fmt.Sprintf("| %s |", thousands(n))
@@ -465,11 +412,7 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 		p("From 100 lanes to 100 000 (1000×, log₂ n 2.5×) a decision's cost grew %s.\n", strings.Join(growth, " and "))
 	}
 	p("### Memory per lane\n")
-	p("`%s`: the live heap after a GC with the lanes held, less the live heap before the bucket was made, per", s.MemoryCommand)
-	p("lane (median of %d runs). The messages and the keys' strings are made before and do not count (a key", runsOfMemory(s.Memory))
-	p("costs its own bytes besides). *active*: a lane holding one message (its task included); *active_per_key*: the")
-	p("same with its own limiter (`rate.per_key`); *idle_per_key*: a key remembered only for its limiter: its message")
-	p("was sent and settled, and its limiter is not yet as new.\n")
+	p("`%s`: the live heap after a GC with the lanes held, less the live heap before the bucket was made, per lane (median of %d runs). The messages and the keys' strings are made before and do not count (a key costs its own bytes besides). *active*: a lane holding one message (its task included); *active_per_key*: the same with its own limiter (`rate.per_key`); *idle_per_key*: a key remembered only for its limiter: its message was sent and settled, and its limiter is not yet as new.\n", s.MemoryCommand, runsOf(s.Memory, func(m LaneMemory) int { return m.Runs }))
 	table(p, "lane", ">lanes", ">heap per lane")
 	for _, m := range s.Memory {
 		p("| %s | %s | %.0f B |", m.Name, thousands(m.Lanes), m.BytesPerLane)
@@ -477,12 +420,7 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 	p("")
 	if len(s.CPU) == 2 {
 		p("### CPU per delivered message, 1 key against 10 000\n")
-		p("Two `shaper run` children side by side over the same window, each consuming its own Kafka backlog (kfake) with")
-		p("`key.from: header:%s`, `bucket: {capacity: 20000, max_queue_time: 1m}` and `rate.limit` %v, and delivering", laneHeader, s.CPU[0].Limit)
-		p("to its own HTTP sink: one with every message of one key, one with the messages spread over 10 000 keys in")
-		p("turn, so the bucket holds two of each and every key has a lane. CPU, allocations and the harness's CPU are")
-		p("measured as in *CPU per delivered message* above; the harness's (brokers and both sinks) is over both children's")
-		p("messages. *lanes active*: the fewer `shaper_keys_active` of the window's start and end.\n")
+		p("Two `shaper run` children side by side over the same window, each consuming its own Kafka backlog (kfake) with `key.from: header:%s`, `bucket: {capacity: 20000, max_queue_time: 1m}` and `rate.limit` %v, and delivering to its own HTTP sink: one with every message of one key, one with the messages spread over 10 000 keys in turn, so the bucket holds two of each and every key has a lane. CPU, allocations and the harness's CPU are measured as in *CPU per delivered message* above; the harness's (brokers and both sinks) is over both children's messages. *lanes active*: the fewer `shaper_keys_active` of the window's start and end.\n", laneHeader, s.CPU[0].Limit)
 		table(p, ">keys", ">lanes active", ">window", ">delivered", ">shaper CPU per message", ">shaper CPU", ">shaper allocations per message", ">broker + sink CPU per message")
 		for _, c := range s.CPU {
 			p("| %s | %s | %.1f s | %d (%.0f/s) | %s |", thousands(c.Keys), thousands(c.LanesActive), c.Seconds, c.Delivered, c.Rate, c.cells("%.1f"))
@@ -494,12 +432,7 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 	}
 	if b := s.Backlog; b != nil {
 		p("### Memory with %s keys in a backlog of %s\n", thousands(b.Keys), thousands(b.Backlog))
-		p("A `shaper run` child consumes a Kafka backlog (kfake, %d partitions) of %s messages whose header `%s` holds", kafkaPartitions, thousands(b.Backlog), laneHeader)
-		p("one of %s keys in turn, with `key: {from: \"header:%s\", max_keys: %d}`, `bucket: {capacity: %d, max_queue_time: 1m}`,", thousands(b.Keys), laneHeader, b.MaxKeys, b.Capacity)
-		p("`rate.limit` %v and `max_in_flight: 64`, for %.0f s from its first delivery or until every message is delivered. Past", b.Limit, b.RunSeconds)
-		p("`max_keys` lanes, messages of a new key go to the \"\" lane and are counted (`shaper_key_overflow_total`). Lanes are the most")
-		p("`shaper_keys_active` its `/metrics` showed (sampled every 200 ms), heap the most `go_memstats_heap_inuse_bytes`,")
-		p("RSS its peak resident set (`VmHWM`).\n")
+		p("A `shaper run` child consumes a Kafka backlog (kfake, %d partitions) of %s messages whose header `%s` holds one of %s keys in turn, with `key: {from: \"header:%s\", max_keys: %d}`, `bucket: {capacity: %d, max_queue_time: 1m}`, `rate.limit` %v and `max_in_flight: 64`, for %.0f s from its first delivery or until every message is delivered. Past `max_keys` lanes, messages of a new key go to the \"\" lane and are counted (`shaper_key_overflow_total`). Lanes are the most `shaper_keys_active` its `/metrics` showed (sampled every 200 ms), heap the most `go_memstats_heap_inuse_bytes`, RSS its peak resident set (`VmHWM`).\n", kafkaPartitions, thousands(b.Backlog), laneHeader, thousands(b.Keys), laneHeader, b.MaxKeys, b.Capacity, b.Limit, b.RunSeconds)
 		table(p, ">backlog", ">keys", ">max_keys", ">delivered", ">held (most)", ">lanes (most)", ">overflow counted", ">heap in use (max)", ">RSS (peak)")
 		p("| %s | %s | %s | %s in %.1f s | %s | %s | %s | %.1f MiB | %.1f MiB |", thousands(b.Backlog), thousands(b.Keys), thousands(b.MaxKeys),
 			thousands(int(b.Delivered)), b.Seconds, thousands(int(b.Held)), thousands(int(b.LanesActive)), thousands(int(b.Overflow)), b.HeapMiB, b.RSSMiB)
@@ -507,24 +440,15 @@ func (s *LanesSection) markdown(p func(string, ...any), r *Report) {
 		switch d := b.Deepest; {
 		case d == nil:
 		case d.Key == "":
-			p("At the end the deepest lane was the \"\" lane, where the keys past `max_keys` go: it held %s messages, the oldest", thousands(d.Depth))
-			p("queued for %.1f s. It takes one turn per round like any key, however many keys share it.\n", d.OldestWait)
+			p("At the end the deepest lane was the \"\" lane, where the keys past `max_keys` go: it held %s messages, the oldest queued for %.1f s. It takes one turn per round like any key, however many keys share it.\n", thousands(d.Depth), d.OldestWait)
 		default:
 			p("At the end the deepest lane was %q, holding %s messages, the oldest queued for %.1f s.\n", d.Key, thousands(d.Depth), d.OldestWait)
 		}
 		if b.Held > 0 {
 			p("The heap is mostly the messages held: %.1f KiB of heap in use per message held at the most.\n", b.HeapMiB*1024/b.Held)
 		}
-		p("**The bound**: with this config the daemon's RSS stays under **%.0f MiB** (the peak measured, plus a quarter,", b.BoundMiB)
-		p("rounded up to 16 MiB).\n")
+		p("**The bound**: with this config the daemon's RSS stays under **%.0f MiB** (the peak measured, plus a quarter, rounded up to 16 MiB).\n", b.BoundMiB)
 	}
-}
-
-func runsOfMemory(m []LaneMemory) int {
-	if len(m) == 0 {
-		return 0
-	}
-	return m[0].Runs
 }
 
 // twoKeysSummary is a run's first and last B, in a few words.
@@ -540,26 +464,23 @@ func twoKeysSummary(tk *LaneTwoKeys, run LaneTwoKeysRun) string {
 
 // secondsText writes s to the millisecond below 0.1, to the hundredth
 // below 1 and to the tenth above: 0.012, 0.48, 1.3, 20.6.
-func secondsText(s float64) string {
-	switch {
-	case s < 0.1:
-		return fmt.Sprintf("%.3f", s)
-	case s < 1:
-		return fmt.Sprintf("%.2f", s)
+func secondsText(s float64) string { return decimals(s, 1, 1, 3) }
+
+// decimals writes v with digits decimals less one for each power of ten
+// it reaches, within lo and hi.
+func decimals(v float64, digits, lo, hi int) string {
+	d := hi
+	if v > 0 {
+		d = min(max(digits-int(math.Floor(math.Log10(v))), lo), hi)
 	}
-	return fmt.Sprintf("%.1f", s)
+	return strconv.FormatFloat(v, 'f', d, 64)
 }
 
 // markdown writes the two-keys subsection.
 func (tk *LaneTwoKeys) markdown(p func(string, ...any)) {
 	p("### Two keys, one flooding\n")
 	p("![%s](lanes.svg)\n", tk.altText())
-	p("A JetStream stream (embedded nats-server) holds %s messages with header `%s: A` (bodies `A-0`, `A-1`, ...)", thousands(tk.A), merchantHeader)
-	p("and then %d with `%s: B`. A `shaper run` child delivers them to an HTTP sink on 127.0.0.1 (which answers 200 and", tk.B, merchantHeader)
-	p("records each request's arrival and key) at `rate: {limit: %g, mode: leaky}` with `bucket: {capacity: %d, max_queue_time: 5m}`:", tk.Limit, tk.Capacity)
-	p("once without `key:`, once with `key: {from: \"header:%s\"}` and `bucket.per_key_capacity: %d`, each on its own", merchantHeader, tk.PerKeyCapacity)
-	p("stream and durable, one after the other. A run lasts until %g s after the last B and, for the second, at least as", twoKeysTail.Seconds())
-	p("long as the first did, at most %.0f s from its first delivery. Times are from the run's first delivery.\n", tk.MaxSeconds)
+	p("A JetStream stream (embedded nats-server) holds %s messages with header `%s: A` (bodies `A-0`, `A-1`, ...) and then %d with `%s: B`. A `shaper run` child delivers them to an HTTP sink on 127.0.0.1 (which answers 200 and records each request's arrival and key) at `rate: {limit: %g, mode: leaky}` with `bucket: {capacity: %d, max_queue_time: 5m}`: once without `key:`, once with `key: {from: \"header:%s\"}` and `bucket.per_key_capacity: %d`, each on its own stream and durable, one after the other. A run lasts until %g s after the last B and, for the second, at least as long as the first did, at most %.0f s from its first delivery. Times are from the run's first delivery.\n", thousands(tk.A), merchantHeader, tk.B, merchantHeader, tk.Limit, tk.Capacity, merchantHeader, tk.PerKeyCapacity, twoKeysTail.Seconds(), tk.MaxSeconds)
 	table(p, "run", ">first B after", ">A delivered before it", ">last B after", ">A delivered before it", ">delivered in the run")
 	for _, r := range tk.Runs {
 		first, last := "none", fmt.Sprintf("not all: %d of %d", r.DeliveredB, tk.B)
@@ -575,9 +496,7 @@ func (tk *LaneTwoKeys) markdown(p func(string, ...any)) {
 	p("")
 	if len(tk.Runs) == 2 && tk.Runs[0].LastB >= 0 && tk.Runs[1].LastB >= 0 {
 		without, with := tk.Runs[0], tk.Runs[1]
-		p("Without lanes the bucket is one queue in stream order: the first B waited %s s, behind the %s A before it in", secondsText(without.FirstB), thousands(without.ABeforeFirstB))
-		p("the stream, and the last %s s. With a lane per merchant the lanes take turns: the first B arrived after %s s, the", secondsText(without.LastB), secondsText(with.FirstB))
-		p("last after %s s (%s A meanwhile), and A went on at the rest of the rate.\n", secondsText(with.LastB), thousands(with.ABeforeLastB))
+		p("Without lanes the bucket is one queue in stream order: the first B waited %s s, behind the %s A before it in the stream, and the last %s s. With a lane per merchant the lanes take turns: the first B arrived after %s s, the last after %s s (%s A meanwhile), and A went on at the rest of the rate.\n", secondsText(without.FirstB), thousands(without.ABeforeFirstB), secondsText(without.LastB), secondsText(with.FirstB), secondsText(with.LastB), thousands(with.ABeforeLastB))
 	}
 }
 
@@ -599,27 +518,18 @@ func (tk *LaneTwoKeys) altText() string {
 // perText writes a ratio to two decimals below 10, to one below 100,
 // else whole, its digits grouped.
 func perText(v float64) string {
-	switch {
-	case v < 10:
-		return fmt.Sprintf("%.2f", v)
-	case v < 100:
-		return fmt.Sprintf("%.1f", v)
+	if v >= 100 {
+		return thousands(int(math.Round(v)))
 	}
-	return thousands(int(math.Round(v)))
+	return decimals(v, 2, 0, 2)
 }
 
 // markdown writes the destinations section.
 func (s *DestinationsSection) markdown(p func(string, ...any), r *Report) {
 	p("## Per-message destinations (url_from)\n")
-	p("`shaper run` children one after the other, each consuming its own Kafka backlog (kfake) whose")
-	p("header `%s` names in turn the hosts of its run, with `rate.limit` %g, `bucket: {capacity: %d, max_queue_time: 1m}`", destinationsHeader, s.Limit, s.Capacity)
-	p("and `sink.http` `{max_in_flight: %d, max_in_flight_per_host: %d, timeout: 2s}`. Each host is an HTTP server in the", s.MaxInFlight, s.MaxInFlightPerHost)
-	p("harness on its own loopback address (127.0.1.1, 127.0.1.2, ...: Linux routes all of 127.0.0.0/8 to `lo`) that")
-	p("answers 200 at once and counts its requests, the connections it accepts (a wrapped `net.Listener`) and the most")
-	p("it holds open at once.\n")
+	p("`shaper run` children one after the other, each consuming its own Kafka backlog (kfake) whose header `%s` names in turn the hosts of its run, with `rate.limit` %g, `bucket: {capacity: %d, max_queue_time: 1m}` and `sink.http` `{max_in_flight: %d, max_in_flight_per_host: %d, timeout: 2s}`. Each host is an HTTP server in the harness on its own loopback address (127.0.1.1, 127.0.1.2, ...: Linux routes all of 127.0.0.0/8 to `lo`) that answers 200 at once and counts its requests, the connections it accepts (a wrapped `net.Listener`) and the most it holds open at once.\n", destinationsHeader, s.Limit, s.Capacity, s.MaxInFlight, s.MaxInFlightPerHost)
 	if r, ok := s.run(destinationsMany); ok {
-		p("- *%s*: `url_from: header:%s`, `key: {from: host}` (each host a lane), `allowed_hosts` listing the %s", r.Label, destinationsHeader, thousands(r.Hosts))
-		p("  addresses and `allow_private: true` (they are loopback).")
+		p("- *%s*: `url_from: header:%s`, `key: {from: host}` (each host a lane), `allowed_hosts` listing the %s addresses and `allow_private: true` (they are loopback).", r.Label, destinationsHeader, thousands(r.Hosts))
 	}
 	if r, ok := s.run(destinationsOne); ok {
 		p("- *%s*: the same, every message naming one host.", r.Label)
@@ -628,9 +538,7 @@ func (s *DestinationsSection) markdown(p func(string, ...any), r *Report) {
 		p("- *%s*: a fixed `url:` to one host, no key: what a pipeline with one destination does.", r.Label)
 	}
 	p("")
-	p("CPU, allocations and the harness's CPU (the broker and the servers) are measured as in *CPU per delivered message*")
-	p("above, over a window after two seconds of steady delivery. Connections are counted from the child's start to the")
-	p("window's end. The children run one after the other, so that each has the machine's cores to itself.")
+	p("CPU, allocations and the harness's CPU (the broker and the servers) are measured as in *CPU per delivered message* above, over a window after two seconds of steady delivery. Connections are counted from the child's start to the window's end. The children run one after the other, so that each has the machine's cores to itself.")
 	measuredBy(p, s.Common, r)
 	p("")
 	p("%s\n", loadLine(s.Load))
@@ -689,22 +597,8 @@ func (t Timing) text() string {
 // markdown writes the peers section.
 func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 	p("## Peers\n")
-	p("What shaper costs beside what a user would run instead (issue 17). For each source, the loop a user would write by")
-	p("hand (`bench/peers/loop`, one `-source` per broker), its variants, Benthos and a `shaper run` child deliver the")
-	p("same %d-byte bodies to the same HTTP sink at the same limit, %d requests in flight at most: one party at a time,", s.BodyBytes, peerWorkers)
-	p("every party of every case in turn, %d %s; the figures are the medians of a party's runs. Every party, the broker", s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
-	p("(`bench/peers/broker`: nats-server with JetStream, or kfake) and the sink")
-	cpuFrom := "utime + stime from `/proc/<pid>/stat`"
-	if s.CPUClock == cpuClockProcess {
-		cpuFrom = "CPU clock (clock_gettime of its CPUCLOCK, every thread, in ns)"
-	}
-	p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's %s", cpuFrom)
-	p("over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink", s.WindowSeconds, s.WarmupSeconds)
-	p("received in the window; rate, spacing and jitter are of the arrivals that the sink's process recorded in it, by")
-	p("two clocks. *On the wire* is the kernel's receive timestamp of each request's first bytes (SO_TIMESTAMPNS): when")
-	p("it reached the sink's host, as a packet capture would show it; the precision goals are held to it. *At the handler*")
-	p("is when the sink's handler ran: that adds however late the system scheduled the sink's process, which no party")
-	p("controls (– where the sink had no wire times).")
+	p("What shaper costs beside what a user would run instead (issue 17). For each source, the loop a user would write by hand (`bench/peers/loop`, one `-source` per broker), its variants, Benthos and a `shaper run` child deliver the same %d-byte bodies to the same HTTP sink at the same limit, %d requests in flight at most: one party at a time, every party of every case in turn, %d %s; the figures are the medians of a party's runs. Every party, the broker (`bench/peers/broker`: nats-server with JetStream, or kfake) and the sink", s.BodyBytes, peerWorkers, s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
+	p("(`bench/peers/sink`, answering 200) are processes of their own. CPU is each process's CPU clock (clock_gettime of its CPUCLOCK, every thread, in ns) over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink received in the window; rate, spacing and jitter are of the arrivals that the sink's process recorded in it, by two clocks. *On the wire* is the kernel's receive timestamp of each request's first bytes (SO_TIMESTAMPNS): when it reached the sink's host, as a packet capture would show it; the precision goals are held to it. *At the handler* is when the sink's handler ran: that adds however late the system scheduled the sink's process, which no party controls (– where the sink had no wire times).", s.WindowSeconds, s.WarmupSeconds)
 	measuredBy(p, s.Common, r)
 	p("")
 	p("- *× loop*: the ratio to the hand-written loop of the same source, measured in the same run (the case's first row).")
@@ -712,40 +606,28 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 	p("- *rate error*: (n−1)/(t_n−t_1) over the window's arrivals, against the limit.")
 	p("- *most per 100 ms*: the most arrivals in any 100 ms of the window; the goal is limit/10 + 2, at a sink in another process.")
 	p("- *jitter p99*: the p99 of |gap − 1/limit| between consecutive arrivals.\n")
-	p("Each JetStream run reads the stream from its start with a durable consumer of its own (deleted after the run), each")
-	p("Kafka run with a group of its own. Core NATS keeps nothing: the harness publishes a live feed at %.1f× the limit, and", peerFeedFactor)
-	p("what a party cannot hold is dropped, by shaper's source (bucket 1000) and by the loop's client (a channel of 1000)")
-	p("alike. Benthos core (%s) has no NATS or Kafka input (those are in Redpanda Connect), so its party generates its", benthosVersion)
-	p("messages: it has no broker behind it, and its ratio is to a loop that has one. kfake is not Kafka: its CPU per")
-	p("message is kfake's own, and only its ratio between parties tells something.\n")
+	p("Each JetStream run reads the stream from its start with a durable consumer of its own (deleted after the run), each Kafka run with a group of its own. Core NATS keeps nothing: the harness publishes a live feed at %.1f× the limit, and what a party cannot hold is dropped, by shaper's source (bucket 1000) and by the loop's client (a channel of 1000) alike. Benthos core (%s) has no NATS or Kafka input (those are in Redpanda Connect), so its party generates its messages: it has no broker behind it, and its ratio is to a loop that has one. kfake is not Kafka: its CPU per message is kfake's own, and only its ratio between parties tells something.\n", peerFeedFactor, benthosVersion)
 	p("%s\n", loadLine(s.Load))
 	table(p, "case", "party", ">CPU per message (share of a core)", ">× loop", ">broker CPU per message", ">× loop", ">rate error", ">most per 100 ms (goal)", ">jitter p99 (goal ≤ 1 ms)", ">at the handler: rate error, most per 100 ms, jitter p99")
 	sinkLow, sinkHigh := math.Inf(1), 0.0
-	flagged := false
-	ticks := func(us float64, m PeerRun) string {
-		if s.coarse(us, m) {
-			flagged = true
-			return fmt.Sprintf("%.0f µs†", us)
-		}
-		return fmt.Sprintf("%.0f µs", us)
-	}
+	us := func(v float64) string { return fmt.Sprintf("%.0f µs", v) }
 	for _, c := range s.Cases {
 		for i, pt := range c.Parties {
 			name := ""
 			if i == 0 {
-				name = fmt.Sprintf("%s → HTTP, %v/s", c.Source, c.Limit)
+				name = fmt.Sprintf("%s → %s, %v/s", c.Source, c.scheme(), c.Limit)
 			}
 			m := pt.Median
 			broker, brokerRatio := "–", "–"
 			if pt.ReadsBroker {
-				broker, brokerRatio = ticks(m.BrokerUs, m), ratioText(pt.BrokerRatio)
+				broker, brokerRatio = us(m.BrokerUs), ratioText(pt.BrokerRatio)
 			}
 			t, _ := m.precision()
 			handler := "–"
 			if m.Wire != nil {
 				handler = m.Timing.text()
 			}
-			p("| %s | %s | %s (%.0f%%) | %s | %s | %s | %s | %s | %s | %s |", name, pt.Label, ticks(m.CPUUs, m), m.CPUPct, ratioText(pt.CPURatio),
+			p("| %s | %s | %s (%.0f%%) | %s | %s | %s | %s | %s | %s | %s |", name, pt.Label, us(m.CPUUs), m.CPUPct, ratioText(pt.CPURatio),
 				broker, brokerRatio, signedPct(t.RateErrPct),
 				mark(fmt.Sprintf("%d (%d)", t.Max100ms, c.Allowed100ms), t.Max100ms > c.Allowed100ms),
 				mark(micros(t.JitterP99), t.JitterP99 > 1000), handler)
@@ -753,30 +635,39 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 		}
 	}
 	p("")
-	if flagged {
-		p("†: fewer than 10 clock ticks (%v) of CPU in the window. `/proc/<pid>/stat` counts in ticks of %v, so such a", fewTicks, clockTick)
-		p("figure, and a ratio to it, is only as good as a tick either way.\n")
-	}
 	if sinkHigh > 0 {
-		p("The sink's own CPU per request ranged from %.0f to %.0f µs over the parties' medians (each party's is in", sinkLow, sinkHigh)
-		p("benchmarks.json, beside every run's figures).\n")
+		p("The sink's own CPU per request ranged from %.0f to %.0f µs over the parties' medians (each party's is in benchmarks.json, beside every run's figures).\n", sinkLow, sinkHigh)
 	}
+	s.sideBySide(p)
 }
 
-// cpuClockProcess is PeersSection.CPUClock for figures read from each
-// process's CPU clock (processCPU).
-const cpuClockProcess = "process"
-
-// fewTicks is the least CPU time a figure of the section is taken from
-// before it is flagged: /proc/<pid>/stat counts in clock ticks, so below
-// ten a figure is only as good as a tick either way.
-const fewTicks = 10 * clockTick
-
-// coarse reports whether us microseconds per message over run m's
-// deliveries come to less than fewTicks of CPU counted in clock ticks
-// (never for figures of the process CPU clock).
-func (s *PeersSection) coarse(us float64, m PeerRun) bool {
-	return s.CPUClock == "" && us*float64(m.Delivered) < float64(fewTicks.Microseconds())
+// sideBySide writes, for each JetStream case with shaper run both ways,
+// the CPU per message of the hand-written loop and of shaper with tuning
+// on and off, HTTP and HTTPS, from the table above.
+func (s *PeersSection) sideBySide(p func(string, ...any)) {
+	var rows []string
+	for _, c := range s.Cases {
+		loop, ok1 := c.party(partyLoop)
+		on, ok2 := c.party(partyShaper)
+		off, ok3 := c.party(partyShaperOff)
+		if !ok1 || !ok2 || !ok3 || peerSource(c.Name) != peerJetStream {
+			continue
+		}
+		us := func(pt PeerParty) string {
+			return fmt.Sprintf("%.0f µs (%s)", pt.Median.CPUUs, ratioText(pt.CPURatio))
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %v/s | %.0f µs | %s | %s |", c.scheme(), c.Limit, loop.Median.CPUUs, us(on), us(off)))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p("### Side by side: tuning on and off, HTTP and HTTPS\n")
+	p("CPU per message of each party from the table above (JetStream → the sink, the same run), with its ratio to the hand-written loop: shaper as it runs by default (`tuning: on`), with `SHAPER_TUNING=off`, and the loop, over plain HTTP and over TLS ([tuning.md](tuning.md)).\n")
+	table(p, "sink", ">limit", ">hand-written loop", ">shaper, tuning on (× loop)", ">shaper, tuning off (× loop)")
+	for _, r := range rows {
+		p("%s", r)
+	}
+	p("")
 }
 
 // signedPct writes a percentage to two decimals with its sign, and one

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"maps"
@@ -19,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/shaper-dev/shaper/bench/peers/backlog"
+	"github.com/shaper-dev/shaper/bench/peers/peer"
 )
 
 // PeersSection is what shaper costs beside what a user would run instead
@@ -42,11 +44,6 @@ type PeersSection struct {
 	// BodyBytes is the size of every message's body.
 	BodyBytes int        `json:"body_bytes"`
 	Cases     []PeerCase `json:"cases"`
-	// CPUClock is where every process's CPU time came from: cpuClockProcess
-	// (its process CPU clock, in nanoseconds), or "" (utime + stime of
-	// /proc/<pid>/stat, in 10 ms ticks: the harness before this field, or a
-	// system whose clock could not be read).
-	CPUClock string `json:"cpu_clock,omitempty"`
 }
 
 // PeerCase is one source delivered to HTTP at one limit by several
@@ -57,6 +54,9 @@ type PeerCase struct {
 	Name   string  `json:"name"`
 	Source string  `json:"source"`
 	Limit  float64 `json:"limit"`
+	// HTTPS is set when the sink is served over TLS (HTTP/1.1): the path
+	// most users' callbacks take.
+	HTTPS bool `json:"https,omitempty"`
 	// Backlog is how many messages the broker held before the first run;
 	// every run reads them from the start with a consumer or group of its
 	// own. A core NATS case has none: FeedRate is the rate of its live
@@ -92,8 +92,7 @@ type PeerParty struct {
 }
 
 // PeerRun is one run of a party, over its window: the messages the sink
-// received in it and the CPU each process used (see
-// PeersSection.CPUClock).
+// received in it and the CPU each process used (its process CPU clock).
 type PeerRun struct {
 	Seconds   float64 `json:"seconds"`
 	Delivered int     `json:"delivered"`
@@ -130,6 +129,7 @@ const (
 	partyLoopOneP      = "loop-one-p"
 	partyBenthos       = "benthos"
 	partyShaper        = "shaper"
+	partyShaperOff     = "shaper-tuning-off"
 )
 
 // peerWorkers is every party's requests in flight at once: the loops'
@@ -148,9 +148,9 @@ const peerFeedFactor = 1.1
 const peerBacklogSeconds = 20
 
 func runPeers(ctx context.Context, b *bench) (_ *PeersSection, err error) {
-	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: backlog.Size}
-	if _, err := processCPU(os.Getpid()); err == nil {
-		s.CPUClock = cpuClockProcess
+	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: peer.Size}
+	if _, err := processCPU(os.Getpid()); err != nil {
+		return nil, err // every process's CPU is read from its CPU clock
 	}
 	if b.o.quick {
 		s.Runs, s.WarmupSeconds, s.WindowSeconds = 1, 1, 2
@@ -166,6 +166,8 @@ func runPeers(ctx context.Context, b *bench) (_ *PeersSection, err error) {
 		{Name: "kafka-1000", Source: "Kafka (kfake)", Limit: 1000},
 		{Name: "core-1000", Source: "core NATS", Limit: 1000},
 		{Name: "jetstream-5000", Source: "NATS JetStream", Limit: 5000},
+		{Name: "jetstream-https-1000", Source: "NATS JetStream", Limit: 1000, HTTPS: true},
+		{Name: "jetstream-https-100", Source: "NATS JetStream", Limit: 100, HTTPS: true},
 	}, func(c PeerCase) bool { return len(b.o.peerCases) > 0 && !b.o.peerCases[c.Name] })
 	if len(cases) == 0 {
 		return nil, fmt.Errorf("-peer-cases: no case named %v", slices.Collect(maps.Keys(b.o.peerCases)))
@@ -220,6 +222,14 @@ func runPeers(ctx context.Context, b *bench) (_ *PeersSection, err error) {
 	return s, nil
 }
 
+// scheme is how the case's sink is reached: HTTP or HTTPS.
+func (c *PeerCase) scheme() string {
+	if c.HTTPS {
+		return "HTTPS"
+	}
+	return "HTTP"
+}
+
 // peerSource is the source of the case named name: its name up to the
 // first '-'.
 func peerSource(name string) string {
@@ -271,6 +281,8 @@ type peerBench struct {
 	b              *bench
 	bins           string
 	sink           *peerSink
+	tlsSink        *peerSink // the same served over TLS, its certificate in tlsCA
+	tlsCA          string
 	natsServer     *proc
 	kafkaServer    *proc
 	natsURL, kafka string
@@ -286,7 +298,11 @@ func startPeerBench(ctx context.Context, b *bench, bins string, backlogN int) (_
 			pb.close()
 		}
 	}()
-	if pb.sink, err = startPeerSink(ctx, b.o.tmp, filepath.Join(bins, "sink")); err != nil {
+	if pb.sink, err = startPeerSink(ctx, b.o.tmp, filepath.Join(bins, "sink"), ""); err != nil {
+		return nil, err
+	}
+	pb.tlsCA = filepath.Join(b.o.tmp, "peers-sink-ca.pem")
+	if pb.tlsSink, err = startPeerSink(ctx, b.o.tmp, filepath.Join(bins, "sink"), pb.tlsCA); err != nil {
 		return nil, err
 	}
 	n, broker := strconv.Itoa(backlogN), filepath.Join(bins, "broker")
@@ -317,25 +333,49 @@ func (pb *peerBench) close() {
 			*p = nil
 		}
 	}
-	if pb.sink != nil {
-		pb.sink.close()
-		pb.sink = nil
+	for _, s := range []**peerSink{&pb.sink, &pb.tlsSink} {
+		if *s != nil {
+			(*s).close()
+			*s = nil
+		}
 	}
+}
+
+// sinkOf is the sink of case c: over TLS for an HTTPS case.
+func (pb *peerBench) sinkOf(c *PeerCase) *peerSink {
+	if c.HTTPS {
+		return pb.tlsSink
+	}
+	return pb.sink
 }
 
 // parties are the programs that deliver case c, the baseline first.
 func (pb *peerBench) parties(c *PeerCase) []peerParty {
 	limit := strconv.FormatFloat(c.Limit, 'f', -1, 64)
+	sink := pb.sinkOf(c)
 	// loop starts bench/peers/loop with env and the arguments of its
 	// source, which name its consumer or group after the run.
 	loop := func(env []string, source func(id string) []string) func(id string) (*proc, error) {
 		return func(id string) (*proc, error) {
-			args := append([]string{"-sink", pb.sink.callbackURL(), "-rate", limit, "-workers", strconv.Itoa(peerWorkers)}, source(id)...)
+			args := append([]string{"-sink", sink.callbackURL(), "-rate", limit, "-workers", strconv.Itoa(peerWorkers)}, source(id)...)
+			if c.HTTPS {
+				args = append(args, "-ca", pb.tlsCA)
+			}
 			return startProc(pb.b.o.tmp, id, filepath.Join(pb.bins, "loop"), env, args...)
 		}
 	}
 	shaper := peerParty{name: partyShaper, label: "shaper run, leaky, max_in_flight 8, bucket 1000 (GOMAXPROCS as it sets it: 1 up to 500/s)", readsBroker: true,
 		start: func(id string) (*proc, error) { return pb.b.startShaper(id, pb.shaperYAML(c, id)) }}
+	shaperOff := peerParty{name: partyShaperOff, label: "the same with SHAPER_TUNING=off (Go timers, GOMAXPROCS and GOGC the runtime's, net.Conn as dialled)", readsBroker: true,
+		start: func(id string) (*proc, error) {
+			return pb.b.startShaperEnv(id, pb.shaperYAML(c, id), []string{"SHAPER_TUNING=off"})
+		}}
+	if c.HTTPS {
+		return []peerParty{{name: partyLoop, label: "hand-written: nats.go jetstream Consume + x/time/rate Wait + net/http over TLS, 8 workers, Ack after a 2xx", readsBroker: true,
+			start: loop(nil, func(id string) []string {
+				return []string{"-source", "jetstream", "-nats", pb.natsURL, "-stream", peerStream, "-consumer", id}
+			})}, shaper, shaperOff}
+	}
 	switch peerSource(c.Name) {
 	case peerJetStream:
 		js := func(extra ...string) func(string) []string {
@@ -352,13 +392,14 @@ func (pb *peerBench) parties(c *PeerCase) []peerParty {
 				start: loop([]string{"GOMAXPROCS=1"}, js())},
 			{name: partyBenthos, label: fmt.Sprintf("Benthos core %s: generate → local rate_limit (1 per %v) → http_client, max_in_flight 8 (no broker)", benthosVersion, peerInterval(c.Limit)),
 				start: func(id string) (*proc, error) {
-					path, err := writeBenthosConfig(pb.b.o.tmp, id, c.Limit, pb.sink.callbackURL())
+					path, err := writeBenthosConfig(pb.b.o.tmp, id, c.Limit, sink.callbackURL())
 					if err != nil {
 						return nil, err
 					}
 					return startProc(pb.b.o.tmp, id, filepath.Join(pb.bins, "benthos"), nil, "-c", path)
 				}},
 			shaper,
+			shaperOff,
 		}
 	case peerKafka:
 		return []peerParty{{name: partyLoop, label: "hand-written: kafka-go group Reader (FetchMessage, CommitMessages every 1s) + x/time/rate Wait + net/http, 8 workers", readsBroker: true,
@@ -386,8 +427,12 @@ func (pb *peerBench) shaperYAML(c *PeerCase, id string) string {
 		source = fmt.Sprintf("\n      kafka:\n        brokers: [%q]\n        topic: %s\n        group: %s\n        session_timeout: 6s\n        heartbeat_interval: 100ms\n        rebalance_timeout: 2s\n        max_wait: 200ms",
 			pb.kafka, peerTopic, id)
 	}
+	tls := ""
+	if c.HTTPS {
+		tls = fmt.Sprintf(", tls: {ca_file: %q}", pb.tlsCA)
+	}
 	return pipelineYAML("peers", source, "bucket: {capacity: 1000, max_queue_time: 1m}", fmt.Sprintf("rate: {mode: leaky, limit: %v}", c.Limit),
-		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: %d}}", pb.sink.callbackURL(), peerWorkers))
+		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: %d%s}}", pb.sinkOf(c).callbackURL(), peerWorkers, tls))
 }
 
 // measure runs party p of case c once, as run rep: it starts the party
@@ -395,7 +440,8 @@ func (pb *peerBench) shaperYAML(c *PeerCase, id string) string {
 // and the warm-up, and measures the window.
 func (pb *peerBench) measure(ctx context.Context, c *PeerCase, p peerParty, rep int) (PeerRun, error) {
 	id := fmt.Sprintf("%s-%s-%d", c.Name, p.name, rep)
-	if _, err := pb.sink.call(http.MethodPost, "/reset"); err != nil {
+	sink := pb.sinkOf(c)
+	if _, err := sink.call(http.MethodPost, "/reset"); err != nil {
 		return PeerRun{}, err
 	}
 	source := peerSource(c.Name)
@@ -421,14 +467,14 @@ func (pb *peerBench) measure(ctx context.Context, c *PeerCase, p peerParty, rep 
 			}
 		}()
 	}
-	if err := pr.wait(ctx, time.Minute, func() bool { h, _, err := pb.sink.arrivals(); return err == nil && len(h) > 0 }); err != nil {
+	if err := pr.wait(ctx, time.Minute, func() bool { h, _, err := sink.arrivals(); return err == nil && len(h) > 0 }); err != nil {
 		return PeerRun{}, fmt.Errorf("%s: no request at the sink: %w", p.label, err)
 	}
 	time.Sleep(pb.warmup)
-	t0, cpu0, broker0, sink0 := time.Now(), pr.cpu(), broker.cpu(), pb.sink.cpu()
+	t0, cpu0, broker0, sink0 := time.Now(), pr.cpu(), broker.cpu(), sink.cpu()
 	time.Sleep(pb.window)
-	t1, cpu1, broker1, sink1 := time.Now(), pr.cpu(), broker.cpu(), pb.sink.cpu()
-	arr, wire, err := pb.sink.arrivals()
+	t1, cpu1, broker1, sink1 := time.Now(), pr.cpu(), broker.cpu(), sink.cpu()
+	arr, wire, err := sink.arrivals()
 	if err != nil {
 		return PeerRun{}, err
 	}
@@ -532,13 +578,29 @@ type peerSink struct {
 	client *http.Client
 }
 
-func startPeerSink(ctx context.Context, dir, bin string) (*peerSink, error) {
-	p, url, err := startReady(ctx, dir, "peers-sink", bin)
+// startPeerSink starts bench/peers/sink; with caFile, over TLS, writing
+// the certificate to trust there.
+func startPeerSink(ctx context.Context, dir, bin, caFile string) (*peerSink, error) {
+	name, args := "peers-sink", []string(nil)
+	if caFile != "" {
+		name, args = "peers-sink-tls", []string{"-tls", caFile}
+	}
+	p, url, err := startReady(ctx, dir, name, bin, args...)
 	if err != nil {
 		return nil, err
 	}
 	// Its own transport, so that closing it leaves no connection behind.
-	return &peerSink{proc: p, url: url, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}}, nil
+	t := &http.Transport{}
+	if caFile != "" {
+		ca, err := os.ReadFile(caFile)
+		roots := x509.NewCertPool()
+		if err != nil || !roots.AppendCertsFromPEM(ca) {
+			p.stop(10 * time.Second)
+			return nil, fmt.Errorf("the TLS sink's certificate in %s: %v", caFile, err)
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
+	return &peerSink{proc: p, url: url, client: &http.Client{Timeout: 30 * time.Second, Transport: t}}, nil
 }
 
 // callbackURL is where the parties send their requests.
@@ -636,7 +698,7 @@ func (f *natsFeed) run(ctx context.Context, nc *nats.Conn, subject string, rate 
 		case <-timer.C:
 		}
 		for due := int(rate * time.Since(start).Seconds()); sent < due; sent++ {
-			if err := nc.Publish(subject, backlog.Body(sent)); err != nil {
+			if err := nc.Publish(subject, peer.Body(sent)); err != nil {
 				f.err = fmt.Errorf("publish to %s: %w", subject, err)
 				return
 			}
@@ -659,7 +721,7 @@ func peerInterval(limit float64) time.Duration {
 }
 
 // writeBenthosConfig writes the config of the Benthos party of run id to
-// dir and returns its path: the generate input producing backlog.Body(0)
+// dir and returns its path: the generate input producing peer.Body(0)
 // as fast as the output takes it, a local rate_limit resource of one
 // request per 1/limit, and the http_client output with 8 requests in
 // flight. Its HTTP server (which would listen on 0.0.0.0:4195) is off.
@@ -686,7 +748,7 @@ output:
       Content-Type: application/json
     rate_limit: sink
     max_in_flight: %d
-`, strconv.Quote(string(backlog.Body(0))), peerInterval(limit), url, peerWorkers)
+`, strconv.Quote(string(peer.Body(0))), peerInterval(limit), url, peerWorkers)
 	path := filepath.Join(dir, id+".yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return "", err

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -14,9 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestPeerRunTakesRateSpacingAndCPUPerMessageFromTheWindowsArrivals(t *testing.T) {
@@ -126,58 +121,6 @@ func TestPeersGoalsHoldShaperToItsShareOfTheLoopsCPUAndToItsPrecision(t *testing
 	}
 }
 
-func TestPeerMediansOfWireTimesNeedThemInEveryRun(t *testing.T) {
-	run := func(handler int, wire *Timing) PeerRun {
-		return PeerRun{Timing: Timing{Max100ms: handler}, Wire: wire}
-	}
-	m := medianRun([]PeerRun{run(104, &Timing{Max100ms: 103}), run(106, &Timing{Max100ms: 101}), run(105, &Timing{Max100ms: 102})})
-	if m.Max100ms != 105 || m.Wire == nil || m.Wire.Max100ms != 102 {
-		t.Errorf("medianRun: most per 100 ms %d, on the wire %+v; want 105 and 102", m.Max100ms, m.Wire)
-	}
-	if m := medianRun([]PeerRun{run(104, &Timing{Max100ms: 103}), run(106, nil), run(105, &Timing{Max100ms: 102})}); m.Wire != nil || m.Max100ms != 105 {
-		t.Errorf("medianRun with a run without wire times: on the wire %+v, most per 100 ms %d; want none and 105", m.Wire, m.Max100ms)
-	}
-}
-
-func TestPeersMarkdownShowsNoBrokerFiguresWithoutABrokerAndFlagsFiguresOfFewClockTicks(t *testing.T) {
-	s := &PeersSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, BodyBytes: 200, Cases: []PeerCase{{
-		Source: "NATS JetStream", Limit: 1000, Allowed100ms: 102, Baseline: partyLoop,
-		Parties: []PeerParty{
-			{Name: partyLoop, Label: "the loop", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 200, CPUPct: 20, BrokerUs: 90, Timing: Timing{RateErrPct: -0.001, Max100ms: 104, JitterP99: 990}, Wire: &Timing{RateErrPct: -0.001, Max100ms: 101, JitterP99: 900}}, CPURatio: 1, BrokerRatio: 1},
-			{Name: partyBenthos, Label: "benthos", Median: PeerRun{Delivered: 8000, CPUUs: 300, CPUPct: 30, Timing: Timing{RateErrPct: -25, Max100ms: 103}}, CPURatio: 1.5},
-			// 8000 × 12 µs is 96 ms of CPU: 9 ticks of 10 ms.
-			{Name: partyShaper, Label: "shaper", ReadsBroker: true, Median: PeerRun{Delivered: 8000, CPUUs: 250, CPUPct: 25, BrokerUs: 12, Timing: Timing{Max100ms: 102}}, CPURatio: 1.25, BrokerRatio: 0.13},
-		},
-	}}}
-	var b strings.Builder
-	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }, &Report{})
-	md := b.String()
-	for _, want := range []string{
-		// Wire times: the goal's columns hold them, the last the handler's.
-		"| NATS JetStream → HTTP, 1000/s | the loop | 200 µs (20%) | 1.00× | 90 µs | 1.00× | 0.00% | 101 (102) | 900 µs | 0.00%, 104, 990 µs |",
-		"|  | benthos | 300 µs (30%) | 1.50× | – | – | -25.00% | **103 (102)** | 0 µs | – |",
-		"|  | shaper | 250 µs (25%) | 1.25× | 12 µs† | 0.13× |",
-		"†: fewer than 10 clock ticks",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("markdown lacks %q:\n%s", want, md)
-		}
-	}
-
-	// Read from each process's CPU clock, in ns, the same figures are
-	// exact: nothing is flagged, and the text says where they came from.
-	s.CPUClock = cpuClockProcess
-	b.Reset()
-	s.markdown(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }, &Report{})
-	md = b.String()
-	if !strings.Contains(md, "|  | shaper | 250 µs (25%) | 1.25× | 12 µs | 0.13× |") || strings.Contains(md, "†") {
-		t.Errorf("with CPUClock %q the markdown flags a figure, or lacks the shaper row unflagged:\n%s", s.CPUClock, md)
-	}
-	if !strings.Contains(md, "CPU clock") || strings.Contains(md, "/proc/<pid>/stat") {
-		t.Errorf("with CPUClock %q the markdown does not say CPU comes from each process's CPU clock:\n%s", s.CPUClock, md)
-	}
-}
-
 // processCPU reads a process's CPU time in nanoseconds: this process's, as
 // getrusage counts it, and another's (a child's) as its /proc/<pid>/stat
 // does to within a clock tick.
@@ -223,85 +166,37 @@ func TestProcessCPUCountsWhatGetrusageAndProcStatCount(t *testing.T) {
 	}
 }
 
-// TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer runs
-// one party of one case as the section does: a nats-server process with a
-// backlog, the sink process and the hand-written JetStream loop, built from
-// bench/peers, at a rate a loaded machine keeps.
-func TestJetStreamLoopRunIsMeasuredAtTheSinksProcessAndLeavesNoConsumer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	tmp, bins := buildTestPeers(ctx, t, "sink", "broker", "loop")
-	var err error
-	b := &peerBench{b: &bench{o: &options{tmp: tmp}}, bins: bins, warmup: 500 * time.Millisecond, window: time.Second}
-	defer b.close()
-	if b.sink, err = startPeerSink(ctx, tmp, filepath.Join(bins, "sink")); err != nil {
-		t.Fatal(err)
-	}
-	if b.natsServer, b.natsURL, err = startReady(ctx, tmp, "natsserver", filepath.Join(bins, "broker"),
-		"-kind", "nats", "-stream", peerStream, "-subject", peerStreamIn, "-backlog", "2000"); err != nil {
-		t.Fatal(err)
-	}
-	if b.nc, err = nats.Connect(b.natsURL); err != nil {
-		t.Fatal(err)
-	}
-	if b.js, err = jetstream.New(b.nc); err != nil {
-		t.Fatal(err)
-	}
-
-	const limit = 200
-	c := &PeerCase{Name: "jetstream-200", Limit: limit}
-	loop := b.parties(c)[0]
-	if loop.name != partyLoop {
-		t.Fatalf("first JetStream party = %q; want %q", loop.name, partyLoop)
-	}
-	r, err := b.measure(ctx, c, loop, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Generous bounds: the point is that the window's arrivals come from
-	// the sink's process and the CPU from the others', not their speed.
-	if r.Delivered < 10 || r.Delivered > 2*limit {
-		t.Errorf("delivered %d in a %.1f s window at %d/s; want 10 to %d", r.Delivered, r.Seconds, limit, 2*limit)
-	}
-	if r.Rate > 1.5*limit {
-		t.Errorf("rate %.1f/s; want at most 1.5× the limit of %d/s", r.Rate, limit)
-	}
-	if r.Max100ms > 3*limit/10 {
-		t.Errorf("most per 100 ms = %d; want at most %d", r.Max100ms, 3*limit/10)
-	}
-	if r.Wire == nil || r.Wire.Rate > 1.5*limit {
-		t.Errorf("on the wire: %+v; want wire times, at most 1.5× the limit", r.Wire)
-	}
-	if r.CPUUs+r.BrokerUs+r.SinkUs == 0 {
-		t.Errorf("no CPU measured for the loop, the server or the sink: %+v", r)
-	}
-	if _, err := b.js.Consumer(ctx, peerStream, "jetstream-200-loop-1"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		t.Errorf("the run's consumer after the run: %v; want %v", err, jetstream.ErrConsumerNotFound)
-	}
-	if _, err := os.Stat(filepath.Join(tmp, "jetstream-200-loop-1.log")); err != nil {
-		t.Errorf("the loop's log: %v", err)
-	}
-}
-
 // TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler sends requests one
 // after another to the sink's process, on one kept-alive connection and
 // each on a new one (whose first bytes may arrive before the sink accepts
 // it), and finds each request's wire time between its sending and its
-// handler time, and that before its answer.
+// handler time, and that before its answer; over TLS too (-tls), where
+// the certificate it wrote is the one to trust.
 func TestPeerSinkTimesEachRequestOnTheWireAndAtItsHandler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tmp, bins := buildTestPeers(ctx, t, "sink")
-	sink, err := startPeerSink(ctx, tmp, filepath.Join(bins, "sink"))
-	if err != nil {
-		t.Fatal(err)
+	for _, ca := range []string{"", filepath.Join(tmp, "sink-ca.pem")} {
+		sink, err := startPeerSink(ctx, tmp, filepath.Join(bins, "sink"), ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sink.close()
+		if want := map[bool]string{false: "http://", true: "https://"}[ca != ""]; !strings.HasPrefix(sink.url, want) {
+			t.Errorf("sink URL %s; want %s", sink.url, want)
+		}
+		timeEachRequest(t, sink)
 	}
-	defer sink.close()
+}
+
+func timeEachRequest(t *testing.T, sink *peerSink) {
 	for _, keepAlive := range []bool{true, false} {
 		if _, err := sink.call(http.MethodPost, "/reset"); err != nil {
 			t.Fatal(err)
 		}
-		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: !keepAlive}}
+		transport := sink.client.Transport.(*http.Transport).Clone()
+		transport.DisableKeepAlives = !keepAlive
+		client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
 		const n = 20
 		var sent, answered []time.Time
 		for range n {

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 )
 
@@ -69,35 +68,25 @@ func (g *goals) add(goal string, met bool, format string, args ...any) {
 }
 
 // section is what every section of the report does: hold its load and
-// provenance, add its goals to the table and write its part of the page.
+// provenance and write its part of the page; one with goals adds them to
+// the table (goaler).
 type section interface {
 	common() *Common
-	addGoals(g *goals)
 	markdown(p func(string, ...any), r *Report)
 }
 
-// present returns the sections of list that were measured (not nil).
-func present[S any](list ...S) []S {
-	var out []S
-	for _, s := range list {
-		if !reflect.ValueOf(s).IsNil() {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+type goaler interface{ addGoals(g *goals) }
 
-// goals are every section's goals, in the table's order.
+// goals are every section's goals, in the sections' order.
 func (r *Report) goals() []Goal {
 	var g goals
-	for _, s := range present[section](r.Precision, r.Overhead, r.Throughput, r.Pushback, r.Scale, r.Lanes, r.Destinations, r.Peers) {
-		s.addGoals(&g)
+	for _, s := range r.measured() {
+		if s, ok := s.(goaler); ok {
+			s.addGoals(&g)
+		}
 	}
 	return g
 }
-
-// The picture has no goal of its own.
-func (s *PictureSection) addGoals(*goals) {}
 
 // loadAffected is the share of the machine's CPU that other processes may
 // use during a section before its figures are flagged.
@@ -251,17 +240,13 @@ func (s *PeersSection) addGoals(g *goals) {
 		if !ok || len(sh.Runs) == 0 {
 			continue
 		}
-		where := fmt.Sprintf("%s → HTTP at %v/s", c.Source, c.Limit)
+		where := fmt.Sprintf("%s → %s at %v/s", c.Source, c.scheme(), c.Limit)
 		if base, ok := c.party(c.Baseline); ok && base.Median.CPUUs > 0 && c.Limit <= peerCPUGoalMaxLimit {
 			g.add(fmt.Sprintf("peers, %s: shaper's CPU per message ≤ 0.6× the hand-written loop's", where), sh.CPURatio <= 0.6,
 				"%.2f× (%.0f µs against %.0f µs)", sh.CPURatio, sh.Median.CPUUs, base.Median.CPUUs)
 			if base.Median.BrokerUs > 0 {
-				coarse := ""
-				if s.coarse(sh.Median.BrokerUs, sh.Median) || s.coarse(base.Median.BrokerUs, base.Median) {
-					coarse = "; under 10 clock ticks of CPU in the window, within their resolution"
-				}
 				g.add(fmt.Sprintf("peers, %s: the broker's CPU per message for shaper ≤ 1.2× for the loop", where), sh.BrokerRatio <= 1.2,
-					"%.2f× (%.0f µs against %.0f µs)%s", sh.BrokerRatio, sh.Median.BrokerUs, base.Median.BrokerUs, coarse)
+					"%.2f× (%.0f µs against %.0f µs)", sh.BrokerRatio, sh.Median.BrokerUs, base.Median.BrokerUs)
 			}
 		}
 		m, clock := sh.Median.precision()

@@ -162,10 +162,10 @@ func limiterBenchmarks(list []*benchRuns) []LimiterBench {
 	return out
 }
 
-// runsOf is how many runs the first benchmark had.
-func runsOf(l []LimiterBench) int {
+// runsOf is how many runs the first of l had.
+func runsOf[T any](l []T, runs func(T) int) int {
 	if len(l) == 0 {
 		return 0
 	}
-	return l[0].Runs
+	return runs(l[0])
 }

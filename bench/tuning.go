@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
-
-	"github.com/shaper-dev/shaper/internal/window"
 )
 
 // TuningSection is what each knob of package internal/tuning buys on the
@@ -23,9 +21,10 @@ import (
 type TuningSection struct {
 	Common
 	// Rows are the SHAPER_TUNING values of the children, the same in
-	// every case; Cases hold a measurement per row.
+	// every case; each case has a party per row, named and labelled as
+	// the row, its ratios to the row with every knob on.
 	Rows  []TuningKnobs `json:"rows"`
-	Cases []TuningCase  `json:"cases"`
+	Cases []PeerCase    `json:"cases"`
 	// Runs is how many times each row ran in each case; WarmupSeconds is
 	// how long a run delivered before its window, from the first request
 	// at the sink, and WindowSeconds how long the window lasted.
@@ -38,32 +37,6 @@ type TuningSection struct {
 type TuningKnobs struct {
 	Name string `json:"name"`
 	Env  string `json:"env"`
-}
-
-// TuningCase is one limit and a measurement per row, in Rows' order.
-type TuningCase struct {
-	Limit float64         `json:"limit"`
-	Rows  []TuningMeasure `json:"rows"`
-}
-
-// TuningMeasure is a row's runs in one case, their medians, and the median
-// CPU per message over the row with every knob on (0: not measured).
-type TuningMeasure struct {
-	Runs     []TuningRun `json:"runs"`
-	Median   TuningRun   `json:"median"`
-	CPURatio float64     `json:"cpu_ratio"`
-}
-
-// TuningRun is one run's window: the messages the sink received, the
-// child's CPU per message (µs) and as a share of a core, and the spacing
-// of the arrivals at the sink's handler.
-type TuningRun struct {
-	Delivered  int     `json:"delivered"`
-	CPUUs      float64 `json:"cpu_us_per_msg"`
-	CPUPct     float64 `json:"cpu_pct_of_core"`
-	RateErrPct float64 `json:"rate_err_pct"`
-	Max100ms   int     `json:"max_per_100ms"`
-	JitterP99  float64 `json:"jitter_p99_us"`
 }
 
 // tuningRows are the section's rows: every knob on, every one off, and
@@ -96,7 +69,10 @@ func runTuning(ctx context.Context, b *bench) (*TuningSection, error) {
 	defer stop()
 
 	for _, limit := range limits {
-		c := TuningCase{Limit: limit, Rows: make([]TuningMeasure, len(tuningRows))}
+		c := PeerCase{Name: fmt.Sprintf("tuning-%g", limit), Limit: limit, Baseline: tuningRows[0].Name}
+		for _, row := range tuningRows {
+			c.Parties = append(c.Parties, PeerParty{Name: row.Name, Label: row.Env})
+		}
 		for rep := 1; rep <= s.Runs; rep++ {
 			for i, row := range tuningRows {
 				if ctx.Err() != nil {
@@ -109,24 +85,17 @@ func runTuning(ctx context.Context, b *bench) (*TuningSection, error) {
 				}
 				progress("tuning: %g/s %-10s run %d: %6.1f µs/msg (%4.1f%% of a core), %+.2f%%, most %d per 100 ms, jitter p99 %s",
 					limit, row.Name, rep, r.CPUUs, r.CPUPct, r.RateErrPct, r.Max100ms, micros(r.JitterP99))
-				c.Rows[i].Runs = append(c.Rows[i].Runs, r)
+				c.Parties[i].Runs = append(c.Parties[i].Runs, r)
 			}
 		}
-		for i := range c.Rows {
-			c.Rows[i].Median = medianTuning(c.Rows[i].Runs)
-		}
-		if on := c.Rows[0].Median.CPUUs; on > 0 {
-			for i := range c.Rows {
-				c.Rows[i].CPURatio = c.Rows[i].Median.CPUUs / on
-			}
-		}
+		c.summarize()
 		s.Cases = append(s.Cases, c)
 	}
 	return s, nil
 }
 
 // measureTuning runs one child of row at limit and measures its window.
-func measureTuning(ctx context.Context, b *bench, sink *sink, caFile, id string, limit float64, row TuningKnobs, s *TuningSection) (TuningRun, error) {
+func measureTuning(ctx context.Context, b *bench, sink *sink, caFile, id string, limit float64, row TuningKnobs, s *TuningSection) (PeerRun, error) {
 	before := sink.count.Load()
 	pipelines := pipelineYAML("tuning", b.natsYAML(tuningStream, id),
 		"bucket: {capacity: 1000, max_queue_time: 1m}",
@@ -134,47 +103,18 @@ func measureTuning(ctx context.Context, b *bench, sink *sink, caFile, id string,
 		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 8, tls: {ca_file: %q}}}", sink.URL, caFile))
 	ch, err := b.startShaperEnv(id, pipelines, []string{"SHAPER_TUNING=" + row.Env})
 	if err != nil {
-		return TuningRun{}, err
+		return PeerRun{}, err
 	}
 	defer ch.stop(10 * time.Second)
+	ch.clock = true // its process CPU clock, to the nanosecond
 	if !waitFor(ctx, time.Minute, sink.reached(before+1)) {
-		return TuningRun{}, fmt.Errorf("no request at the HTTPS sink within a minute; its log:\n%s", ch.tail())
+		return PeerRun{}, fmt.Errorf("no request at the HTTPS sink within a minute; its log:\n%s", ch.tail())
 	}
 	time.Sleep(time.Duration(s.WarmupSeconds * float64(time.Second)))
-	t0, cpu0 := time.Now(), tuningCPU(ch)
+	t0, cpu0 := time.Now(), ch.cpu()
 	time.Sleep(time.Duration(s.WindowSeconds * float64(time.Second)))
-	t1, cpu1 := time.Now(), tuningCPU(ch)
-	arr := between(sink.arrivals(), t0, t1)
-	r := TuningRun{Delivered: len(arr), CPUPct: 100 * (cpu1 - cpu0).Seconds() / t1.Sub(t0).Seconds()}
-	if r.Delivered > 0 {
-		r.CPUUs = float64((cpu1 - cpu0).Microseconds()) / float64(r.Delivered)
-	}
-	r.RateErrPct = 100 * (pacedRate(arr) - limit) / limit
-	r.Max100ms = window.Most(arr, 100*time.Millisecond)
-	_, r.JitterP99 = jitter(arr, time.Duration(float64(time.Second)/limit))
-	return r, nil
-}
-
-// tuningCPU is the child's CPU time from its process CPU clock, or from
-// /proc in ticks where that clock cannot be read.
-func tuningCPU(ch *proc) time.Duration {
-	if d, err := processCPU(ch.pid()); err == nil {
-		return d
-	}
-	return ch.cpu()
-}
-
-// medianTuning holds the median of each figure of runs, each on its own.
-func medianTuning(runs []TuningRun) TuningRun {
-	of := func(f func(TuningRun) float64) float64 { return medianOf(runs, f) }
-	return TuningRun{
-		Delivered:  int(of(func(r TuningRun) float64 { return float64(r.Delivered) })),
-		CPUUs:      of(func(r TuningRun) float64 { return r.CPUUs }),
-		CPUPct:     of(func(r TuningRun) float64 { return r.CPUPct }),
-		RateErrPct: of(func(r TuningRun) float64 { return r.RateErrPct }),
-		Max100ms:   int(of(func(r TuningRun) float64 { return float64(r.Max100ms) })),
-		JitterP99:  of(func(r TuningRun) float64 { return r.JitterP99 }),
-	}
+	t1, cpu1 := time.Now(), ch.cpu()
+	return peerRun(limit, between(sink.arrivals(), t0, t1), nil, t1.Sub(t0), cpu1-cpu0, 0, 0), nil
 }
 
 // startTLSSink starts a recording sink (sink.go) served over TLS on
@@ -195,15 +135,10 @@ func startTLSSink(dir string) (s *sink, caFile string, stop func(), err error) {
 	return s, caFile, ts.Close, nil
 }
 
-// The tuning section has no goal: it says what each knob buys.
-func (s *TuningSection) addGoals(*goals) {}
-
 // markdown writes the tuning section.
 func (s *TuningSection) markdown(p func(string, ...any), r *Report) {
 	p("## Tuning\n")
-	p("What each knob of `internal/tuning` buys on the path users run ([tuning.md](tuning.md)): a `shaper run` child")
-	p("delivers a JetStream backlog to an HTTPS sink (TLS, HTTP/1.1, answering 200; the broker and the sink in the harness")
-	p("process), leaky, `max_in_flight` 8, with `SHAPER_TUNING` set as the row says: every knob on, every knob off, and each")
+	p("What each knob of `internal/tuning` buys on the path users run ([tuning.md](tuning.md)): a `shaper run` child delivers a JetStream backlog to an HTTPS sink (TLS, HTTP/1.1, answering 200; the broker and the sink in the harness process), leaky, `max_in_flight` 8, with `SHAPER_TUNING` set as the row says: every knob on, every knob off, and each")
 	p("knob off alone. The rows of a limit run in turn, %d %s; the figures are the medians. CPU is the child's process CPU",
 		s.Runs, map[bool]string{true: "time", false: "times"}[s.Runs == 1])
 	p("clock over a window of %.0f s that starts %.0f s after the sink's first request, per request the sink received in it;",
@@ -213,14 +148,14 @@ func (s *TuningSection) markdown(p func(string, ...any), r *Report) {
 	p("\n%s\n", loadLine(s.Load))
 	table(p, "limit", "SHAPER_TUNING", ">CPU per message (share of a core)", ">× on", ">rate error", ">most per 100 ms", ">jitter p99")
 	for _, c := range s.Cases {
-		for i, m := range c.Rows {
+		for i, row := range c.Parties {
 			limit := ""
 			if i == 0 {
 				limit = fmt.Sprintf("%v/s", c.Limit)
 			}
-			m := m.Median
-			p("| %s | `%s` | %.0f µs (%.0f%%) | %s | %s | %d | %s |", limit, s.Rows[i].Env, m.CPUUs, m.CPUPct,
-				ratioText(c.Rows[i].CPURatio), signedPct(m.RateErrPct), m.Max100ms, micros(m.JitterP99))
+			m := row.Median
+			p("| %s | `%s` | %.0f µs (%.0f%%) | %s | %s | %d | %s |", limit, row.Label, m.CPUUs, m.CPUPct,
+				ratioText(row.CPURatio), signedPct(m.RateErrPct), m.Max100ms, micros(m.JitterP99))
 		}
 	}
 	p("")

@@ -32,9 +32,9 @@ func TestTuningRowsCoverEveryKnobOffAlone(t *testing.T) {
 func TestTuningMarkdownShowsEachRowWithItsRatioToOn(t *testing.T) {
 	s := &TuningSection{Runs: 3, WarmupSeconds: 2, WindowSeconds: 8, Rows: tuningRows}
 	for _, limit := range []float64{100, 1000} {
-		c := TuningCase{Limit: limit}
-		for i := range tuningRows {
-			c.Rows = append(c.Rows, TuningMeasure{Median: TuningRun{CPUUs: 200 + 100*float64(i)}, CPURatio: 1 + 0.5*float64(i)})
+		c := PeerCase{Limit: limit}
+		for i, r := range tuningRows {
+			c.Parties = append(c.Parties, PeerParty{Label: r.Env, Median: PeerRun{CPUUs: 200 + 100*float64(i)}, CPURatio: 1 + 0.5*float64(i)})
 		}
 		s.Cases = append(s.Cases, c)
 	}

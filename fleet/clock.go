@@ -6,11 +6,11 @@ import (
 )
 
 // NewClock returns the clock for the pipelines of one process: the
-// machine's clock whose alarms are tuning's precise ones when its clock
-// knob is on (docs/tuning.md), one set for all of them so that together
+// machine's clock whose alarms are tuning's precise ones when the clock
+// knob is in k (docs/tuning.md), one set for all of them so that together
 // they keep a P free for the rest; else the machine's clock on Go timers.
-func NewClock() shaper.Clock {
-	if a := tuning.NewAlarms(); a != nil {
+func NewClock(k tuning.Knobs) shaper.Clock {
+	if a := k.NewAlarms(); a != nil {
 		return preciseClock{alarms: a}
 	}
 	return shaper.SystemClock{}

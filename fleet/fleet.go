@@ -43,8 +43,8 @@ type Fleet struct {
 	build   Builder
 	metrics *shaper.Metrics
 	log     *slog.Logger
-	// clock is every pipeline's (NewClock), whose alarms share the one
-	// limit on holding a P.
+	// clock is every pipeline's (in the daemon NewClock's, whose alarms
+	// share the one limit on holding a P).
 	clock shaper.Clock
 
 	mu      sync.Mutex
@@ -62,10 +62,14 @@ type member struct {
 	done  chan struct{} // closed when Run has returned
 }
 
-// New builds every pipeline of cfg with build, without starting them. On
+// New builds every pipeline of cfg with build, without starting them,
+// each on clock (nil: shaper.SystemClock) unless build gave it one. On
 // error, whatever was built is closed.
-func New(cfg *config.File, build Builder, metrics *shaper.Metrics, log *slog.Logger) (*Fleet, error) {
-	f := &Fleet{build: build, metrics: metrics, log: log, clock: NewClock(), cfg: cfg, members: map[string]*member{}}
+func New(cfg *config.File, clock shaper.Clock, build Builder, metrics *shaper.Metrics, log *slog.Logger) (*Fleet, error) {
+	if clock == nil {
+		clock = shaper.SystemClock{}
+	}
+	f := &Fleet{build: build, metrics: metrics, log: log, clock: clock, cfg: cfg, members: map[string]*member{}}
 	for _, pc := range cfg.Pipelines {
 		m, err := f.newMember(pc)
 		if err != nil {

@@ -74,7 +74,7 @@ func build(pc config.Pipeline) (shaper.Parts, error) {
 // channel that reloads it.
 func running(t *testing.T, cfg *config.File) (*Fleet, chan<- Reload) {
 	t.Helper()
-	f, err := New(cfg, build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f, err := New(cfg, nil, build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestAReloadAddsAndRemovesPipelinesAndKeepsThoseThatCannotBeBuilt(t *testing
 }
 
 func TestNewBuildsNothingWhenOnePipelineCannotBeBuilt(t *testing.T) {
-	_, err := New(testConfig(t, 10, "a", "broken"), build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	_, err := New(testConfig(t, 10, "a", "broken"), nil, build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
 	if err == nil || err.Error() != "pipeline broken: cannot build" {
 		t.Errorf("New = %v; want pipeline broken: cannot build", err)
 	}
@@ -161,7 +161,7 @@ func TestThePartsBuiltBeforeABuildErrorAreClosed(t *testing.T) {
 	build := func(config.Pipeline) (shaper.Parts, error) {
 		return shaper.Parts{Sink: closingSink{closed: closed}}, errors.New("source: cannot build")
 	}
-	_, err := New(testConfig(t, 10, "a"), build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	_, err := New(testConfig(t, 10, "a"), nil, build, shaper.NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "cannot build") {
 		t.Fatalf("New = %v; want the build error", err)
 	}

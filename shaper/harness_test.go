@@ -17,6 +17,7 @@ import (
 	"github.com/shaper-dev/shaper/fleet"
 	"github.com/shaper-dev/shaper/internal/gather"
 	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -168,9 +169,13 @@ func (e *env) start(cfg config.Pipeline) *running {
 	reg := prometheus.NewRegistry()
 	// The daemon's clock: with SHAPER_TUNING=off in the environment these
 	// tests run on Go timers (docs/tuning.md).
+	knobs, err := tuning.Resolve("")
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	p := shaper.New(cfg.Core(), shaper.Parts{
 		Source: src, Sink: sink, DeadLetter: dl, Limiter: lim, KeyLimiter: cfg.Rate.KeyLimiter(),
-		DestinationLimiter: cfg.Rate.DestinationLimiter(), Clock: fleet.NewClock(),
+		DestinationLimiter: cfg.Rate.DestinationLimiter(), Clock: fleet.NewClock(knobs),
 		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second,
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,6 +3,7 @@ package sinks
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -72,6 +73,10 @@ type HTTPConfig struct {
 	// built (at startup or on a reload). Loopback sinks never go through an
 	// environment proxy. The proxy in force is logged at startup.
 	Proxy string `yaml:"proxy"`
+	// WrapConn, when set, wraps each connection the sink's own HTTP/1.1
+	// client dials (the socket, below TLS): the conn knob of
+	// internal/tuning. The program sets it, not the file.
+	WrapConn func(net.Conn) net.Conn `yaml:"-"`
 
 	shaper.DeliveryConfig `yaml:",inline"`
 }

@@ -171,8 +171,8 @@
 //     Proxy and Close, the Transport it sends with, the one request of each
 //     Send and how an answer is judged;
 //   - http_conn.go: its own HTTP/1.1 client for a fixed URL (package
-//     internal/h1), whose connections tuning.Wrap wraps (with the conn knob
-//     on, on Linux, an idle daemon's first read does not wake the
+//     internal/h1), whose connections HTTPConfig.WrapConn wraps (the
+//     daemon sets it to the conn knob of internal/tuning: on Linux, an idle daemon's first read does not wake the
 //     runtime's sysmon);
 //   - http_headers.go: which headers may be sent: the configured headers
 //     and key_header it accepts, the broker headers it forwards (never the

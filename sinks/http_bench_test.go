@@ -39,11 +39,7 @@ func BenchmarkHTTPAttempt(b *testing.B) {
 		cfg := httpConfig("")
 		if scheme == "https" {
 			srv.StartTLS() // HTTP/1.1 only: httptest offers h2 only when asked to
-			ca := filepath.Join(b.TempDir(), "ca.pem")
-			if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-				b.Fatal(err)
-			}
-			cfg.TLS = &tlsconf.Config{CAFile: ca}
+			cfg.TLS = trustServer(b, srv)
 		} else {
 			srv.Start()
 		}
@@ -69,4 +65,15 @@ func BenchmarkHTTPAttempt(b *testing.B) {
 		}
 		srv.Close()
 	}
+}
+
+// trustServer returns a TLS config that trusts srv's certificate, started
+// with StartTLS.
+func trustServer(t testing.TB, srv *httptest.Server) *tlsconf.Config {
+	t.Helper()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &tlsconf.Config{CAFile: ca}
 }

@@ -9,12 +9,11 @@ import (
 	"net/url"
 
 	"github.com/shaper-dev/shaper/internal/h1"
-	"github.com/shaper-dev/shaper/internal/tuning"
 )
 
 // newOwnClient returns the own client of cfg for u, a fixed http:// or
 // https:// URL without a proxy: at most cfg.MaxInFlightPerHost connections,
-// dialled by dial and wrapped by tuning.Wrap; over TLS with tlsConfig
+// dialled by dial and wrapped by cfg.WrapConn; over TLS with tlsConfig
 // (nil: the system's CAs), checking u's host unless it names a server_name,
 // as net/http's Transport does, and offering only http/1.1.
 func newOwnClient(cfg HTTPConfig, u *url.URL, tlsConfig *tls.Config, dial dialFunc) *h1.Client {
@@ -40,7 +39,7 @@ func newOwnClient(cfg HTTPConfig, u *url.URL, tlsConfig *tls.Config, dial dialFu
 		Addr:             net.JoinHostPort(u.Hostname(), port),
 		TLS:              tc,
 		Dial:             dial,
-		Wrap:             tuning.Wrap,
+		Wrap:             cfg.WrapConn,
 		MaxConns:         max(cfg.MaxInFlightPerHost, 1),
 		Timeout:          cfg.Timeout,
 		HandshakeTimeout: tlsHandshakeTimeout,

@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,5 +341,44 @@ func TestHTTPOwnClientRequestsEndAtTheirDeadlineCtxOrClose(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the request in flight at Close was not answered")
+	}
+}
+
+// The own client's connections go through WrapConn (the daemon's conn
+// knob), each once, over http:// and https:// (where the socket below TLS
+// is what it wraps), and every request still gets its answer.
+func TestHTTPOwnClientWrapsWhatItDialsWithWrapConn(t *testing.T) {
+	for _, tls := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tls=%v", tls), func(t *testing.T) {
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+			srv := httptest.NewUnstartedServer(handler)
+			if tls {
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
+			t.Cleanup(srv.Close)
+			var wrapped atomic.Int32
+			cfg := httpConfig(srv.URL)
+			cfg.WrapConn = func(c net.Conn) net.Conn {
+				if _, ok := c.(*net.TCPConn); !ok {
+					t.Errorf("WrapConn got a %T; want the socket (*net.TCPConn)", c)
+				}
+				wrapped.Add(1)
+				return c
+			}
+			if tls {
+				cfg.TLS = trustServer(t, srv)
+			}
+			h := newHTTP(t, cfg)
+			for i := range 3 {
+				if err := h.Send(testCtx(t), &shaper.Message{ID: strconv.Itoa(i), Payload: []byte("x")}); err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+			}
+			if got := wrapped.Load(); got != 1 {
+				t.Errorf("3 requests in a row wrapped %d connections; want 1 (one connection, kept)", got)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"net"
 	"regexp"
 	"time"
 
@@ -155,6 +156,9 @@ type NATSConfig struct {
 	// Pipeline is the name of the pipeline the source feeds, which
 	// DeadLetters requires; the config sets it, not the file.
 	Pipeline string `yaml:"-"`
+	// WrapConn, when set, wraps each connection to the NATS server (the
+	// conn knob of internal/tuning). The program sets it, not the file.
+	WrapConn func(net.Conn) net.Conn `yaml:"-"`
 }
 
 // SetDefaults fills every field left out with its default, for the

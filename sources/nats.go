@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/shaper-dev/shaper/internal/tuning"
 )
 
 // errClosed is returned by Fetch and Ready of a NATS source after Close.
@@ -37,11 +35,11 @@ type natsConn struct {
 // why the source is not ready. With dropsExpected (core NATS), the client's
 // slow-consumer notices are logged at debug level only: dropping while the
 // bucket is full is the design, and the drops are counted.
-func dialNATS(rawURL, name string, log *slog.Logger, dropsExpected bool, opts ...nats.Option) (*natsConn, error) {
+func dialNATS(rawURL, name string, wrap func(net.Conn) net.Conn, log *slog.Logger, dropsExpected bool, opts ...nats.Option) (*natsConn, error) {
 	c := &natsConn{url: redactURLs(rawURL), log: log}
 	opts = append([]nats.Option{
 		nats.Name(name),
-		nats.SetCustomDialer(rawDialer{net.Dialer{Timeout: nats.DefaultTimeout}}),
+		nats.SetCustomDialer(wrapDialer{net.Dialer{Timeout: nats.DefaultTimeout}, wrap}),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ConnectHandler(func(nc *nats.Conn) {
@@ -76,19 +74,22 @@ func dialNATS(rawURL, name string, log *slog.Logger, dropsExpected bool, opts ..
 	return c, nil
 }
 
-// rawDialer dials a NATS server as nats.go's own dialer does, and wraps
-// the connection with tuning.Wrap: with the conn knob on it reads and
-// writes with system calls the Go runtime is not told of, so a JetStream
-// ack or a fetch's messages do not wake the runtime's monitor thread when
-// the daemon was idle.
-type rawDialer struct{ d net.Dialer }
+// wrapDialer dials a NATS server as nats.go's own dialer does, and wraps
+// the connection with wrap when set (NATSConfig.WrapConn: with the conn
+// knob on it reads and writes with system calls the Go runtime is not
+// told of, so a JetStream ack or a fetch's messages do not wake the
+// runtime's monitor thread when the daemon was idle).
+type wrapDialer struct {
+	d    net.Dialer
+	wrap func(net.Conn) net.Conn
+}
 
-func (r rawDialer) Dial(network, addr string) (net.Conn, error) {
-	c, err := r.d.Dial(network, addr)
-	if err != nil {
-		return nil, err
+func (w wrapDialer) Dial(network, addr string) (net.Conn, error) {
+	c, err := w.d.Dial(network, addr)
+	if err != nil || w.wrap == nil {
+		return c, err
 	}
-	return tuning.Wrap(c), nil
+	return w.wrap(c), nil
 }
 
 // ready returns nil while connected, else why not, such as

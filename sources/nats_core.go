@@ -70,7 +70,7 @@ func NewCoreNATS(cfg NATSConfig, capacity int, name string, log *slog.Logger) (*
 	log = log.With("source", "nats", "subject", cfg.Subject)
 	// A synchronous subscription's channel holds capacity messages, and its
 	// pending limit drops beyond that.
-	conn, err := dialNATS(cfg.URL, name, log, true, nats.SyncQueueLen(capacity))
+	conn, err := dialNATS(cfg.URL, name, cfg.WrapConn, log, true, nats.SyncQueueLen(capacity))
 	if err != nil {
 		return nil, err
 	}

@@ -116,7 +116,7 @@ func NewJetStream(cfg NATSConfig, capacity int, name string, log *slog.Logger) (
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("source", "nats", "subject", cfg.Subject, "stream", cfg.Stream, "durable", cfg.Durable)
-	conn, err := dialNATS(cfg.URL, name, log, false)
+	conn, err := dialNATS(cfg.URL, name, cfg.WrapConn, log, false)
 	if err != nil {
 		return nil, err
 	}

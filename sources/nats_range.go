@@ -98,7 +98,7 @@ func NewJetStreamRange(ctx context.Context, url, stream, subject string, capacit
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	conn, err := dialNATS(url, name, log.With("source", "nats", "subject", subject), false)
+	conn, err := dialNATS(url, name, nil, log.With("source", "nats", "subject", subject), false)
 	if err != nil {
 		return nil, err
 	}

@@ -34,20 +34,23 @@ type daemon struct {
 	// configPath is reloaded on SIGHUP; watch also reloads it when it changes.
 	configPath string
 	watch      bool
-	// procs sets GOMAXPROCS from the pipelines' total rate.
+	// knobs is the runtime tuning in force (docs/tuning.md); procs sets
+	// GOMAXPROCS from the pipelines' total rate.
+	knobs tuning.Knobs
 	procs *tuning.Procs
 }
 
 // newDaemon builds every pipeline's parts from cfg, without starting them.
 // On error, whatever was built is closed.
 func newDaemon(cfg *config.File, log *slog.Logger) (*daemon, error) {
-	if err := useTuning(cfg, log); err != nil {
+	k, err := useTuning(cfg, log)
+	if err != nil {
 		return nil, err
 	}
-	d := &daemon{cfg: cfg, registry: prometheus.NewRegistry(), log: log, procs: tuning.NewProcs(log)}
+	d := &daemon{cfg: cfg, registry: prometheus.NewRegistry(), log: log, knobs: k, procs: k.NewProcs(log)}
 	d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), currentBuild().collector())
-	build := func(pc config.Pipeline) (shaper.Parts, error) { return buildParts(pc, log) }
-	f, err := fleet.New(cfg, build, shaper.NewMetrics(d.registry), log)
+	build := func(pc config.Pipeline) (shaper.Parts, error) { return buildParts(pc, k, log) }
+	f, err := fleet.New(cfg, fleet.NewClock(k), build, shaper.NewMetrics(d.registry), log)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +80,7 @@ func (d *daemon) listen() (net.Listener, error) {
 // reloads the config on SIGHUP and, with watch, when the file changes.
 func (d *daemon) serve(ctx, force context.Context, ln net.Listener) error {
 	d.procs.Set(totalLimit(d.list()))
-	defer tuning.StartHeapFloor()()
+	defer d.knobs.StartHeapFloor()()
 	admin := shaper.Admin(d.list, d.registry, d.cfg.Admin.Token,
 		shaper.AdminHosts{Listen: d.cfg.Admin.Listen, Allowed: d.cfg.Admin.AllowedHosts}, d.log)
 	srv := &http.Server{
@@ -164,22 +167,21 @@ func (d *daemon) watchConfig(ctx context.Context, hups <-chan os.Signal, reloads
 	}
 }
 
-// useTuning puts in force the knobs of cfg's tuning key, or of
-// SHAPER_TUNING, which wins over it, and logs what each knob does now. An
-// invalid SHAPER_TUNING is a usage error.
-func useTuning(cfg *config.File, log *slog.Logger) error {
+// useTuning returns the knobs of cfg's tuning key, or of SHAPER_TUNING,
+// which wins over it, and logs what each knob does. An invalid
+// SHAPER_TUNING is a usage error.
+func useTuning(cfg *config.File, log *slog.Logger) (tuning.Knobs, error) {
 	k, err := tuning.Resolve(cfg.Tuning)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return 0, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	tuning.Use(k)
 	report := k.Report()
 	args := []any{"tuning", k.String()}
 	for _, knob := range slices.Sorted(maps.Keys(report)) {
 		args = append(args, knob, report[knob])
 	}
 	log.Info("runtime tuning (docs/tuning.md)", args...)
-	return nil
+	return k, nil
 }
 
 // configuredLimit is the sum of the limits cfg's pipelines are set to: a

@@ -15,7 +15,6 @@ import (
 
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/fleet"
-	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sources"
 )
@@ -65,7 +64,8 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	if err := useTuning(cfg, log); err != nil {
+	knobs, err := useTuning(cfg, log)
+	if err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, replayLookupTimeout)
@@ -85,7 +85,7 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	if a.dryRun {
 		return dryRun(ctx, src, where, out)
 	}
-	parts, err := buildDelivery(pc, log)
+	parts, err := buildDelivery(pc, knobs, log)
 	if err != nil {
 		parts.Source = src
 		_ = parts.Close(context.Background())
@@ -95,11 +95,11 @@ func replayCmd(ctx context.Context, args []string, g *globals, stdout, stderr io
 	parts.Metrics = shaper.NewMetrics(prometheus.NewRegistry())
 	parts.Logger = log
 	parts.DrainTimeout = cfg.Shutdown.DrainTimeout
-	parts.Clock = fleet.NewClock()
+	parts.Clock = fleet.NewClock(knobs)
 	p := shaper.New(pc.Core(), parts)
 	log.Info("replay starting", "pipeline", pc.Name, "from", where, "total", src.Progress().Total, "limit", pc.Rate.Limit)
-	tuning.NewProcs(log).Set(pc.Rate.Limit)
-	defer tuning.StartHeapFloor()()
+	knobs.NewProcs(log).Set(pc.Rate.Limit)
+	defer knobs.StartHeapFloor()()
 	return replay(ctx, p, src, a, out, log)
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/shaper-dev/shaper/internal/natstest"
 	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/internal/testwait"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
 	"github.com/shaper-dev/shaper/webhook"
@@ -460,7 +461,7 @@ func TestPlainHTTPSinkToAnotherHostLogsAWarningAtStartup(t *testing.T) {
 		t.Run(tt.url, func(t *testing.T) {
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			s, err := buildSink(config.Sink{HTTP: &sinks.HTTPConfig{URL: tt.url, MaxBodyBytes: 1}}, "test", log)
+			s, err := buildSink(config.Sink{HTTP: &sinks.HTTPConfig{URL: tt.url, MaxBodyBytes: 1}}, tuning.All, "test", log)
 			if err != nil {
 				t.Fatalf("buildSink(%s) = %v", tt.url, err)
 			}

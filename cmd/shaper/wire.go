@@ -8,6 +8,7 @@ import (
 
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/check"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
@@ -17,12 +18,12 @@ import (
 // buildParts wires one pipeline's config to its source, sink, dead-letter
 // target and limiter. On error it returns what it built, for the caller to
 // close.
-func buildParts(pc config.Pipeline, log *slog.Logger) (shaper.Parts, error) {
-	parts, err := buildDelivery(pc, log)
+func buildParts(pc config.Pipeline, k tuning.Knobs, log *slog.Logger) (shaper.Parts, error) {
+	parts, err := buildDelivery(pc, k, log)
 	if err != nil {
 		return parts, err
 	}
-	if parts.Source, err = buildSource(pc, "shaper-"+pc.Name, log.With("pipeline", pc.Name)); err != nil {
+	if parts.Source, err = buildSource(pc, k, "shaper-"+pc.Name, log.With("pipeline", pc.Name)); err != nil {
 		return parts, fmt.Errorf("source: %w", err)
 	}
 	return parts, nil
@@ -32,13 +33,13 @@ func buildParts(pc config.Pipeline, log *slog.Logger) (shaper.Parts, error) {
 // limiters, the sink and the dead-letter target. A replay gives them a
 // source of its own. On error it returns what it built, for the caller
 // to close.
-func buildDelivery(pc config.Pipeline, log *slog.Logger) (parts shaper.Parts, err error) {
+func buildDelivery(pc config.Pipeline, k tuning.Knobs, log *slog.Logger) (parts shaper.Parts, err error) {
 	name := "shaper-" + pc.Name
 	log = log.With("pipeline", pc.Name)
 	if parts.Limiter, err = buildLimiter(pc.Rate, log); err != nil {
 		return parts, fmt.Errorf("rate: %w", err)
 	}
-	if parts.Sink, err = buildSink(pc.Sink, name, log); err != nil {
+	if parts.Sink, err = buildSink(pc.Sink, k, name, log); err != nil {
 		return parts, fmt.Errorf("sink: %w", err)
 	}
 	if dl := pc.DeadLetter; dl != nil {
@@ -83,11 +84,13 @@ func buildKeyLimiter(pc config.Pipeline, lim shaper.Limiter, log *slog.Logger) (
 // buildSink, buildDeadLetter and buildSource return a nil interface, never
 // an interface holding a nil pointer, when the constructor fails.
 
-func buildSink(cfg config.Sink, name string, log *slog.Logger) (shaper.Sink, error) {
+func buildSink(cfg config.Sink, k tuning.Knobs, name string, log *slog.Logger) (shaper.Sink, error) {
 	switch {
 	case cfg.HTTP != nil:
 		warnPlainHTTP(cfg.HTTP.URL, log)
-		h, err := sinks.NewHTTP(*cfg.HTTP)
+		hc := *cfg.HTTP
+		hc.WrapConn = k.Wrap
+		h, err := sinks.NewHTTP(hc)
 		if err != nil {
 			return nil, err
 		}
@@ -124,8 +127,13 @@ func buildDeadLetter(cfg config.DeadLetter, name string) (shaper.Sink, error) {
 
 // buildSource picks the source by config: Kafka; NATS with a stream is
 // JetStream (at-least-once); NATS without one is core NATS (at-most-once).
-func buildSource(pc config.Pipeline, name string, log *slog.Logger) (shaper.Source, error) {
+func buildSource(pc config.Pipeline, k tuning.Knobs, name string, log *slog.Logger) (shaper.Source, error) {
 	cfg, capacity := pc.Source, pc.Bucket.Capacity
+	if cfg.NATS != nil {
+		nc := *cfg.NATS
+		nc.WrapConn = k.Wrap
+		cfg.NATS = &nc
+	}
 	switch {
 	case cfg.Kafka != nil:
 		return sourceOrNil(sources.NewKafka(*cfg.Kafka, capacity, name, log))

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/internal/tuning"
 	"github.com/shaper-dev/shaper/sinks"
 )
 
@@ -35,7 +36,7 @@ func TestBuildSinkLogsItsProxyWithoutCredentials(t *testing.T) {
 			t.Setenv("HTTPS_PROXY", tt.env)
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
-			s, err := buildSink(config.Sink{HTTP: &sinks.HTTPConfig{URL: "https://psp.example.com/notify", MaxBodyBytes: 1, Proxy: tt.proxy}}, "test", log)
+			s, err := buildSink(config.Sink{HTTP: &sinks.HTTPConfig{URL: "https://psp.example.com/notify", MaxBodyBytes: 1, Proxy: tt.proxy}}, tuning.All, "test", log)
 			if err != nil {
 				t.Fatalf("buildSink = %v", err)
 			}

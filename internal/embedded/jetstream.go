@@ -104,8 +104,14 @@ func (j *JetStream) DeleteStream(ctx context.Context, name string) error {
 // AckWait or until ctx ends. Publishes may run concurrently; each then waits
 // for the others' acks too.
 func (j *JetStream) Publish(ctx context.Context, subject string, n int, body func(i int) []byte) error {
+	return j.PublishMsgs(ctx, subject, n, func(i int) *nats.Msg { return &nats.Msg{Subject: subject, Data: body(i)} })
+}
+
+// PublishMsgs is Publish with the whole message, headers included, that
+// msg(i) returns; subject names the publishes in errors.
+func (j *JetStream) PublishMsgs(ctx context.Context, subject string, n int, msg func(i int) *nats.Msg) error {
 	for i := range n {
-		if _, err := j.js.PublishAsync(subject, body(i)); err != nil {
+		if _, err := j.js.PublishMsgAsync(msg(i)); err != nil {
 			return fmt.Errorf("jetstream: publish to %s: %w", subject, err)
 		}
 	}

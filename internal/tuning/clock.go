@@ -11,11 +11,11 @@ import (
 const precise = 2 * time.Millisecond
 
 // NewAlarms returns the alarms of the process's pipelines when the clock
-// knob is on (nil when it is off: Go timers then). Its owner (package
+// knob is in k (nil when it is not: Go timers then). Its owner (package
 // fleet) makes one for all of its pipelines, so that together they keep a
 // P free for the rest.
-func NewAlarms() *Alarms {
-	if !InForce().Has(KnobClock) {
+func (k Knobs) NewAlarms() *Alarms {
+	if !k.Has(KnobClock) {
 		return nil
 	}
 	return &Alarms{}

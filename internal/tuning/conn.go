@@ -2,8 +2,8 @@ package tuning
 
 import "net"
 
-// Wrap returns c with the conn knob applied: on Linux, when it is in
-// force, a *RawConn, whose reads and writes are system calls the Go
+// Wrap returns c with the conn knob applied: on Linux, when it is in k,
+// a *RawConn, whose reads and writes are system calls the Go
 // runtime is not told of; else c itself. The HTTP sink's own client and
 // the NATS connections wrap what they dial.
 //
@@ -18,8 +18,8 @@ import "net"
 // as net.Conn does, when the socket has nothing to give or no room, until
 // the connection's deadline. The Go runtime's own network poller works
 // this way. What it saves at a paced rate is in docs/tuning.md.
-func Wrap(c net.Conn) net.Conn {
-	if !InForce().Has(KnobConn) {
+func (k Knobs) Wrap(c net.Conn) net.Conn {
+	if !k.Has(KnobConn) {
 		return c
 	}
 	return wrapRaw(c)

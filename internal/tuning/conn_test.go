@@ -163,14 +163,7 @@ func TestCloseEndsAWaitingRead(t *testing.T) {
 		done <- err
 	}()
 	if rc, ok := c.(*RawConn); ok {
-		// A Read holds its direction's lock from its start to its end.
-		testwait.For(t, 10*time.Second, "the Read to begin", func() bool {
-			if rc.r.mu.TryLock() {
-				rc.r.mu.Unlock()
-				return false
-			}
-			return true
-		})
+		testwait.For(t, 10*time.Second, "the Read to begin", func() bool { return reading(rc) })
 	}
 	c.Close()
 	select {

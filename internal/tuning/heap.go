@@ -49,10 +49,10 @@ type gcPace struct {
 }
 
 // StartHeapFloor sets GOGC for the live heap after every collection until
-// stop is called (see HeapFloor). With the heap knob off, or GOGC set in
+// stop is called (see HeapFloor). With the heap knob not in k, or GOGC set in
 // the environment (the operator's choice), it does nothing.
-func StartHeapFloor() (stop func()) {
-	if !InForce().Has(KnobHeap) || os.Getenv("GOGC") != "" {
+func (k Knobs) StartHeapFloor() (stop func()) {
+	if !k.Has(KnobHeap) || os.Getenv("GOGC") != "" {
 		return func() {}
 	}
 	g := &gcPace{percent: 100}

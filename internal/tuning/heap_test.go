@@ -77,7 +77,7 @@ func TestStartHeapFloorSetsGOGCAfterACollectionUnlessOffOrSetInTheEnvironment(t 
 	}
 
 	t.Setenv("GOGC", "100")
-	stop := StartHeapFloor()
+	stop := All.StartHeapFloor()
 	collect3()
 	if got := gogc(); got != 100 {
 		t.Errorf("with GOGC=100 in the environment: GOGC = %d after three collections; want 100", got)
@@ -85,16 +85,14 @@ func TestStartHeapFloorSetsGOGCAfterACollectionUnlessOffOrSetInTheEnvironment(t 
 	stop()
 
 	t.Setenv("GOGC", "")
-	useKnobs(t, All&^KnobHeap)
-	stop = StartHeapFloor()
+	stop = (All &^ KnobHeap).StartHeapFloor()
 	collect3()
 	if got := gogc(); got != 100 {
 		t.Errorf("with the heap knob off: GOGC = %d after three collections; want 100", got)
 	}
 	stop()
 
-	useKnobs(t, All)
-	stop = StartHeapFloor()
+	stop = All.StartHeapFloor()
 	defer stop()
 	want := gcPercent(0) // the most it sets; this test's live heap is under half the floor
 	deadline := time.Now().Add(10 * time.Second)

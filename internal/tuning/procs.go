@@ -33,10 +33,10 @@ type Procs struct {
 	one bool // GOMAXPROCS is 1 because of Set
 }
 
-// NewProcs returns the GOMAXPROCS policy of the knobs in force; it logs
-// each change to log.
-func NewProcs(log *slog.Logger) *Procs {
-	fixed := !InForce().Has(KnobProcs) || os.Getenv("GOMAXPROCS") != "" // the runtime ignores an empty one too
+// NewProcs returns the GOMAXPROCS policy of k; it logs each change to
+// log.
+func (k Knobs) NewProcs(log *slog.Logger) *Procs {
+	fixed := !k.Has(KnobProcs) || os.Getenv("GOMAXPROCS") != "" // the runtime ignores an empty one too
 	return &Procs{log: log, fixed: fixed}
 }
 

@@ -15,6 +15,9 @@
 //
 // Each knob is on unless turned off: `tuning: off` in the config file, or
 // SHAPER_TUNING in the environment, which wins over the file (Resolve).
+// The program resolves the knobs once and hands the Knobs value to what it
+// builds (k.NewAlarms, k.NewProcs, k.StartHeapFloor, k.Wrap); the package
+// keeps no state of its own.
 // With a knob off the code takes the plain path: Go timers, GOMAXPROCS and
 // GOGC left to the runtime (and the environment), the net.Conn as dialled.
 // What each knob does, why, and the figures that justify it are in
@@ -28,7 +31,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 )
 
 // Knobs is a set of knobs, each one bit.
@@ -141,27 +143,6 @@ func Resolve(configured string) (Knobs, error) {
 		return parseEnv(v)
 	}
 	return ParseConfig(configured)
-}
-
-// inForce is Use's knobs plus one, so that its zero value says that Use
-// was never called.
-var inForce atomic.Int32
-
-// Use puts k in force for the process: cmd/shaper calls it once, before
-// it builds any part. A program that never calls it runs with the knobs
-// of SHAPER_TUNING alone (all of them when it is unset or invalid).
-func Use(k Knobs) { inForce.Store(int32(k) + 1) }
-
-// InForce returns the knobs in force (see Use).
-func InForce() Knobs {
-	if v := inForce.Load(); v > 0 {
-		return Knobs(v - 1)
-	}
-	k, err := Resolve("")
-	if err != nil {
-		return All
-	}
-	return k
 }
 
 // Report says, for each knob, what is in force: the path k takes, for the

@@ -8,14 +8,6 @@ import (
 	"testing"
 )
 
-// useKnobs puts k in force for the rest of the test.
-func useKnobs(t *testing.T, k Knobs) {
-	t.Helper()
-	before := inForce.Load()
-	Use(k)
-	t.Cleanup(func() { inForce.Store(before) })
-}
-
 func TestResolveLetsTheEnvironmentWinOverTheConfig(t *testing.T) {
 	tests := []struct {
 		env, config string
@@ -73,18 +65,18 @@ func TestTuningOffTakesThePlainPaths(t *testing.T) {
 		return c
 	}
 
-	useKnobs(t, 0)
-	if a := NewAlarms(); a != nil {
+	off := Knobs(0)
+	if a := off.NewAlarms(); a != nil {
 		t.Errorf("tuning off: NewAlarms() = %v; want nil (Go timers)", a)
 	}
-	if c := dial(); Wrap(c) != c {
-		t.Errorf("tuning off: Wrap(TCP) = %T; want the connection itself", Wrap(c))
+	if c := dial(); off.Wrap(c) != c {
+		t.Errorf("tuning off: Wrap(TCP) = %T; want the connection itself", off.Wrap(c))
 	}
-	if p := NewProcs(slog.New(slog.DiscardHandler)); !p.fixed {
+	if p := off.NewProcs(slog.New(slog.DiscardHandler)); !p.fixed {
 		t.Error("tuning off: NewProcs would change GOMAXPROCS; want it left alone")
 	}
 	procs := runtime.GOMAXPROCS(0)
-	NewProcs(slog.New(slog.DiscardHandler)).Set(1)
+	off.NewProcs(slog.New(slog.DiscardHandler)).Set(1)
 	if got := runtime.GOMAXPROCS(0); got != procs {
 		t.Errorf("tuning off: Set(1/s) made GOMAXPROCS %d; want %d, untouched", got, procs)
 	}
@@ -92,15 +84,14 @@ func TestTuningOffTakesThePlainPaths(t *testing.T) {
 		t.Logf("off: %s: %s", knob, what)
 	}
 
-	useKnobs(t, All)
-	if a := NewAlarms(); a == nil {
+	if a := All.NewAlarms(); a == nil {
 		t.Error("tuning on: NewAlarms() = nil; want precise alarms")
 	}
-	_, raw := Wrap(dial()).(*RawConn)
+	_, raw := All.Wrap(dial()).(*RawConn)
 	if want := runtime.GOOS == "linux"; raw != want {
 		t.Errorf("tuning on: Wrap(TCP) is a *RawConn: %v; want %v on %s", raw, want, runtime.GOOS)
 	}
-	if p := NewProcs(slog.New(slog.DiscardHandler)); p.fixed != (os.Getenv("GOMAXPROCS") != "") {
+	if p := All.NewProcs(slog.New(slog.DiscardHandler)); p.fixed != (os.Getenv("GOMAXPROCS") != "") {
 		t.Errorf("tuning on: NewProcs fixed = %v; want it to follow the rate unless GOMAXPROCS is set", p.fixed)
 	}
 }

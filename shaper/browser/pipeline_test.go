@@ -55,7 +55,7 @@ func startPipeline(t *testing.T, natsURL, sinkURL, token string, mutate func(*co
 		t.Fatalf("config: %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	f, err := fleet.New(cfg, buildParts, shaper.NewMetrics(reg), slog.New(slog.DiscardHandler))
+	f, err := fleet.New(cfg, nil, buildParts, shaper.NewMetrics(reg), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

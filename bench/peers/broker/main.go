@@ -1,6 +1,6 @@
 // Command broker is a broker of the bench's peers section in a process of
 // its own, so that its CPU is measured apart from its clients', holding a
-// backlog of backlog.Body messages stored before it says it is ready:
+// backlog of peer.Body messages stored before it says it is ready:
 //
 //   - -kind nats: an embedded nats-server with JetStream (internal/embedded)
 //     on 127.0.0.1 and a free port, with one file-backed stream -stream on
@@ -21,24 +21,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 
-	"github.com/shaper-dev/shaper/bench/peers/backlog"
+	"github.com/shaper-dev/shaper/bench/peers/peer"
 	"github.com/shaper-dev/shaper/internal/embedded"
 )
 
-func main() {
-	ctx, done := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	done()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "broker:", err)
-		os.Exit(1)
-	}
-}
+func main() { peer.Main("broker", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
@@ -66,7 +55,7 @@ func run(ctx context.Context, args []string) error {
 		if err := js.CreateStream(ctx, *stream, *subject); err != nil {
 			return err
 		}
-		if err := js.Publish(ctx, *subject, *n, backlog.Body); err != nil {
+		if err := js.Publish(ctx, *subject, *n, peer.Body); err != nil {
 			return err
 		}
 		fmt.Println(js.URL())
@@ -76,7 +65,7 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		defer k.Close()
-		if err := k.Publish(ctx, *topic, *n, func(i int) ([]byte, []byte) { return []byte(strconv.Itoa(i)), backlog.Body(i) }); err != nil {
+		if err := k.Publish(ctx, *topic, *n, func(i int) ([]byte, []byte) { return []byte(strconv.Itoa(i)), peer.Body(i) }); err != nil {
 			return err
 		}
 		fmt.Println(k.Addrs()[0])

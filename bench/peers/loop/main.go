@@ -39,6 +39,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,27 +48,19 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/time/rate"
+
+	"github.com/shaper-dev/shaper/bench/peers/peer"
 )
 
-func main() {
-	ctx, done := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	done()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "loop:", err)
-		os.Exit(1)
-	}
-}
+func main() { peer.Main("loop", run) }
 
 // loop is what every worker shares.
 type loop struct {
@@ -91,16 +85,27 @@ func run(ctx context.Context, args []string) error {
 	sink := fs.String("sink", "", "URL to POST each message's body to (required)")
 	limit := fs.Float64("rate", 0, "requests per second (required)")
 	workers := fs.Int("workers", 8, "requests in flight at once")
+	ca := fs.String("ca", "", "PEM file of the certificate to trust for an https -sink")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *sink == "" || *limit <= 0 || *workers < 1 || *buffer < 1 {
 		return errors.New("-sink and -rate > 0 are required, and -workers and -buffer must be >= 1")
 	}
+	transport := &http.Transport{MaxIdleConns: *workers, MaxIdleConnsPerHost: *workers, IdleConnTimeout: 90 * time.Second}
+	if *ca != "" {
+		pem, err := os.ReadFile(*ca)
+		if err != nil {
+			return err
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("-ca %s: no certificate", *ca)
+		}
+		transport.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
 	l := &loop{
-		client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-			MaxIdleConns: *workers, MaxIdleConnsPerHost: *workers, IdleConnTimeout: 90 * time.Second,
-		}},
+		client:  &http.Client{Timeout: 2 * time.Second, Transport: transport},
 		limiter: rate.NewLimiter(rate.Limit(*limit), 1),
 		url:     *sink,
 		workers: *workers,

@@ -15,42 +15,47 @@
 // they reached this host, as a packet capture would show them (0 where
 // the system gives none).
 //
-// It prints one line on stdout, its base URL (http://127.0.0.1:port),
-// once it listens, writes nothing else there, and runs until SIGTERM or
+// With -tls FILE it serves HTTPS (HTTP/1.1) with a certificate for
+// 127.0.0.1 it makes at start, and writes that certificate to FILE for
+// its clients to trust.
+//
+// It prints one line on stdout, its base URL (http://127.0.0.1:port, or
+// https://), once it listens, writes nothing else there, and runs until SIGTERM or
 // SIGINT.
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/shaper-dev/shaper/bench/peers/peer"
 )
 
-func main() {
-	ctx, done := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	done()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sink:", err)
-		os.Exit(1)
-	}
-}
+func main() { peer.Main("sink", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sink", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	certFile := fs.String("tls", "", "serve HTTPS, writing the certificate clients must trust to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,18 +66,29 @@ func run(ctx context.Context, args []string) error {
 	if err := stampAll(l); err != nil {
 		return fmt.Errorf("receive timestamps: %w", err)
 	}
-	ln := stampingListener{l}
+	var ln net.Listener = stampingListener{l}
+	scheme := "http://"
+	if *certFile != "" {
+		cfg, err := selfSigned(*certFile)
+		if err != nil {
+			return err
+		}
+		ln, scheme = tls.NewListener(ln, cfg), "https://"
+	}
 	r := &record{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /callback", r.callback)
 	mux.HandleFunc("GET /arrivals", r.arrivals)
 	mux.HandleFunc("POST /reset", r.reset)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+		if tc, ok := c.(*tls.Conn); ok {
+			c = tc.NetConn() // the stamped socket below TLS
+		}
 		return context.WithValue(ctx, wireKey{}, wireOf(c))
 	}}
 	served := make(chan error, 1) // Serve's one result, read after Shutdown
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Println("http://" + ln.Addr().String())
+	fmt.Println(scheme + ln.Addr().String())
 	select {
 	case err := <-served:
 		return err
@@ -85,6 +101,32 @@ func run(ctx context.Context, args []string) error {
 		err = errors.Join(err, serr)
 	}
 	return err
+}
+
+// selfSigned makes a key and a self-signed certificate for 127.0.0.1,
+// writes the certificate to file, and returns a server config with it
+// that offers HTTP/1.1 only.
+func selfSigned(file string) (*tls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench sink"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return nil, err
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}, nil
 }
 
 // stampingListener accepts connections whose reads carry the kernel's

@@ -1,4 +1,4 @@
-package backlog
+package peer
 
 import (
 	"encoding/json"
