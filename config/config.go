@@ -171,13 +171,13 @@ func (r Rate) DestinationLimiter() func(name string, now time.Time) shaper.Limit
 // kafka_key), so that the replica that owns the partition owns the key and
 // a local limit is already global. A key's fallback limit is scaled as
 // fallback_limit scales rate.limit.
-func (p Pipeline) SharedKeys() (limiter.SharedKeysConfig, bool) {
+func (p Pipeline) SharedKeys() (limiter.SharedConfig, bool) {
 	pk, sh := p.Rate.PerKey, p.Rate.Shared
 	if pk == nil || sh == nil || p.Source.Kafka != nil && p.Key.From == "kafka_key" {
-		return limiter.SharedKeysConfig{}, false
+		return limiter.SharedConfig{}, false
 	}
-	return limiter.SharedKeysConfig{
-		Prefix: sh.Key + ":key:", Mode: limiter.Mode(p.Rate.Mode), Limit: pk.Limit, Burst: *pk.Burst,
+	return limiter.SharedConfig{
+		Key: sh.Key + ":key:", Mode: limiter.Mode(p.Rate.Mode), Limit: pk.Limit, Burst: *pk.Burst,
 		FallbackLimit: pk.Limit * min(1, sh.FallbackLimit/p.Rate.Limit), Timeout: sh.Timeout,
 	}, true
 }

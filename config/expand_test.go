@@ -246,11 +246,6 @@ func TestParseRefusesAFractionForAnInteger(t *testing.T) {
 	for _, tt := range tests {
 		src := strings.Replace(minimal, "rate: {limit: 50}", "rate: {limit: 50}\n    bucket: {capacity: "+tt.give+"}", 1)
 		_, err := Parse([]byte(src), env(nil))
-		switch {
-		case tt.want == "" && err != nil:
-			t.Errorf("Parse(capacity: %s) = %v; want nil", tt.give, err)
-		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-			t.Errorf("Parse(capacity: %s) = %v; want %q", tt.give, err, tt.want)
-		}
+		checkParseErr(t, "capacity: "+tt.give, err, tt.want)
 	}
 }

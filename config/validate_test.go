@@ -19,6 +19,18 @@ func problemsOf(t *testing.T, src string, vars map[string]string) string {
 	return err.Error()
 }
 
+// checkParseErr checks err, what Parse returned for the config that what
+// describes: nil when want is empty, else an error that contains want.
+func checkParseErr(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("Parse(%s) = %v; want nil", what, err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Errorf("Parse(%s) = %v; want %q", what, err, want)
+	}
+}
+
 func TestValidateRequiresAnAdminTokenOffLoopback(t *testing.T) {
 	tests := []struct {
 		listen string
@@ -42,12 +54,7 @@ func TestValidateRequiresAnAdminTokenOffLoopback(t *testing.T) {
 		t.Run(tt.listen, func(t *testing.T) {
 			src := minimal + "admin: {listen: '" + tt.listen + "'}\n"
 			_, err := Parse([]byte(src), env(nil))
-			switch {
-			case tt.want == "" && err != nil:
-				t.Errorf("Parse(listen %s, no token) = %v; want nil", tt.listen, err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("Parse(listen %s, no token) = %v; want %q", tt.listen, err, tt.want)
-			}
+			checkParseErr(t, "listen "+tt.listen+", no token", err, tt.want)
 			if tt.want != "" && err != nil && !strings.Contains(err.Error(), "PUT /v1/pipelines/{name}/rate") {
 				t.Errorf("error %q does not say why a token is needed", err)
 			}

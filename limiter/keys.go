@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -51,46 +52,25 @@ type SharedKeys struct {
 	down, retry time.Time
 }
 
-// SharedKeysConfig configures SharedKeys.
-type SharedKeysConfig struct {
-	// Prefix starts every key's Redis key: prefix + the key. Required.
-	Prefix string
-	// Mode, Limit and Burst are each key's rate, as Config's.
-	Mode  Mode
-	Limit float64
-	Burst int
-	// FallbackLimit is a key's own limit on this replica while Redis
-	// fails: > 0 and <= Limit.
-	FallbackLimit float64
-	// Timeout bounds each Redis call; zero is DefaultSharedTimeout.
-	Timeout time.Duration
-	// Logger receives one warning when Redis fails and one info line when
-	// it answers again; nil is slog.Default().
-	Logger *slog.Logger
-}
-
 // NewSharedKeys returns the per-key limits of cfg through client, which
-// stays the caller's.
-func NewSharedKeys(client redis.UniversalClient, cfg SharedKeysConfig) (*SharedKeys, error) {
-	if err := ValidateRate(cfg.Limit, cfg.Burst); err != nil {
+// stays the caller's. Each key is limited as a Shared limiter of cfg would
+// be, in a Redis hash of its own: cfg.Key followed by the key. cfg's Limit,
+// Burst and FallbackLimit are each key's, and its FallbackLimit is a key's
+// own limit on this replica while Redis fails.
+func NewSharedKeys(client redis.UniversalClient, cfg SharedConfig) (*SharedKeys, error) {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Prefix == "" || client == nil || !(cfg.FallbackLimit > 0 && cfg.FallbackLimit <= cfg.Limit) {
-		return nil, fmt.Errorf("limiter: shared keys: need a prefix, a client and a fallback limit in (0, %v], got %q, %v, %v",
-			cfg.Limit, cfg.Prefix, client != nil, cfg.FallbackLimit)
+	if client == nil {
+		return nil, errors.New("limiter: shared keys: need a Redis client")
 	}
+	cfg = cfg.withDefaults()
 	s := &SharedKeys{
-		client: client, prefix: cfg.Prefix, target: target(client), modeArg: "0", mode: cfg.Mode,
+		client: client, prefix: cfg.Key, target: target(client), modeArg: "0", mode: cfg.Mode,
 		limit: cfg.Limit, burst: cfg.Burst, fallback: cfg.FallbackLimit, timeout: cfg.Timeout, log: cfg.Logger,
 	}
 	if cfg.Mode == Token {
 		s.modeArg = "1"
-	}
-	if s.timeout <= 0 {
-		s.timeout = DefaultSharedTimeout
-	}
-	if s.log == nil {
-		s.log = slog.Default()
 	}
 	return s, nil
 }

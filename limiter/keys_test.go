@@ -20,7 +20,7 @@ var _ shaper.Limiter = (*limiter.SharedKey)(nil)
 
 // keyReplicas returns n SharedKeys on one prefix, each with its own client
 // as separate processes would have.
-func keyReplicas(t *testing.T, addr string, n int, cfg limiter.SharedKeysConfig, log *logtest.Buffer) []*limiter.SharedKeys {
+func keyReplicas(t *testing.T, addr string, n int, cfg limiter.SharedConfig, log *logtest.Buffer) []*limiter.SharedKeys {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 	out := make([]*limiter.SharedKeys, n)
@@ -73,7 +73,7 @@ func sendAsFastAsAllowed(lims []shaper.Limiter, d time.Duration) []time.Time {
 func TestSharedKeysHoldAKeyToOneLimitAcrossReplicas(t *testing.T) {
 	addr := redistest.Start(t).Addr
 	log := &logtest.Buffer{}
-	reps := keyReplicas(t, addr, 3, limiter.SharedKeysConfig{Prefix: "shaper:test:key:", Mode: limiter.Leaky, Limit: 20, Burst: 1, FallbackLimit: 5, Timeout: loadedTimeout}, log)
+	reps := keyReplicas(t, addr, 3, limiter.SharedConfig{Key: "shaper:test:key:", Mode: limiter.Leaky, Limit: 20, Burst: 1, FallbackLimit: 5, Timeout: loadedTimeout}, log)
 	now := time.Now()
 	var a, b []shaper.Limiter
 	for _, r := range reps {
@@ -102,7 +102,7 @@ func TestSharedKeysHoldAKeyToOneLimitAcrossReplicas(t *testing.T) {
 func TestSharedKeysFallBackWhileRedisIsDownAndReturn(t *testing.T) {
 	rs := redistest.Start(t)
 	log := &logtest.Buffer{}
-	reps := keyReplicas(t, rs.Addr, 1, limiter.SharedKeysConfig{Prefix: "shaper:test:key:", Mode: limiter.Leaky, Limit: 100, Burst: 1,
+	reps := keyReplicas(t, rs.Addr, 1, limiter.SharedConfig{Key: "shaper:test:key:", Mode: limiter.Leaky, Limit: 100, Burst: 1,
 		FallbackLimit: 10, Timeout: 100 * time.Millisecond}, log)
 	k := reps[0].For("A", time.Now())
 	rs.Stop()

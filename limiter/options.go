@@ -76,9 +76,7 @@ func (o *SharedOptions) Validate(path string, limit float64) error {
 	} else if o.FallbackLimit > limit {
 		ps.Add(path+".fallback_limit", "must be <= rate.limit (%v), got %v", limit, o.FallbackLimit)
 	}
-	if o.Timeout <= 0 {
-		ps.Add(path+".timeout", "must be > 0, got %s", o.Timeout)
-	}
+	ps.Positive(path+".timeout", o.Timeout)
 	return ps.Err()
 }
 
@@ -156,8 +154,9 @@ func (s OwnedShared) Close() error {
 	return errors.Join(s.Shared.Close(), s.client.Close())
 }
 
-// Keys returns per-key limits of cfg through s's Redis client.
-func (s OwnedShared) Keys(cfg SharedKeysConfig) (*SharedKeys, error) {
+// Keys returns per-key limits of cfg (see NewSharedKeys) through s's Redis
+// client.
+func (s OwnedShared) Keys(cfg SharedConfig) (*SharedKeys, error) {
 	return NewSharedKeys(s.client, cfg)
 }
 

@@ -111,6 +111,18 @@ type SharedConfig struct {
 	Logger *slog.Logger
 }
 
+// withDefaults returns c with its defaults: DefaultSharedTimeout for a zero
+// Timeout, slog.Default() for a nil Logger.
+func (c SharedConfig) withDefaults() SharedConfig {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultSharedTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
 // validate returns every problem of c at once.
 func (c SharedConfig) validate() error {
 	var errs []error
@@ -489,12 +501,7 @@ func (w *wait) stop() {
 // newShared returns a Shared limiter for a valid cfg with its defaults
 // applied, without starting its goroutine.
 func newShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*Shared, error) {
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultSharedTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = cfg.withDefaults()
 	s := &Shared{
 		client:        client,
 		keys:          []string{cfg.Key},

@@ -166,13 +166,6 @@ func (b *bucket) Capacity() int {
 	return b.capacity
 }
 
-// Room returns how many more messages may be admitted now.
-func (b *bucket) Room() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return max(b.capacity-b.held, 0)
-}
-
 // WaitRoom blocks until there is room for batch messages (or for as many
 // as the capacity, if fewer), and returns how much, or returns 0 when ctx
 // ends. Releases wake it only once that room is there, not once per

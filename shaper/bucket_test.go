@@ -53,24 +53,38 @@ func TestBucketTakeReportsWhenTheNextRetryIsDue(t *testing.T) {
 	}
 }
 
-func TestBucketRoomCountsEveryHeldMessageUntilReleased(t *testing.T) {
+func TestBucketHoldsEveryMessageUntilReleased(t *testing.T) {
 	now := time.Now()
 	b := newBucket(5, laneOptions{})
 	b.admit(now, msgs(3), nil)
-	if got := b.Room(); got != 2 {
-		t.Fatalf("Room() = %d; want 2", got)
+	if got := b.Held(); got != 3 {
+		t.Fatalf("Held() = %d; want 3", got)
 	}
 	inFlight, _ := b.take(now) // in flight: still held
-	if got := b.Room(); got != 2 {
-		t.Fatalf("Room() with one in flight = %d; want 2", got)
+	if got := b.Held(); got != 3 {
+		t.Fatalf("Held() with one in flight = %d; want 3", got)
 	}
 	b.release(inFlight)
-	if got := b.Room(); got != 3 {
-		t.Fatalf("Room() after release = %d; want 3", got)
+	if got := b.Held(); got != 2 {
+		t.Fatalf("Held() after release = %d; want 2", got)
 	}
 	b.SetCapacity(1)
-	if got := b.Room(); got != 0 {
-		t.Fatalf("Room() after shrinking below held = %d; want 0", got)
+	if got, c := b.Held(), b.Capacity(); got != 2 || c != 1 {
+		t.Fatalf("Held(), Capacity() after shrinking below held = %d, %d; want 2, 1", got, c)
+	}
+}
+
+// checkWaitRoom checks that the WaitRoom(batch) answering on done wakes
+// within 10s with room for want.
+func checkWaitRoom(t *testing.T, done <-chan int, batch, want int) {
+	t.Helper()
+	select {
+	case n := <-done:
+		if n != want {
+			t.Errorf("WaitRoom(%d) = %d; want %d", batch, n, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("WaitRoom(%d) did not wake with room for %d", batch, want)
 	}
 }
 
@@ -81,14 +95,7 @@ func TestBucketWaitRoomWakesOnRelease(t *testing.T) {
 	done := make(chan int)
 	go func() { done <- b.WaitRoom(context.Background(), 1) }()
 	b.release(held)
-	select {
-	case n := <-done:
-		if n != 1 {
-			t.Errorf("WaitRoom() = %d; want 1", n)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitRoom did not wake on release")
-	}
+	checkWaitRoom(t, done, 1, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.admit(time.Now(), msgs(1), nil)
 	cancel()
@@ -148,14 +155,7 @@ func TestBucketWaitRoomWaitsForABatchAndWakesOnceItIsThere(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	b.release(held[2])
-	select {
-	case n := <-done:
-		if n != 3 {
-			t.Errorf("WaitRoom(3) = %d; want 3", n)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitRoom(3) did not wake with room for 3")
-	}
+	checkWaitRoom(t, done, 3, 3)
 	// A batch larger than the capacity waits for the whole capacity.
 	go func() { done <- b.WaitRoom(context.Background(), 100) }()
 	for _, h := range held[3:] {

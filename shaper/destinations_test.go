@@ -43,6 +43,17 @@ func (f *fakes) addFor(prefix, dest, key string, n int) {
 	}
 }
 
+// retryAfterFor answers 429 with a Retry-After of after to the messages
+// whose header name is value, and accepts the others.
+func retryAfterFor(name, value string, after time.Duration) func(*shaper.Message, int) (time.Duration, error) {
+	return func(m *shaper.Message, _ int) (time.Duration, error) {
+		if m.Header[name][0] == value {
+			return 0, &shaper.StatusError{Code: 429, RetryAfter: time.Now().Add(after)}
+		}
+		return 0, nil
+	}
+}
+
 // messageURLs makes a pipeline take each message's URL from it, as the
 // destSink names it.
 func messageURLs(p *config.Pipeline) {
@@ -71,12 +82,7 @@ func TestARetryAfterHoldsOnlyItsDestinationAndItsMessagesExpireOnTimeOnAFakeCloc
 		f.addFor("bad", badHost, "", 50)
 		f.addFor("good", goodHost, "", 100)
 		f.sink = destSink{fakeSink{f}}
-		f.respond = func(m *shaper.Message, _ int) (time.Duration, error) {
-			if m.Header["Dest"][0] == badHost {
-				return 0, &shaper.StatusError{Code: 429, RetryAfter: time.Now().Add(99999 * time.Second)}
-			}
-			return 0, nil
-		}
+		f.respond = retryAfterFor("Dest", badHost, 99999*time.Second)
 		start := time.Now()
 		runFake(t, f, func(p *config.Pipeline) {
 			messageURLs(p)
@@ -164,12 +170,7 @@ func TestOneDestinationsPushBackLowersOnlyItsOwnAdaptiveLimitOnAFakeClock(t *tes
 			f.addFor(fmt.Sprintf("good%d-", i), goodHost, "", 50)
 		}
 		f.sink = destSink{fakeSink{f}}
-		f.respond = func(m *shaper.Message, _ int) (time.Duration, error) {
-			if m.Header["Dest"][0] == badHost {
-				return 0, &shaper.StatusError{Code: 429, RetryAfter: time.Now().Add(time.Second)}
-			}
-			return 0, nil
-		}
+		f.respond = retryAfterFor("Dest", badHost, time.Second)
 		var limitNow float64
 		var bad []shaper.KeyStatus
 		start := time.Now()
@@ -227,12 +228,7 @@ func TestPushbackScopeKeyHoldsOnlyTheKeysLaneOnAFakeClock(t *testing.T) {
 				f.addFor("a", goodHost, "A", 20)
 				f.addFor("b", goodHost, "B", 20)
 				f.sink = destSink{fakeSink{f}}
-				f.respond = func(m *shaper.Message, _ int) (time.Duration, error) {
-					if m.Header["Key"][0] == "A" {
-						return 0, &shaper.StatusError{Code: 429, RetryAfter: time.Now().Add(5 * time.Second)}
-					}
-					return 0, nil
-				}
+				f.respond = retryAfterFor("Key", "A", 5*time.Second)
 				start := time.Now()
 				runFake(t, f, func(p *config.Pipeline) {
 					p.Key = &shaper.KeyConfig{From: "header:Key"}

@@ -129,13 +129,7 @@ func TestAdminAnswers421ToAHostThatIsNotItsOwn(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+		return do(t, req)
 	}
 	for _, host := range []string{"evil.example:" + port, "evil.example", "shaper.evil.example:" + port, "shaper-ingress.example:" + port, "0x7f.1:" + port} {
 		for _, path := range []string{"/v1/pipelines/test/keys", "/v1/pipelines", "/", "/metrics", "/healthz", "/readyz"} {

@@ -14,10 +14,7 @@ import (
 
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/internal/logtest"
-	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
-	"github.com/shaper-dev/shaper/sinks"
-	"github.com/shaper-dev/shaper/sources"
 )
 
 // logLine is one JSON log line, the fields the summary tests read.
@@ -45,22 +42,11 @@ func refuseAll(t *testing.T, n int, limit float64, withTarget bool, level slog.L
 			return 0, &shaper.StatusError{Code: 400, Body: "no such merchant"}
 		}
 		dead := newFakes(0)
-		cfg := config.File{Pipelines: []config.Pipeline{{
-			Name:   "psp",
-			Source: config.Source{NATS: &sources.NATSConfig{URL: "nats://127.0.0.1:4222", Subject: "s"}},
-			Bucket: shaper.BucketConfig{Capacity: n, MaxQueueTime: time.Hour},
-			Rate:   config.Rate{RateConfig: shaper.RateConfig{Limit: limit}},
-			Sink:   config.Sink{HTTP: &sinks.HTTPConfig{URL: "https://sink.example/"}},
-		}}}
-		cfg.SetDefaults()
-		if err := cfg.Validate(); err != nil {
-			t.Fatalf("config: %v", err)
-		}
-		pc := cfg.Pipelines[0]
-		lim, err := limiter.New(limiter.Config{Mode: limiter.Mode(pc.Rate.Mode), Limit: pc.Rate.Limit, Burst: *pc.Rate.Burst}, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		pc, lim := fakeConfig(t, func(pc *config.Pipeline) {
+			pc.Name = "psp"
+			pc.Bucket = shaper.BucketConfig{Capacity: n, MaxQueueTime: time.Hour}
+			pc.Rate.Limit = limit
+		})
 		log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level}))
 		parts := shaper.Parts{Source: f, Sink: fakeSink{f}, Limiter: lim,
 			Clock: bubbleClock{}, Logger: log, Metrics: shaper.NewMetrics(prometheus.NewRegistry()), DrainTimeout: time.Second}

@@ -449,11 +449,7 @@ func (p *Pipeline) fetch(ctx context.Context) {
 				p.log.Error("source fetch failed; retrying with backoff", "err", err)
 				lastErr = err.Error()
 			}
-			timer := p.clock.NewTimer(backoff)
-			select {
-			case <-timer.C():
-			case <-ctx.Done():
-				timer.Stop()
+			if !sleep(ctx, p.clock, backoff) {
 				return
 			}
 			backoff = min(backoff*2, maxBackoff)

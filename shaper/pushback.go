@@ -532,11 +532,7 @@ func (p *Pipeline) lowerLimit(start, now time.Time) {
 // without a hold of the gate), until ctx ends.
 func (p *Pipeline) adapt(ctx context.Context) {
 	for {
-		timer := p.clock.NewTimer(adaptEvery)
-		select {
-		case <-timer.C():
-		case <-ctx.Done():
-			timer.Stop()
+		if !sleep(ctx, p.clock, adaptEvery) {
 			return
 		}
 		now := p.clock.Now()

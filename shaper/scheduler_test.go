@@ -174,9 +174,10 @@ func (r receipt) Nack(context.Context, time.Duration) error { r.f.record("nack",
 // bubble.
 func elapse(d time.Duration) { time.Sleep(d) }
 
-// runFake runs a pipeline over f in the bubble until the test's body
-// returns, then drains it and waits for Run.
-func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p *shaper.Pipeline)) {
+// fakeConfig returns the config of a pipeline over fakes (named fake,
+// capacity 1000, max_queue_time 1m, 100/s), changed by mutate (nil: none),
+// with its defaults and validated, and a limiter of its rate.
+func fakeConfig(t *testing.T, mutate func(*config.Pipeline)) (config.Pipeline, *limiter.Limiter) {
 	t.Helper()
 	cfg := config.File{Pipelines: []config.Pipeline{{
 		Name:   "fake",
@@ -197,6 +198,14 @@ func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pc, lim
+}
+
+// runFake runs a pipeline over f in the bubble until the test's body
+// returns, then drains it and waits for Run.
+func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p *shaper.Pipeline)) {
+	t.Helper()
+	pc, lim := fakeConfig(t, mutate)
 	var sink shaper.Sink = fakeSink{f}
 	if f.sink != nil {
 		sink = f.sink

@@ -27,6 +27,18 @@ func sleepUntil(ctx context.Context, alarm Alarm, t time.Time) wake {
 	return reached
 }
 
+// sleep waits d on clock, and reports whether d passed before ctx ended.
+func sleep(ctx context.Context, clock Clock, d time.Duration) bool {
+	timer := clock.NewTimer(d)
+	select {
+	case <-timer.C():
+		return true
+	case <-ctx.Done():
+		timer.Stop()
+		return false
+	}
+}
+
 // Clock is the time a pipeline runs on: it reads the time, makes timers,
 // and makes the alarm its scheduler waits on for each departure. Parts.Clock
 // nil is the machine's clock on Go timers (a SystemClock); cmd/shaper passes

@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"math"
 	"regexp"
@@ -60,12 +61,8 @@ const (
 
 // SetDefaults fills every field left out with its default.
 func (k *KeyConfig) SetDefaults() {
-	if k.MaxKeys == 0 {
-		k.MaxKeys = DefaultMaxKeys
-	}
-	if k.MaxLength == 0 {
-		k.MaxLength = DefaultMaxKeyLength
-	}
+	k.MaxKeys = cmp.Or(k.MaxKeys, DefaultMaxKeys)
+	k.MaxLength = cmp.Or(k.MaxLength, DefaultMaxKeyLength)
 }
 
 // Validate reports every problem of a defaulted k at key path path.
@@ -119,25 +116,15 @@ func (p *PipelineConfig) SetDefaults() {
 
 // SetDefaults fills every field left out with its default.
 func (b *BucketConfig) SetDefaults() {
-	if b.Capacity == 0 {
-		b.Capacity = DefaultCapacity
-	}
-	if b.MaxQueueTime == 0 {
-		b.MaxQueueTime = DefaultMaxQueueTime
-	}
-	if b.OnExpire == "" {
-		b.OnExpire = OnExpireDeadLetter
-	}
-	if b.PerKeyCapacity == 0 {
-		b.PerKeyCapacity = b.Capacity
-	}
+	b.Capacity = cmp.Or(b.Capacity, DefaultCapacity)
+	b.MaxQueueTime = cmp.Or(b.MaxQueueTime, DefaultMaxQueueTime)
+	b.OnExpire = cmp.Or(b.OnExpire, OnExpireDeadLetter)
+	b.PerKeyCapacity = cmp.Or(b.PerKeyCapacity, b.Capacity)
 }
 
 // SetDefaults fills every field left out with its default.
 func (r *RateConfig) SetDefaults() {
-	if r.Mode == "" {
-		r.Mode = ModeLeaky
-	}
+	r.Mode = cmp.Or(r.Mode, ModeLeaky)
 	if r.Burst == nil {
 		burst := 1
 		if r.Mode == ModeToken && r.Limit > 1 {
@@ -153,53 +140,29 @@ func (r *RateConfig) SetDefaults() {
 		k.Burst = &burst
 	}
 	if a := r.Adaptive; a != nil {
-		if a.Min == 0 {
-			a.Min = math.Min(DefaultAdaptiveMin, r.Limit)
-		}
-		if a.Decrease == 0 {
-			a.Decrease = DefaultAdaptiveDecrease
-		}
-		if a.Increase == 0 {
-			a.Increase = DefaultAdaptiveIncrease
-		}
+		a.Min = cmp.Or(a.Min, math.Min(DefaultAdaptiveMin, r.Limit))
+		a.Decrease = cmp.Or(a.Decrease, DefaultAdaptiveDecrease)
+		a.Increase = cmp.Or(a.Increase, DefaultAdaptiveIncrease)
 	}
 }
 
 // SetDefaults fills every field left out with its default.
 func (d *DeliveryConfig) SetDefaults() {
-	if d.Timeout == 0 {
-		d.Timeout = DefaultTimeout
-	}
-	if d.MaxInFlight == 0 {
-		d.MaxInFlight = DefaultMaxInFlight
-	}
+	d.Timeout = cmp.Or(d.Timeout, DefaultTimeout)
+	d.MaxInFlight = cmp.Or(d.MaxInFlight, DefaultMaxInFlight)
 	r := &d.Retry
-	if r.MaxAttempts == 0 {
-		r.MaxAttempts = DefaultMaxAttempts
-	}
-	if r.InitialBackoff == 0 {
-		r.InitialBackoff = DefaultInitialBackoff
-	}
-	if r.MaxBackoff == 0 {
-		r.MaxBackoff = max(DefaultMaxBackoff, r.InitialBackoff)
-	}
-	if r.MaxElapsed == 0 {
-		r.MaxElapsed = DefaultMaxElapsed
-	}
+	r.MaxAttempts = cmp.Or(r.MaxAttempts, DefaultMaxAttempts)
+	r.InitialBackoff = cmp.Or(r.InitialBackoff, DefaultInitialBackoff)
+	r.MaxBackoff = cmp.Or(r.MaxBackoff, max(DefaultMaxBackoff, r.InitialBackoff))
+	r.MaxElapsed = cmp.Or(r.MaxElapsed, DefaultMaxElapsed)
 	b := &d.Breaker
 	if b.Failures == nil {
 		failures := DefaultBreakerFailures
 		b.Failures = &failures
 	}
-	if b.Window == 0 {
-		b.Window = DefaultBreakerWindow
-	}
-	if b.OpenFor == 0 {
-		b.OpenFor = DefaultBreakerOpenFor
-	}
-	if b.MaxOpen == 0 {
-		b.MaxOpen = max(DefaultBreakerMaxOpen, b.OpenFor)
-	}
+	b.Window = cmp.Or(b.Window, DefaultBreakerWindow)
+	b.OpenFor = cmp.Or(b.OpenFor, DefaultBreakerOpenFor)
+	b.MaxOpen = cmp.Or(b.MaxOpen, max(DefaultBreakerMaxOpen, b.OpenFor))
 }
 
 var pipelineName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
@@ -226,9 +189,7 @@ func (b BucketConfig) Validate(path string) error {
 	case b.Capacity > MaxCapacity:
 		ps.Add(path+".capacity", "must be at most %d, got %d", MaxCapacity, b.Capacity)
 	}
-	if b.MaxQueueTime <= 0 {
-		ps.Add(path+".max_queue_time", "must be > 0, got %s", b.MaxQueueTime)
-	}
+	ps.Positive(path+".max_queue_time", b.MaxQueueTime)
 	atMostMaxDuration(path+".max_queue_time", b.MaxQueueTime, &ps)
 	switch b.OnExpire {
 	case OnExpireDeadLetter, OnExpireDrop, OnExpireDeliver:
@@ -312,9 +273,7 @@ func validateRate(path, mode string, limit float64, burst *int, maxQueueTime tim
 // its keys are (a sink's: pipelines[0].sink.http).
 func (d DeliveryConfig) Validate(path string) error {
 	var ps check.Problems
-	if d.Timeout <= 0 {
-		ps.Add(path+".timeout", "must be > 0, got %s", d.Timeout)
-	}
+	ps.Positive(path+".timeout", d.Timeout)
 	if d.MaxInFlight < 1 {
 		ps.Add(path+".max_in_flight", "must be >= 1, got %d", d.MaxInFlight)
 	}
@@ -322,16 +281,12 @@ func (d DeliveryConfig) Validate(path string) error {
 	if r.MaxAttempts < 1 {
 		ps.Add(rp+".max_attempts", "must be >= 1, got %d", r.MaxAttempts)
 	}
-	if r.InitialBackoff <= 0 {
-		ps.Add(rp+".initial_backoff", "must be > 0, got %s", r.InitialBackoff)
-	}
+	ps.Positive(rp+".initial_backoff", r.InitialBackoff)
 	if r.MaxBackoff < r.InitialBackoff {
 		ps.Add(rp+".max_backoff", "must be >= initial_backoff (%s), got %s", r.InitialBackoff, r.MaxBackoff)
 	}
 	atMostMaxDuration(rp+".max_backoff", r.MaxBackoff, &ps)
-	if r.MaxElapsed <= 0 {
-		ps.Add(rp+".max_elapsed", "must be > 0, got %s", r.MaxElapsed)
-	}
+	ps.Positive(rp+".max_elapsed", r.MaxElapsed)
 	atMostMaxDuration(rp+".max_elapsed", r.MaxElapsed, &ps)
 	b, bp := d.Breaker, path+".breaker"
 	if b.Failures != nil && *b.Failures < 0 {
@@ -340,9 +295,7 @@ func (d DeliveryConfig) Validate(path string) error {
 	if b.Window < 0 {
 		ps.Add(bp+".window", "must be >= 0, got %s", b.Window)
 	}
-	if b.OpenFor <= 0 {
-		ps.Add(bp+".open_for", "must be > 0, got %s", b.OpenFor)
-	}
+	ps.Positive(bp+".open_for", b.OpenFor)
 	if b.MaxOpen < b.OpenFor {
 		ps.Add(bp+".max_open", "must be >= open_for (%s), got %s", b.OpenFor, b.MaxOpen)
 	}

@@ -47,9 +47,7 @@ func sendUntilOK(t *testing.T, s shaper.Sink, m *shaper.Message, after string) {
 	t.Helper()
 	var code string
 	var err error
-	if !testwait.Until(30*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
+	if !testwait.UntilEach(30*time.Second, 2*time.Second, func(ctx context.Context) bool {
 		code, err = sendCode(ctx, s, m)
 		return code == "ok" && err == nil
 	}) {

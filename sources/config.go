@@ -115,14 +115,10 @@ func (k *KafkaConfig) Validate(path string) error {
 	if k.Start != StartEarliest && k.Start != StartLatest {
 		ps.Add(path+".start", "want earliest or latest, got %q", k.Start)
 	}
-	for _, d := range []struct {
-		key string
-		d   time.Duration
-	}{{"commit_interval", k.CommitInterval}, {"session_timeout", k.SessionTimeout}, {"rebalance_timeout", k.RebalanceTimeout}, {"max_wait", k.MaxWait}} {
-		if d.d <= 0 {
-			ps.Add(path+"."+d.key, "must be > 0, got %s", d.d)
-		}
-	}
+	ps.Positive(path+".commit_interval", k.CommitInterval)
+	ps.Positive(path+".session_timeout", k.SessionTimeout)
+	ps.Positive(path+".rebalance_timeout", k.RebalanceTimeout)
+	ps.Positive(path+".max_wait", k.MaxWait)
 	if k.HeartbeatInterval <= 0 || k.HeartbeatInterval >= k.SessionTimeout {
 		ps.Add(path+".heartbeat_interval", "must be > 0 and below session_timeout (%s), got %s", k.SessionTimeout, k.HeartbeatInterval)
 	}

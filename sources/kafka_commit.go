@@ -37,19 +37,20 @@ type commitTracker struct {
 // pendingOffset is one fetched offset while it is unfinished. Set partition
 // and offset before commitTracker.add.
 type pendingOffset struct {
-	partition  int
-	offset     int64
-	part       *partitionMarks // set by add
-	prev, next *pendingOffset
-	finished   bool
+	partition int
+	offset    int64
+	part      *partitionMarks // set by add
+	list      unfinishedLinks[pendingOffset]
+	finished  bool
 }
+
+func (n *pendingOffset) links() *unfinishedLinks[pendingOffset] { return &n.list }
 
 // partitionMarks is the state of one partition.
 type partitionMarks struct {
-	id         int
-	head, tail *pendingOffset // unfinished offsets, lowest first
-	unfinished int
-	last       int64 // the last offset added
+	id      int
+	pending unfinished[pendingOffset, *pendingOffset] // lowest offset first
+	last    int64                                     // the last offset added
 	// ahead are the offsets above last that were finished before this
 	// member took the partition (restore), lowest first, disjoint and not
 	// adjacent: the reader skips them.
@@ -74,8 +75,8 @@ func newCommitTracker() *commitTracker {
 
 // mark returns the committable offset of p.
 func (p *partitionMarks) mark() int64 {
-	if p.head != nil {
-		return p.head.offset
+	if p.pending.first != nil {
+		return p.pending.first.offset
 	}
 	m := p.last + 1
 	if len(p.ahead) > 0 && p.ahead[0].from == m {
@@ -91,11 +92,11 @@ func (p *partitionMarks) metadata(max int) string {
 		return ""
 	}
 	w := newMetadataWriter(p.mark(), max)
-	if p.head != nil {
+	if p.pending.first != nil {
 		// Between two unfinished offsets, and after the last one up to the
 		// last offset added, everything is finished (or a gap of the log).
-		prev := p.head.offset
-		for n := p.head.next; n != nil && !w.full; n = n.next {
+		prev := p.pending.first.offset
+		for n := p.pending.next(p.pending.first); n != nil && !w.full; n = p.pending.next(n) {
 			if n.offset > prev+1 {
 				w.add(prev+1, n.offset-1)
 			}
@@ -128,14 +129,8 @@ func (t *commitTracker) add(n *pendingOffset) bool {
 	}
 	p.last = n.offset
 	p.trimAhead()
-	n.part, n.next, n.prev, n.finished = p, nil, p.tail, false
-	if p.tail != nil {
-		p.tail.next = n
-	} else {
-		p.head = n
-	}
-	p.tail = n
-	p.unfinished++
+	n.part, n.finished = p, false
+	p.pending.push(n)
 	return true
 }
 
@@ -226,18 +221,7 @@ func (t *commitTracker) finish(n *pendingOffset) bool {
 		return false
 	}
 	n.finished = true
-	if n.prev != nil {
-		n.prev.next = n.next
-	} else {
-		p.head = n.next
-	}
-	if n.next != nil {
-		n.next.prev = n.prev
-	} else {
-		p.tail = n.prev
-	}
-	n.prev, n.next = nil, nil
-	p.unfinished--
+	p.pending.remove(n)
 	// Only the lowest unfinished offset holds the mark: finishing it moves
 	// the mark to the next unfinished offset, or past the last one fetched.
 	// Any other joins the finished offsets that the metadata records.
@@ -326,7 +310,7 @@ func (t *commitTracker) markOf(partition int) (int64, bool) {
 // unfinished returns how many offsets of partition are unfinished.
 func (t *commitTracker) unfinished(partition int) int {
 	if p := t.parts[partition]; p != nil {
-		return p.unfinished
+		return p.pending.len
 	}
 	return 0
 }

@@ -53,17 +53,11 @@ func (f *partitionFetcher) read(ctx context.Context, g *kafkaGeneration, c *kafk
 		<-ctx.Done()
 		return
 	}
+	failed := func(err error) { f.health.fetchError(fmt.Errorf("partition %d: %w", c.partition, err)) }
 	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			f.health.fetchError(fmt.Errorf("partition %d: %w", c.partition, err))
-			if sleepCtx(ctx, kafkaErrorPause) != nil {
-				return
-			}
-			continue
+		m, ok := fetchMessage(ctx, r, failed)
+		if !ok {
+			return
 		}
 		for len(ahead) > 0 && ahead[0].to < m.Offset {
 			ahead = ahead[1:]
@@ -74,6 +68,25 @@ func (f *partitionFetcher) read(ctx context.Context, g *kafkaGeneration, c *kafk
 		}
 		if !f.hand(ctx, kafkaFetched{gen: g, claim: c, msg: m}) {
 			return // m was not handed out: the partition's next reader reads it again
+		}
+	}
+}
+
+// fetchMessage returns the next message of r. After an error, which it
+// passes to failed, it tries again kafkaErrorPause later: a partition reader
+// keeps reading through a broker's outage. It returns false when ctx ends.
+func fetchMessage(ctx context.Context, r *kafka.Reader, failed func(error)) (kafka.Message, bool) {
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err == nil {
+			return m, true
+		}
+		if ctx.Err() != nil {
+			return kafka.Message{}, false
+		}
+		failed(err)
+		if sleepCtx(ctx, kafkaErrorPause) != nil {
+			return kafka.Message{}, false
 		}
 	}
 }

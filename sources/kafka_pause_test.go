@@ -20,6 +20,21 @@ func pause(t *testing.T, m *shaper.Message) (resume func()) {
 	return p.Pause()
 }
 
+// pausePartition0 fetches from src into d until a message of partition 0
+// comes, pauses it, and returns its resume.
+func pausePartition0(t *testing.T, src shaper.Source, d *deliveries) (resume func()) {
+	t.Helper()
+	fetchUntil(t, src, func() bool { return resume != nil }, func(msgs []*shaper.Message) {
+		d.add(msgs, 0)
+		for _, m := range msgs {
+			if p, _ := partitionOffset(t, m.ID); p == 0 && resume == nil {
+				resume = pause(t, m)
+			}
+		}
+	})
+	return resume
+}
+
 // fetchUntil fetches up to 10 messages at a time and hands each batch to
 // take until done, and fails the test if that takes more than 20s.
 func fetchUntil(t *testing.T, src shaper.Source, done func() bool, take func([]*shaper.Message)) {
@@ -101,15 +116,7 @@ func TestKafkaPauseHoldsBackOnlyItsPartitionUntilResumed(t *testing.T) {
 	src, _ := newKafkaSource(t, cfg, 1000) // each of the 4 readers fetches 25 ahead
 	got := newDeliveries(t)
 
-	var resume func()
-	fetchUntil(t, src, func() bool { return resume != nil }, func(msgs []*shaper.Message) {
-		got.add(msgs, 0)
-		for _, m := range msgs {
-			if p, _ := partitionOffset(t, m.ID); p == 0 && resume == nil {
-				resume = pause(t, m)
-			}
-		}
-	})
+	resume := pausePartition0(t, src, got)
 	before0, before1 := got.per[0], got.per[1]
 	// Partition 1 may have delivered its backlog before partition 0's first
 	// message came: it gets more now, to show it flows during the pause.
@@ -146,9 +153,7 @@ func TestKafkaPauseHoldsBackOnlyItsPartitionUntilResumed(t *testing.T) {
 func TestKafkaNestedPausesHoldThePartitionUntilEveryResume(t *testing.T) {
 	t.Parallel()
 	const n = 100
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, n, 0)
-	src, _ := newKafkaSource(t, cfg, 1000)
+	cl, _, src := kafkaMember(t, n, 1000, 0)
 	got := newDeliveries(t)
 
 	first := fetchN(t, src, 2, 1)
@@ -182,9 +187,7 @@ func TestKafkaNestedPausesHoldThePartitionUntilEveryResume(t *testing.T) {
 func TestKafkaPauseHoldsUpNoCommitRebalanceOrClose(t *testing.T) {
 	t.Parallel()
 	const n = 100
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, n, 0)
-	a, _ := newKafkaSource(t, cfg, 1000)
+	cl, cfg, a := kafkaMember(t, n, 1000, 0)
 
 	m := fetchN(t, a, 1, 1)[0]
 	if m.ID != "topic/0/0" {

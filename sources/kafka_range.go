@@ -392,17 +392,11 @@ func (s *KafkaRange) read(ctx context.Context, rp *rangePartition, rc kafka.Read
 		s.readerFailed(rp.partition, fmt.Errorf("set offset %d: %w", rp.from, err))
 		return
 	}
+	failed := func(err error) { s.readerFailed(rp.partition, err) }
 	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.readerFailed(rp.partition, err)
-			if sleepCtx(ctx, kafkaErrorPause) != nil {
-				return
-			}
-			continue
+		m, ok := fetchMessage(ctx, r, failed)
+		if !ok {
+			return
 		}
 		s.readerFetched(rp.partition)
 		if m.Offset >= rp.end {

@@ -35,45 +35,6 @@ func newKafkaRange(t *testing.T, c *kfake.Cluster, opts ReplayOptions, capacity 
 	return r
 }
 
-// bounds parses a --from and a --to into the options of a replay.
-func bounds(t *testing.T, from, to string) ReplayOptions {
-	t.Helper()
-	var opts ReplayOptions
-	var err error
-	if opts.From, err = ParseBound(from); err != nil {
-		t.Fatalf("ParseBound(%q): %v", from, err)
-	}
-	if opts.To, err = ParseBound(to); err != nil {
-		t.Fatalf("ParseBound(%q): %v", to, err)
-	}
-	return opts
-}
-
-// fetchToEOF fetches up to max at a time until Fetch returns io.EOF, and
-// returns what came; it fails the test on another error, a Fetch of more
-// than max, or if the end does not come within 20s.
-func fetchToEOF(t *testing.T, src shaper.Source, max int) []*shaper.Message {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var got []*shaper.Message
-	for {
-		msgs, err := fetch(src, max, time.Until(deadline))
-		if errors.Is(err, io.EOF) {
-			if len(msgs) != 0 {
-				t.Errorf("Fetch returned %d messages with io.EOF; want none", len(msgs))
-			}
-			return got
-		}
-		if err != nil {
-			t.Fatalf("Fetch(%d) after %d messages: %v", max, len(got), err)
-		}
-		if len(msgs) < 1 || len(msgs) > max {
-			t.Fatalf("Fetch(%d) returned %d messages; want 1..%d", max, len(msgs), max)
-		}
-		got = append(got, msgs...)
-	}
-}
-
 // offsetIDs returns the ids topic/p/o of offsets from..to-1 of partition p.
 func offsetIDs(p int, from, to int64) []string {
 	var out []string
@@ -107,7 +68,7 @@ func TestKafkaRangeHandsOutTheWholeLogOnceThenEOFAndCommitsNothing(t *testing.T)
 		t.Errorf("Progress() before any Fetch = %+v; want Total 100, Read 0, not Exhausted", p)
 	}
 
-	got := fetchToEOF(t, r, 7)
+	got := readRange(t, r, 7)
 	var want []string
 	for p := range kafkaTestPartitions {
 		want = append(want, offsetIDs(p, 0, 25)...)
@@ -197,7 +158,7 @@ func TestKafkaRangeTimeBoundsSelectByRecordTimestampWithToExclusive(t *testing.T
 
 	from, to := t0.Add(time.Hour).Format(time.RFC3339), t0.Add(2*time.Hour).Format(time.RFC3339)
 	r := newKafkaRange(t, c, bounds(t, from, to), 100)
-	got := fetchToEOF(t, r, 100)
+	got := readRange(t, r, 100)
 	var values []string
 	for _, m := range got {
 		values = append(values, string(m.Payload))
@@ -207,12 +168,7 @@ func TestKafkaRangeTimeBoundsSelectByRecordTimestampWithToExclusive(t *testing.T
 	if !slices.Equal(values, want) {
 		t.Errorf("--from %s --to %s handed out %v; want the middle band %v", from, to, values, want)
 	}
-	if p := r.Progress(); p.Total != 9 {
-		t.Errorf("Progress().Total = %d; want 9", p.Total)
-	}
-	if from, to := r.Resume(); from != "offset:0=3,1=3,2=3,3=3" || to != "offset:0=6,1=6,2=6,3=3" {
-		t.Errorf("Resume() before any ack = %q, %q; want offset:0=3,1=3,2=3,3=3 to offset:0=6,1=6,2=6,3=3", from, to)
-	}
+	checkUnacked(t, r, 9, "offset:0=3,1=3,2=3,3=3", "offset:0=6,1=6,2=6,3=3")
 	ack(t, got...)
 }
 
@@ -223,7 +179,7 @@ func TestKafkaRangeOffsetBoundsAndResumeReplayExactlyWhatWasNotFinished(t *testi
 	// Partition 0 ends at 8, 1 at 6, 2 at 100 clamped to its end 10, and
 	// 3, unnamed, at its end.
 	r := newKafkaRange(t, c, bounds(t, "offset:2", "offset:0=8,1=6,2=100"), 100)
-	got := fetchToEOF(t, r, 5)
+	got := readRange(t, r, 5)
 	want := slices.Concat(offsetIDs(0, 2, 8), offsetIDs(1, 2, 6), offsetIDs(2, 2, 10), offsetIDs(3, 2, 10))
 	slices.Sort(want)
 	if g := sortedIDs(t, got); !slices.Equal(g, want) {
@@ -254,7 +210,7 @@ func TestKafkaRangeOffsetBoundsAndResumeReplayExactlyWhatWasNotFinished(t *testi
 	}
 
 	again := newKafkaRange(t, c, bounds(t, from, to), 100)
-	rest := fetchToEOF(t, again, 100)
+	rest := readRange(t, again, 100)
 	want = slices.Concat(offsetIDs(0, 4, 8), offsetIDs(2, 9, 10), offsetIDs(3, 2, 10))
 	slices.Sort(want)
 	if g := sortedIDs(t, rest); !slices.Equal(g, want) {
@@ -312,7 +268,7 @@ func TestKafkaRangeOfDeadLettersHandsOutOnlyTheReasonAskedForAsTheOriginals(t *t
 	produceRecords(t, kafkaClient(t, c), recs...)
 
 	r := newKafkaRange(t, c, ReplayOptions{DeadLetters: true, Pipeline: "psp", Reason: "exhausted"}, 10)
-	got := fetchToEOF(t, r, 10)
+	got := readRange(t, r, 10)
 	var gotIDs []string
 	for _, m := range got {
 		gotIDs = append(gotIDs, m.ID)
@@ -344,15 +300,7 @@ func TestKafkaRangePauseHoldsBackOnlyItsPartitionUntilResumed(t *testing.T) {
 	r := newKafkaRange(t, c, ReplayOptions{}, 10)
 
 	d := newDeliveries(t)
-	var resume func()
-	fetchUntil(t, r, func() bool { return resume != nil }, func(msgs []*shaper.Message) {
-		d.add(msgs, 0)
-		for _, m := range msgs {
-			if p, _ := partitionOffset(t, m.ID); p == 0 && resume == nil {
-				resume = pause(t, m)
-			}
-		}
-	})
+	resume := pausePartition0(t, r, d)
 	paused := d.per[0]
 	fetchUntil(t, r, func() bool { return d.per[1] == perPartition }, func(msgs []*shaper.Message) { d.add(msgs, 0) })
 	// The reader may have been handing one over as Pause came.
@@ -362,7 +310,7 @@ func TestKafkaRangePauseHoldsBackOnlyItsPartitionUntilResumed(t *testing.T) {
 	expectNothing(t, r, 300*time.Millisecond)
 
 	resume()
-	rest := fetchToEOF(t, r, 10)
+	rest := readRange(t, r, 10)
 	d.add(rest, 0)
 	if d.per[0] != perPartition {
 		t.Errorf("partition 0 handed out %d messages; want %d after resume", d.per[0], perPartition)

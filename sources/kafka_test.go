@@ -58,6 +58,18 @@ func startKafkaGroup(t *testing.T) (*kfake.Cluster, *kgo.Client, KafkaConfig) {
 	return c, kafkaClient(t, c), kafkaConfig(c.ListenAddrs(), "g")
 }
 
+// kafkaMember starts a cluster, produces each messages to every one of
+// partitions (offsets 0 to each-1), and starts one member of group g, a
+// source of capacity. It returns the test's client, the member's config (for
+// more members) and the member.
+func kafkaMember(t *testing.T, each, capacity int, partitions ...int32) (*kgo.Client, KafkaConfig, *Kafka) {
+	t.Helper()
+	_, cl, cfg := startKafkaGroup(t)
+	produce(t, cl, 0, each, partitions...)
+	src, _ := newKafkaSource(t, cfg, capacity)
+	return cl, cfg, src
+}
+
 // kafkaConfig is a source config for the test topic with the group timings
 // that make kfake group tests take a second or two (TOOLCHAIN.md).
 func kafkaConfig(brokers []string, group string) KafkaConfig {
@@ -326,9 +338,7 @@ func waitGroupStable(t *testing.T, cl *kgo.Client, group string, n int) {
 	t.Helper()
 	var state string
 	var members int
-	if !testwait.Until(15*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	if !testwait.UntilEach(15*time.Second, 5*time.Second, func(ctx context.Context) bool {
 		req := kmsg.NewPtrDescribeGroupsRequest()
 		req.Groups = []string{group}
 		resp, err := req.RequestWith(ctx, cl)
@@ -358,9 +368,7 @@ func marks(src *Kafka) map[int]int64 {
 
 func TestKafkaUnackedMessageHoldsItsPartitionsCommitWhileOthersAdvance(t *testing.T) {
 	t.Parallel()
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, 10, allPartitions...)
-	src, _ := newKafkaSource(t, cfg, 100)
+	cl, _, src := kafkaMember(t, 10, 100, allPartitions...)
 
 	got := fetchN(t, src, 40, 7)
 	var held *shaper.Message
@@ -628,9 +636,7 @@ func TestKafkaTwoMembersSplitThePartitionsAndDeliverEachMessageOnce(t *testing.T
 
 func TestKafkaNackRedeliversTheSameMessageAfterDelayAndHoldsTheCommit(t *testing.T) {
 	t.Parallel()
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, 3, 0)
-	src, _ := newKafkaSource(t, cfg, 100)
+	cl, _, src := kafkaMember(t, 3, 100, 0)
 
 	got := fetchN(t, src, 3, 10)
 	if got[1].ID != "topic/0/1" {
@@ -707,9 +713,7 @@ func TestKafkaLagCountsMessagesBehindTheLastFetched(t *testing.T) {
 func TestKafkaFetchLosesNoMessageWhenContextsEnd(t *testing.T) {
 	t.Parallel()
 	const n = 400
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, n/4, allPartitions...)
-	src, _ := newKafkaSource(t, cfg, 1000)
+	_, _, src := kafkaMember(t, n/4, 1000, allPartitions...)
 
 	seen := make(map[string]int)
 	timeouts := []time.Duration{0, time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, time.Millisecond}
@@ -978,9 +982,7 @@ func waitPartitionsSplit(t *testing.T, msgs []*shaper.Message) (map[int]bool, []
 func TestKafkaRebalanceRevokesTheReceiptsOfThePartitionsAnotherMemberTook(t *testing.T) {
 	t.Parallel()
 	const perPartition = 25
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, perPartition, allPartitions...)
-	a, _ := newKafkaSource(t, cfg, 1000)
+	cl, cfg, a := kafkaMember(t, perPartition, 1000, allPartitions...)
 	got := fetchN(t, a, 4*perPartition, 1000) // the whole backlog; nothing acked
 	for p, r := range revokedPartitions(t, got) {
 		if r {
@@ -1199,9 +1201,7 @@ func TestKafkaTwoMembersDeliverABacklogOnceAcrossARebalanceMidStream(t *testing.
 func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *testing.T) {
 	t.Parallel()
 	const perPartition, held = 25, 3
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, perPartition, allPartitions...)
-	a, _ := newKafkaSource(t, cfg, 1000)
+	cl, cfg, a := kafkaMember(t, perPartition, 1000, allPartitions...)
 	got := fetchN(t, a, 4*perPartition, 1000)
 	var holding []*shaper.Message // one per partition, as if waiting to be retried
 	for _, m := range got {
@@ -1246,9 +1246,7 @@ func TestKafkaKeptPartitionKeepsItsUnfinishedMessagesAndFetchesNothingTwice(t *t
 // ones its partition finished after them.
 func TestKafkaRestartDeliversOnlyTheMessagesWithoutAnOutcome(t *testing.T) {
 	t.Parallel()
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, 100, 0)
-	a, _ := newKafkaSource(t, cfg, 1000)
+	cl, cfg, a := kafkaMember(t, 100, 1000, 0)
 	for _, m := range fetchN(t, a, 100, 100) {
 		switch m.ID {
 		case "topic/0/10", "topic/0/50": // as a drain leaves a pending retry
@@ -1552,9 +1550,7 @@ func TestKafkaCommitsLookTheCoordinatorUpOnceAndAgainWhenItMoves(t *testing.T) {
 // an ended generation is refused, whatever its offsets and metadata.
 func TestKafkaCommitOfAnEndedGenerationIsRefused(t *testing.T) {
 	t.Parallel()
-	_, cl, cfg := startKafkaGroup(t)
-	produce(t, cl, 0, 10, 0)
-	a, _ := newKafkaSource(t, cfg, 100)
+	cl, cfg, a := kafkaMember(t, 10, 100, 0)
 	ack(t, fetchN(t, a, 10, 100)...)
 	waitCommitted(t, cl, "g", map[int]int64{0: 10, 1: -1, 2: -1, 3: -1})
 	a.session.mu.Lock()

@@ -2,9 +2,7 @@ package sources
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -47,6 +45,26 @@ func publishMsgs(t *testing.T, js jetstream.JetStream, ms ...*nats.Msg) {
 	}
 }
 
+// payRange publishes n messages m-0, m-1, ... on cb.pay of stream CB, and
+// returns the JetStream and a replay of the whole stream.
+func payRange(t *testing.T, n int) (jetstream.JetStream, *JetStreamRange) {
+	t.Helper()
+	s, js := rangeServer(t, "CB", "cb.>")
+	publishMsgs(t, js, bodies("cb.pay", "m", n)...)
+	return js, newRange(t, s, "CB", "cb.pay", ReplayOptions{})
+}
+
+// fetchExactly makes one Fetch of up to n messages, and fails the test
+// unless it returns n within 10s.
+func fetchExactly(t *testing.T, src shaper.Source, n int) []*shaper.Message {
+	t.Helper()
+	got, err := fetch(src, n, 10*time.Second)
+	if err != nil || len(got) != n {
+		t.Fatalf("Fetch(%d) = %d messages, %v; want %d", n, len(got), err, n)
+	}
+	return got
+}
+
 // bodies are n messages to subject with bodies prefix-0...
 func bodies(subject, prefix string, n int) []*nats.Msg {
 	ms := make([]*nats.Msg, n)
@@ -67,46 +85,6 @@ func newRange(t *testing.T, s *server.Server, stream, subject string, opts Repla
 	}
 	t.Cleanup(func() { closeSource(t, r) })
 	return r
-}
-
-// rangeOpts parses --from and --to.
-func rangeOpts(t *testing.T, from, to string) ReplayOptions {
-	t.Helper()
-	f, err := ParseBound(from)
-	if err != nil {
-		t.Fatalf("ParseBound(%q): %v", from, err)
-	}
-	e, err := ParseBound(to)
-	if err != nil {
-		t.Fatalf("ParseBound(%q): %v", to, err)
-	}
-	return ReplayOptions{From: f, To: e}
-}
-
-// readRange fetches max at a time until io.EOF, and fails the test on any
-// other error, on a Fetch of more than max or none, or after 20s. A second
-// Fetch after io.EOF must return io.EOF too.
-func readRange(t *testing.T, r shaper.Source, max int) []*shaper.Message {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var got []*shaper.Message
-	for {
-		msgs, err := fetch(r, max, time.Until(deadline))
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("Fetch(%d) after %d messages: %v", max, len(got), err)
-		}
-		if len(msgs) < 1 || len(msgs) > max {
-			t.Fatalf("Fetch(%d) returned %d messages; want 1..%d", max, len(msgs), max)
-		}
-		got = append(got, msgs...)
-	}
-	if msgs, err := fetch(r, max, 5*time.Second); !errors.Is(err, io.EOF) {
-		t.Fatalf("Fetch after io.EOF = %d messages, %v; want io.EOF again", len(msgs), err)
-	}
-	return got
 }
 
 func payloadsOf(msgs []*shaper.Message) []string {
@@ -240,17 +218,12 @@ func TestJetStreamRangeByTimeSelectsTheMiddleBandToExclusive(t *testing.T) {
 	}
 	from, to := firsts[1].Format(time.RFC3339Nano), firsts[2].Format(time.RFC3339Nano)
 
-	r := newRange(t, s, "CB", "cb.pay", rangeOpts(t, from, to))
+	r := newRange(t, s, "CB", "cb.pay", bounds(t, from, to))
 	got := readRange(t, r, 100)
 	if p, want := payloadsOf(got), payloadsOf(nil); !slices.Equal(p, append(want, "b-0", "b-1", "b-2", "b-3", "b-4")) {
 		t.Errorf("range %s..%s = %v; want b-0..b-4", from, to, p)
 	}
-	if p := r.Progress(); p.Total != 5 {
-		t.Errorf("Progress().Total = %d; want 5", p.Total)
-	}
-	if f, e := r.Resume(); f != "seq:6" || e != "seq:11" {
-		t.Errorf("Resume() before any ack = %q, %q; want seq:6, seq:11", f, e)
-	}
+	checkUnacked(t, r, 5, "seq:6", "seq:11")
 	ack(t, got...)
 }
 
@@ -258,7 +231,7 @@ func TestJetStreamRangeResumesAtTheFirstUnfinishedMessage(t *testing.T) {
 	s, js := rangeServer(t, "CB", "cb.>")
 	publishMsgs(t, js, bodies("cb.pay", "m", 20)...) // m-i at seq i+1
 
-	r := newRange(t, s, "CB", "cb.pay", rangeOpts(t, "seq:5", "seq:15"))
+	r := newRange(t, s, "CB", "cb.pay", bounds(t, "seq:5", "seq:15"))
 	if f, e := r.Resume(); f != "seq:5" || e != "seq:15" {
 		t.Errorf("Resume() before reading = %q, %q; want seq:5, seq:15", f, e)
 	}
@@ -280,7 +253,7 @@ func TestJetStreamRangeResumesAtTheFirstUnfinishedMessage(t *testing.T) {
 		t.Fatalf("Resume() = %q, %q; want seq:8, seq:15", from, to)
 	}
 
-	again := newRange(t, s, "", "cb.pay", rangeOpts(t, from, to))
+	again := newRange(t, s, "", "cb.pay", bounds(t, from, to))
 	rest := readRange(t, again, 100)
 	if p := payloadsOf(rest); !slices.Equal(p, payloadsOf(got[3:])) {
 		t.Errorf("resumed range = %v; want what was not finished: %v", p, payloadsOf(got[3:]))
@@ -356,14 +329,8 @@ func TestJetStreamRangeOfDeadLettersHandsOutTheReasonAskedForAsTheOriginals(t *t
 }
 
 func TestJetStreamRangePauseStopsFetchUntilResumed(t *testing.T) {
-	s, js := rangeServer(t, "CB", "cb.>")
-	publishMsgs(t, js, bodies("cb.pay", "m", 3)...)
-	r := newRange(t, s, "CB", "cb.pay", ReplayOptions{})
-
-	first, err := fetch(r, 1, 10*time.Second)
-	if err != nil || len(first) != 1 {
-		t.Fatalf("Fetch(1) = %d messages, %v; want 1", len(first), err)
-	}
+	_, r := payRange(t, 3)
+	first := fetchExactly(t, r, 1)
 	p, ok := first[0].Receipt.(shaper.Pausable)
 	if !ok {
 		t.Fatalf("receipt %T is not shaper.Pausable", first[0].Receipt)
@@ -381,14 +348,8 @@ func TestJetStreamRangePauseStopsFetchUntilResumed(t *testing.T) {
 }
 
 func TestJetStreamRangeGoesOnWhenItsConsumerIsGone(t *testing.T) {
-	s, js := rangeServer(t, "CB", "cb.>")
-	publishMsgs(t, js, bodies("cb.pay", "m", 10)...)
-	r := newRange(t, s, "CB", "cb.pay", ReplayOptions{})
-
-	first, err := fetch(r, 3, 10*time.Second)
-	if err != nil || len(first) != 3 {
-		t.Fatalf("Fetch(3) = %d messages, %v; want 3", len(first), err)
-	}
+	js, r := payRange(t, 10)
+	first := fetchExactly(t, r, 3)
 	// As the server does after InactiveThreshold.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -448,34 +409,48 @@ func TestNewJetStreamRangeRefusesWhatItCannotRead(t *testing.T) {
 }
 
 func TestJetStreamDeadLettersGoOutAsTheOriginals(t *testing.T) {
-	s, js := startJetStream(t)
-	dl := func(body string, h map[string]string) *nats.Msg {
-		m := deadLetter(body, h)
-		m.Subject = testSubject
-		return m
-	}
-	publishMsgs(t, js,
+	src, js := deadLetterSource(t,
 		dl("omitted", map[string]string{"Shaper-Reason": "malformed", "Shaper-Source": "CB/1", "Shaper-Payload-Omitted": "true"}),
 		dl("a", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/2", "Shaper-Attempts": "4", "Shaper-Id": "orig-2", nats.MsgIdHdr: "dl-2"}),
 		dl("b", map[string]string{"Shaper-Reason": "expired", "Shaper-Source": "CB/3", nats.MsgIdHdr: "orig-3"}),
 	)
-	cfg := jsConfig(s.ClientURL(), 30*time.Second)
-	cfg.DeadLetters, cfg.Pipeline = true, "psp"
-	src := newSource(t, cfg, 100)
-
 	got := fetchN(t, src, 2, 10)
 	checkOriginal(t, got[0], "orig-2", "CB/2", 4)
 	checkOriginal(t, got[1], "orig-3", "CB/3", 0)
 	ack(t, got...)
-	// The one without its payload was acked by the source itself. An ack
-	// has no reply (Ack, not DoubleAck): the server counts it a moment
-	// after Ack returns.
+	// The one without its payload was acked by the source itself.
+	waitEveryAck(t, js, 3)
+}
+
+// dl is a dead letter of pipeline psp (see deadLetter) on the test subject.
+func dl(body string, h map[string]string) *nats.Msg {
+	m := deadLetter(body, h)
+	m.Subject = testSubject
+	return m
+}
+
+// deadLetterSource publishes msgs to a new JetStream server and returns a
+// source that reads them as pipeline psp's dead letters.
+func deadLetterSource(t *testing.T, msgs ...*nats.Msg) (*JetStream, jetstream.JetStream) {
+	t.Helper()
+	s, js := startJetStream(t)
+	publishMsgs(t, js, msgs...)
+	cfg := jsConfig(s.ClientURL(), 30*time.Second)
+	cfg.DeadLetters, cfg.Pipeline = true, "psp"
+	return newSource(t, cfg, 100), js
+}
+
+// waitEveryAck waits until the server counts the stream's n records acked
+// and none pending. An ack has no reply (Ack, not DoubleAck): the server
+// counts it a moment after Ack returns.
+func waitEveryAck(t *testing.T, js jetstream.JetStream, n uint64) {
+	t.Helper()
 	var info *jetstream.ConsumerInfo
 	if !testwait.Until(10*time.Second, func() bool {
 		info = consumerInfo(t, js)
-		return info.AckFloor.Stream == 3 && info.NumAckPending == 0
+		return info.AckFloor.Stream == n && info.NumAckPending == 0
 	}) {
-		t.Errorf("ack floor %d, ack pending %d; want 3 (every record), 0", info.AckFloor.Stream, info.NumAckPending)
+		t.Errorf("ack floor %d, ack pending %d; want %d (every record), 0", info.AckFloor.Stream, info.NumAckPending, n)
 	}
 }
 
@@ -491,12 +466,11 @@ func TestCoreNATSDeadLettersGoOutAsTheOriginals(t *testing.T) {
 		t.Fatalf("flush: %v", err)
 	}
 	for _, m := range []*nats.Msg{
-		deadLetter("omitted", map[string]string{"Shaper-Reason": "malformed", "Shaper-Source": "CB/1", "Shaper-Payload-Omitted": "true"}),
-		deadLetter("secret-for-merchantB", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/7", "Shaper-Pipeline": "merchantB"}),
-		deadLetter("secret-for-nobody", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/8", "Shaper-Pipeline": ""}),
-		deadLetter("a", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/2", "Shaper-Attempts": "4", "Shaper-Id": "orig-2"}),
+		dl("omitted", map[string]string{"Shaper-Reason": "malformed", "Shaper-Source": "CB/1", "Shaper-Payload-Omitted": "true"}),
+		dl("secret-for-merchantB", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/7", "Shaper-Pipeline": "merchantB"}),
+		dl("secret-for-nobody", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/8", "Shaper-Pipeline": ""}),
+		dl("a", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/2", "Shaper-Attempts": "4", "Shaper-Id": "orig-2"}),
 	} {
-		m.Subject = testSubject
 		if err := pub.PublishMsg(m); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
@@ -509,36 +483,21 @@ func TestCoreNATSDeadLettersGoOutAsTheOriginals(t *testing.T) {
 // source hands out only its pipeline's own records, and acks those of
 // another pipeline or of none, so none comes back.
 func TestJetStreamDeadLettersSourceAcksOtherPipelinesWithoutHandingThemOut(t *testing.T) {
-	s, js := startJetStream(t)
-	dl := func(body string, h map[string]string) *nats.Msg {
-		m := deadLetter(body, h)
-		m.Subject = testSubject
-		return m
-	}
-	publishMsgs(t, js,
+	src, js := deadLetterSource(t,
 		dl("secret-for-merchantB", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/1", "Shaper-Pipeline": "merchantB", "Shaper-Id": "b-1"}),
 		dl("a", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/2", "Shaper-Id": "orig-2"}),
 		dl("secret-for-nobody", map[string]string{"Shaper-Reason": "exhausted", "Shaper-Source": "CB/3", "Shaper-Pipeline": "", "Shaper-Id": "n-3"}),
 		dl("b", map[string]string{"Shaper-Reason": "expired", "Shaper-Source": "CB/4", "Shaper-Id": "orig-4"}),
 	)
-	cfg := jsConfig(s.ClientURL(), 30*time.Second)
-	cfg.DeadLetters, cfg.Pipeline = true, "psp"
-	src := newSource(t, cfg, 100)
-
 	got := fetchN(t, src, 2, 10)
 	checkOriginal(t, got[0], "orig-2", "CB/2", 0)
 	checkOriginal(t, got[1], "orig-4", "CB/4", 0)
 	expectNothing(t, src, 300*time.Millisecond)
 	ack(t, got...)
-	var info *jetstream.ConsumerInfo
-	if !testwait.Until(10*time.Second, func() bool {
-		info = consumerInfo(t, js)
-		return info.AckFloor.Stream == 4 && info.NumAckPending == 0
-	}) {
-		t.Errorf("ack floor %d, ack pending %d; want 4 (every record), 0", info.AckFloor.Stream, info.NumAckPending)
-	}
+	waitEveryAck(t, js, 4)
 
-	cfg.Pipeline = ""
+	cfg := jsConfig(src.cfg.URL, 30*time.Second)
+	cfg.DeadLetters = true // and no Pipeline
 	if _, err := NewJetStream(cfg, 10, "shaper-test", nil); err == nil || !strings.Contains(err.Error(), "the pipeline's name is required") {
 		t.Errorf("NewJetStream(dead_letters, no Pipeline) = %v; want an error: it could tell no dead letter its own", err)
 	}

@@ -307,10 +307,10 @@ type rangeBooks struct {
 // placeBooks are one place's books. Positions are Kafka offsets or stream
 // sequences; end is the first past the range.
 type placeBooks struct {
-	name        string
-	next, end   int64 // the next position to read; the first past the range
-	total       int64 // how many messages the range holds
-	first, last *rangeReceipt
+	name       string
+	next, end  int64 // the next position to read; the first past the range
+	total      int64 // how many messages the range holds
+	unfinished unfinished[rangeReceipt, *rangeReceipt]
 }
 
 func newRangeBooks(opts ReplayOptions, format func(map[string]int64) string) *rangeBooks {
@@ -372,13 +372,8 @@ func (b *rangeBooks) read(pb *placeBooks, pos int64, m *shaper.Message, pause fu
 		return nil
 	}
 	b.progress.Places[pb.name]++
-	r := &rangeReceipt{books: b, place: pb, pos: pos, pause: pause, prev: pb.last}
-	if pb.last != nil {
-		pb.last.next = r
-	} else {
-		pb.first = r
-	}
-	pb.last = r
+	r := &rangeReceipt{books: b, place: pb, pos: pos, pause: pause}
+	pb.unfinished.push(r)
 	m.Receipt = r
 	return m
 }
@@ -409,8 +404,8 @@ func (b *rangeBooks) Resume() (from, to string) {
 	froms, ends := map[string]int64{}, map[string]int64{}
 	for name, pb := range b.places {
 		froms[name], ends[name] = pb.next, pb.end
-		if pb.first != nil {
-			froms[name] = pb.first.pos
+		if first := pb.unfinished.first; first != nil {
+			froms[name] = first.pos
 		}
 	}
 	return b.format(froms), b.format(ends)
@@ -445,43 +440,27 @@ func formatSeq(pos map[string]int64) string {
 
 // rangeReceipt settles a replayed message in the replay's books.
 type rangeReceipt struct {
-	books      *rangeBooks
-	place      *placeBooks
-	pos        int64
-	pause      func() func()
-	prev, next *rangeReceipt // in the place's list of those not finished
-	settled    bool
+	books   *rangeBooks
+	place   *placeBooks
+	pos     int64
+	pause   func() func()
+	list    unfinishedLinks[rangeReceipt] // in the place's list of those not finished
+	settled bool
 }
 
+func (r *rangeReceipt) links() *unfinishedLinks[rangeReceipt] { return &r.list }
+
 // Ack finishes the message: it leaves the place's list.
-func (r *rangeReceipt) Ack(context.Context) error {
-	b := r.books
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if r.settled {
-		return ErrAlreadySettled
-	}
-	r.settled = true
-	b.progress.Finished++
-	pb := r.place
-	if r.prev != nil {
-		r.prev.next = r.next
-	} else {
-		pb.first = r.next
-	}
-	if r.next != nil {
-		r.next.prev = r.prev
-	} else {
-		pb.last = r.prev
-	}
-	r.prev, r.next = nil, nil
-	return nil
-}
+func (r *rangeReceipt) Ack(context.Context) error { return r.settle(true) }
 
 // Nack records that the message has no final outcome in this replay; it
 // stays in the place's list, so a resumed replay starts at or before it.
 // A replay reads its range once: nothing is redelivered.
-func (r *rangeReceipt) Nack(context.Context, time.Duration) error {
+func (r *rangeReceipt) Nack(context.Context, time.Duration) error { return r.settle(false) }
+
+// settle books r's outcome, finished or not, once; a second outcome returns
+// ErrAlreadySettled.
+func (r *rangeReceipt) settle(finished bool) error {
 	b := r.books
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -489,7 +468,12 @@ func (r *rangeReceipt) Nack(context.Context, time.Duration) error {
 		return ErrAlreadySettled
 	}
 	r.settled = true
-	b.progress.Unfinished++
+	if !finished {
+		b.progress.Unfinished++
+		return nil
+	}
+	b.progress.Finished++
+	r.place.unfinished.remove(r)
 	return nil
 }
 

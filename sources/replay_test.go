@@ -1,11 +1,72 @@
 package sources
 
 import (
+	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shaper-dev/shaper/shaper"
 )
+
+// bounds parses a --from and a --to into the options of a replay.
+func bounds(t *testing.T, from, to string) ReplayOptions {
+	t.Helper()
+	var opts ReplayOptions
+	var err error
+	if opts.From, err = ParseBound(from); err != nil {
+		t.Fatalf("ParseBound(%q): %v", from, err)
+	}
+	if opts.To, err = ParseBound(to); err != nil {
+		t.Fatalf("ParseBound(%q): %v", to, err)
+	}
+	return opts
+}
+
+// checkUnacked checks a replay that has handed out its range and has
+// none of it acked yet: the range held total messages, and resuming would
+// replay it all again, from from to to.
+func checkUnacked(t *testing.T, r Replay, total int64, from, to string) {
+	t.Helper()
+	if p := r.Progress(); p.Total != total {
+		t.Errorf("Progress().Total = %d; want %d", p.Total, total)
+	}
+	if f, e := r.Resume(); f != from || e != to {
+		t.Errorf("Resume() before any ack = %q, %q; want %s to %s", f, e, from, to)
+	}
+}
+
+// readRange fetches up to max at a time until Fetch returns io.EOF, and
+// returns what came. It fails the test on another error, on a Fetch of more
+// than max or none, on messages returned with io.EOF, or if the end does not
+// come within 20s. A second Fetch after io.EOF must return io.EOF too.
+func readRange(t *testing.T, r shaper.Source, max int) []*shaper.Message {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var got []*shaper.Message
+	for {
+		msgs, err := fetch(r, max, time.Until(deadline))
+		if errors.Is(err, io.EOF) {
+			if len(msgs) != 0 {
+				t.Errorf("Fetch returned %d messages with io.EOF; want none", len(msgs))
+			}
+			break
+		}
+		if err != nil {
+			t.Fatalf("Fetch(%d) after %d messages: %v", max, len(got), err)
+		}
+		if len(msgs) < 1 || len(msgs) > max {
+			t.Fatalf("Fetch(%d) returned %d messages; want 1..%d", max, len(msgs), max)
+		}
+		got = append(got, msgs...)
+	}
+	if msgs, err := fetch(r, max, 5*time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("Fetch after io.EOF = %d messages, %v; want io.EOF again", len(msgs), err)
+	}
+	return got
+}
 
 func TestParseBoundReadsEveryFormAndNamesTheInputItRefuses(t *testing.T) {
 	tests := []struct {

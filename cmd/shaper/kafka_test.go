@@ -50,9 +50,7 @@ func waitCommitted(t *testing.T, k *kafkatest.Cluster, n int) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	var total int64
-	testwait.For(t, 30*time.Second, fmt.Sprintf("every one of %d records committed", n), func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	if !testwait.UntilEach(30*time.Second, 5*time.Second, func(ctx context.Context) bool {
 		offsets, err := adm.FetchOffsets(ctx, "shaper-psp")
 		if err != nil {
 			return false
@@ -60,7 +58,9 @@ func waitCommitted(t *testing.T, k *kafkatest.Cluster, n int) {
 		total = 0
 		offsets.Each(func(o kadm.OffsetResponse) { total += max(o.At, 0) })
 		return total == int64(n)
-	})
+	}) {
+		t.Fatalf("timed out after 30s waiting for every one of %d records committed (%d are)", n, total)
+	}
 }
 
 func kafkaConfig(broker, sinkURL string, limit, inFlight int, commit, drain time.Duration) string {

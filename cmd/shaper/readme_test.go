@@ -17,16 +17,30 @@ import (
 // yamlBlock matches a fenced yaml block of a Markdown file.
 var yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
 
-// docFiles returns the Markdown files written for people, relative to this
-// package: the README, the contributing guide, the changelog, every page
-// of docs/, and the deploy guide.
-func docFiles(t *testing.T) []string {
+// doc is a Markdown file written for people, by its path relative to this
+// package, and its text.
+type doc struct {
+	path string
+	text []byte
+}
+
+// docs returns the README, the contributing guide, the changelog, every
+// page of docs/, and the deploy guide.
+func docs(t *testing.T) []doc {
 	t.Helper()
 	pages, err := filepath.Glob("../../docs/*.md")
 	if err != nil || len(pages) == 0 {
 		t.Fatalf("no pages in docs/: %v", err)
 	}
-	return append([]string{"../../README.md", "../../CONTRIBUTING.md", "../../CHANGELOG.md", "../../deploy/README.md"}, pages...)
+	var out []doc
+	for _, path := range append([]string{"../../README.md", "../../CONTRIBUTING.md", "../../CHANGELOG.md", "../../deploy/README.md"}, pages...) {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, doc{path, text})
+	}
+	return out
 }
 
 // Every YAML block of the docs passes validate: a whole config as it is, a
@@ -41,17 +55,13 @@ func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 	}
 	lookup := func(string) (string, bool) { return "a-value-from-the-environment", true }
 	blocks := 0
-	for _, doc := range docFiles(t) {
-		text, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, m := range yamlBlock.FindAllStringSubmatch(string(text), -1) {
+	for _, doc := range docs(t) {
+		for i, m := range yamlBlock.FindAllStringSubmatch(string(doc.text), -1) {
 			blocks++
 			src := m[1]
 			var top map[string]any
 			if err := yaml.Unmarshal([]byte(src), &top); err != nil {
-				t.Errorf("%s, yaml block %d does not parse: %v\n%s", doc, i+1, err, src)
+				t.Errorf("%s, yaml block %d does not parse: %v\n%s", doc.path, i+1, err, src)
 				continue
 			}
 			if _, whole := top["pipelines"]; !whole {
@@ -69,7 +79,7 @@ func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 				src = string(out)
 			}
 			if _, err := config.Parse([]byte(src), lookup); err != nil {
-				t.Errorf("%s, yaml block %d fails validate:\n%v\n%s", doc, i+1, err, strings.TrimSpace(m[1]))
+				t.Errorf("%s, yaml block %d fails validate:\n%v\n%s", doc.path, i+1, err, strings.TrimSpace(m[1]))
 			}
 		}
 	}
@@ -83,15 +93,11 @@ func TestEveryYAMLBlockInTheDocsPassesValidate(t *testing.T) {
 // is called; and without admin.token a read-only admin API, not one that
 // anyone could use to change the rate.
 func TestReadmeSaysWhatTheCodeDoes(t *testing.T) {
-	for _, doc := range docFiles(t) {
-		data, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := strings.ToLower(string(data))
+	for _, doc := range docs(t) {
+		text := strings.ToLower(string(doc.text))
 		for _, wrong := range []string{"dispatcher", "could change the rate", "can change the rate"} {
 			if i := strings.Index(text, wrong); i >= 0 {
-				t.Errorf("%s says %q: %q", doc, wrong, string(data)[max(0, i-80):min(len(data), i+80)])
+				t.Errorf("%s says %q: %q", doc.path, wrong, string(doc.text)[max(0, i-80):min(len(doc.text), i+80)])
 			}
 		}
 	}
@@ -121,19 +127,15 @@ func TestDocsNameNoCommitsTempPathsOrRuns(t *testing.T) {
 		{"a temp path", regexp.MustCompile(`/tmp/`)},
 		{"a run letter", regexp.MustCompile(`\bruns? [A-Z]\b|\bruns [A-Z]–[A-Z]\b`)},
 	}
-	for _, doc := range docFiles(t) {
-		generated := strings.HasSuffix(doc, "/benchmarks.md") // names the commit it measured
-		data, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for n, line := range strings.Split(string(data), "\n") {
+	for _, doc := range docs(t) {
+		generated := strings.HasSuffix(doc.path, "/benchmarks.md") // names the commit it measured
+		for n, line := range strings.Split(string(doc.text), "\n") {
 			for _, tt := range tests {
 				for _, m := range tt.re.FindAllString(line, -1) {
 					if tt.name == "a commit hash" && (generated || m == "0123456789abcdef" || !strings.ContainsAny(m, "abcdef") || !strings.ContainsAny(m, "0123456789")) {
 						continue // a number, a word such as "defaced", an example secret, or the provenance of a generated page
 					}
-					t.Errorf("%s:%d names %s, %q: %s", doc, n+1, tt.name, m, line)
+					t.Errorf("%s:%d names %s, %q: %s", doc.path, n+1, tt.name, m, line)
 				}
 			}
 		}
@@ -147,15 +149,11 @@ var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 // Every relative link of the docs points to a file or directory that
 // exists, and every #anchor to a heading of the file it names.
 func TestDocLinksResolve(t *testing.T) {
-	for _, doc := range docFiles(t) {
-		if strings.HasPrefix(doc, "../../deploy/") {
+	for _, doc := range docs(t) {
+		if strings.HasPrefix(doc.path, "../../deploy/") {
 			continue // the deploy guide's own test checks it
 		}
-		data, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for n, line := range proseLines(string(data)) {
+		for n, line := range proseLines(string(doc.text)) {
 			if line == "" {
 				continue
 			}
@@ -165,11 +163,11 @@ func TestDocLinksResolve(t *testing.T) {
 					continue // http://, https://, mailto:
 				}
 				path, anchor, _ := strings.Cut(target, "#")
-				file := doc
+				file := doc.path
 				if path != "" {
-					file = filepath.Join(filepath.Dir(doc), path)
+					file = filepath.Join(filepath.Dir(doc.path), path)
 					if _, err := os.Stat(file); err != nil {
-						t.Errorf("%s:%d links to %s, which does not exist", doc, n+1, target)
+						t.Errorf("%s:%d links to %s, which does not exist", doc.path, n+1, target)
 						continue
 					}
 				}
@@ -177,7 +175,7 @@ func TestDocLinksResolve(t *testing.T) {
 					continue
 				}
 				if !strings.HasSuffix(file, ".md") {
-					t.Errorf("%s:%d links to #%s in %s, which is not Markdown", doc, n+1, anchor, path)
+					t.Errorf("%s:%d links to #%s in %s, which is not Markdown", doc.path, n+1, anchor, path)
 					continue
 				}
 				text, err := os.ReadFile(file)
@@ -185,7 +183,7 @@ func TestDocLinksResolve(t *testing.T) {
 					t.Fatal(err)
 				}
 				if anchors := headingAnchors(string(text)); !slices.Contains(anchors, anchor) {
-					t.Errorf("%s:%d links to %s, but %s has no heading #%s (it has %v)", doc, n+1, target, file, anchor, anchors)
+					t.Errorf("%s:%d links to %s, but %s has no heading #%s (it has %v)", doc.path, n+1, target, file, anchor, anchors)
 				}
 			}
 		}

@@ -80,18 +80,14 @@ func TestSchemaValidatesEveryExampleConfig(t *testing.T) {
 		}
 	}
 	whole := 0
-	for _, doc := range docFiles(t) {
-		text, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, m := range yamlBlock.FindAllStringSubmatch(string(text), -1) {
+	for _, doc := range docs(t) {
+		for i, m := range yamlBlock.FindAllStringSubmatch(string(doc.text), -1) {
 			if !strings.Contains(m[1], "\npipelines:") && !strings.HasPrefix(m[1], "pipelines:") {
 				continue // a piece of a pipeline
 			}
 			whole++
 			if err := s.Validate(yamlInstance(t, m[1])); err != nil {
-				t.Errorf("%s, yaml block %d fails the schema:\n%v", doc, i+1, err)
+				t.Errorf("%s, yaml block %d fails the schema:\n%v", doc.path, i+1, err)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Problems collects validation errors, each with its key path.
@@ -52,6 +53,13 @@ func Flatten(err error) []error {
 		out = append(out, Flatten(e)...)
 	}
 	return out
+}
+
+// Positive checks that d, the duration at path, is > 0.
+func (ps *Problems) Positive(path string, d time.Duration) {
+	if d <= 0 {
+		ps.Add(path, "must be > 0, got %s", d)
+	}
 }
 
 // Join appends key to a key path: ".key", or ["key"] quoted when it is not

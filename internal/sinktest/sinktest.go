@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/internal/quota"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/internal/window"
 )
 
@@ -39,6 +41,17 @@ type Rule func(r *http.Request, attempt int) Action
 
 // OK answers every request 200 at once.
 func OK(*http.Request, int) Action { return Action{} }
+
+// RefusingSome answers 503 to the first attempt of about a fifth of the
+// messages, the same ones on every run (by the CRC-32 of their
+// Idempotency-Key), and 200 to every other request: some messages are
+// retried, in an order a test can reproduce.
+func RefusingSome(r *http.Request, attempt int) Action {
+	if attempt == 1 && crc32.ChecksumIEEE([]byte(r.Header.Get("Idempotency-Key")))%5 == 0 {
+		return Action{Status: http.StatusServiceUnavailable}
+	}
+	return Action{}
+}
 
 // Admitting returns a rule that admits admits() requests in any one second
 // and answers 429 with Retry-After: 1 above it, as a partner API with a
@@ -446,6 +459,56 @@ func (s *Sink) Duplicates() []string {
 		}
 	}
 	return out
+}
+
+// CheckNotHeldBack checks the promise that a flooding key holds back no
+// other key. It waits up to 30s until the few messages of key (bodies
+// "key-i") are answered 2xx, checks that the first of them came within 4s of
+// the first request and the last within 3s of the first, then waits up to
+// 60s until all total messages are delivered, and checks that none came
+// twice. Before the checks it calls log (when not nil) with how long after
+// the first request key's first came, and how long key's requests took from
+// first to last, for the caller to log them with what it sees then.
+func (s *Sink) CheckNotHeldBack(t testing.TB, key string, few, total int, log func(after, spread time.Duration)) {
+	t.Helper()
+	prefix := []byte(key + "-")
+	testwait.For(t, 30*time.Second, "every "+key+" delivered", func() bool {
+		n := 0
+		for _, r := range s.Requests() {
+			if bytes.HasPrefix(r.Body, prefix) && r.Status == 200 {
+				n++
+			}
+		}
+		return n == few
+	})
+	var first, firstKey, lastKey time.Time
+	for _, r := range s.Requests() {
+		if first.IsZero() || r.At.Before(first) {
+			first = r.At
+		}
+		if bytes.HasPrefix(r.Body, prefix) {
+			if firstKey.IsZero() || r.At.Before(firstKey) {
+				firstKey = r.At
+			}
+			if r.At.After(lastKey) {
+				lastKey = r.At
+			}
+		}
+	}
+	after, spread := firstKey.Sub(first), lastKey.Sub(firstKey)
+	if log != nil {
+		log(after, spread)
+	}
+	if after > 4*time.Second {
+		t.Errorf("first %s %v after the first delivery; want within 4s", key, after)
+	}
+	if spread > 3*time.Second {
+		t.Errorf("every %s within %v of the first %s; want within 3s", key, spread, key)
+	}
+	testwait.For(t, 60*time.Second, "every message delivered", func() bool { return s.DeliveredCount() == total })
+	if dup := s.Duplicates(); len(dup) > 0 {
+		t.Errorf("sent more than once: %v", dup)
+	}
 }
 
 // LastHeader returns a header of the latest request ("" before the first,

@@ -4,6 +4,7 @@
 package testwait
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -25,6 +26,17 @@ func For(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 func Until(timeout time.Duration, cond func() bool) bool {
 	_, ok := Every(Interval, timeout, cond)
 	return ok
+}
+
+// UntilEach is Until for a condition that asks a server or a broker: each
+// check gets a context that ends after each, so that a call that hangs
+// holds up the wait for no longer than that.
+func UntilEach(timeout, each time.Duration, cond func(ctx context.Context) bool) bool {
+	return Until(timeout, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), each)
+		defer cancel()
+		return cond(ctx)
+	})
 }
 
 // Every is Until with its own polling interval, for a test that times how

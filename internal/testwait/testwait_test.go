@@ -1,6 +1,7 @@
 package testwait
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -19,5 +20,23 @@ func TestHoldsReportsWhetherCondHeldEveryTime(t *testing.T) {
 	}
 	if calls != 3 {
 		t.Errorf("cond called %d times; want 3 (Holds stops at the first false)", calls)
+	}
+}
+
+func TestUntilEachGivesEveryCheckAContextThatEndsAfterEach(t *testing.T) {
+	calls := 0
+	ok := UntilEach(time.Minute, time.Second, func(ctx context.Context) bool {
+		calls++
+		deadline, has := ctx.Deadline()
+		if !has || time.Until(deadline) > time.Second {
+			t.Errorf("check %d: ctx deadline %v, %v; want one within 1s", calls, deadline, has)
+		}
+		return calls == 3
+	})
+	if !ok || calls != 3 {
+		t.Errorf("UntilEach(true on the 3rd check) = %v after %d checks; want true after 3", ok, calls)
+	}
+	if UntilEach(3*Interval, time.Second, func(ctx context.Context) bool { return false }) {
+		t.Error("UntilEach(never true) = true; want false")
 	}
 }
