@@ -247,13 +247,24 @@ func (k *SharedKey) Allow(now time.Time) bool {
 // SetRate sets the key's rate for every replica: the next Allow carries it
 // to Redis, which keeps it unless it is a rise and another replica moved
 // the rate meanwhile (see SharedKeys). The rate is capped at Limit, and
-// burst is the configured one: only the rate moves.
+// burst is the configured one: only the rate moves. While Redis fails,
+// only a rate below the limit in force (the fallback's) is kept to carry.
 func (k *SharedKey) SetRate(limit float64, _ int) {
 	if !(limit > 0) || math.IsInf(limit, 0) {
 		return
 	}
 	limit = min(limit, k.keys.limit)
+	if k.keys.fallen() && limit >= k.Limit(time.Time{}) {
+		// A rise from the limit in force while Redis fails, which the
+		// fallback caps: it says nothing of the key's shared rate, and
+		// carried, it could lower it.
+		return
+	}
 	k.mu.Lock()
+	if !k.pending && limit == k.rate {
+		k.mu.Unlock() // nothing to carry: the key's call stays spared
+		return
+	}
 	if !k.pending {
 		k.from = k.rate
 		if k.from == 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -267,5 +268,42 @@ func TestSharedKeysAtLimitCallRedisOncePerAtLimitEvery(t *testing.T) {
 	t.Logf("1s lowered to 20/s: %d slots, %d Redis calls", len(taken), calls)
 	if len(taken) < 17 || len(taken) > 23 {
 		t.Errorf("%d slots in 1s lowered to 20/s across 2 replicas; want 20 ± 3", len(taken))
+	}
+}
+
+// While Redis fails, the limit in force is the fallback's; a rise from it
+// (the adaptive rate's tick, which sees only that limit) is not carried to
+// Redis when it answers again, where it would lower the key's shared rate
+// for every replica. A decrease is.
+func TestSharedKeysCarryNoRiseSeenThroughTheFallback(t *testing.T) {
+	rs := redistest.Start(t)
+	log := &logtest.Buffer{}
+	reps := keyReplicas(t, rs.Addr, 2, limiter.SharedKeysConfig{Prefix: "shaper:test:dest:", Mode: limiter.Leaky, Limit: 50, Burst: 1,
+		FallbackLimit: 20, Timeout: 100 * time.Millisecond}, log)
+	a0, a1 := reps[0].For("A", time.Now()), reps[1].For("A", time.Now())
+	a0.Allow(time.Now())
+	rs.Stop()
+	a0.Allow(time.Now())
+	if got := a0.Limit(time.Now()); got != 20 {
+		t.Fatalf("Limit while Redis is down = %v; want the fallback 20", got)
+	}
+	a0.SetRate(21, 1) // a rise from 20, as the adaptive rate's tick makes it
+	rs.Restart()
+	back := func() bool { a0.Allow(time.Now()); return a0.Limit(time.Now()) > 20 }
+	if !testwait.Until(10*time.Second, back) {
+		t.Fatalf("Limit 10s after Redis restarted = %v; want the shared rate again", a0.Limit(time.Now()))
+	}
+	a1.Allow(time.Now())
+	for i, k := range []*limiter.SharedKey{a0, a1} {
+		if got := k.Limit(time.Now()); got != 50 {
+			t.Errorf("replica %d: Limit after Redis came back = %v; want 50 (no rise from the fallback carried)", i, got)
+		}
+	}
+	rs.Stop()
+	a0.Allow(time.Now())
+	a0.SetRate(8, 1) // a push-back while Redis is down
+	rs.Restart()
+	if !testwait.Until(10*time.Second, func() bool { a0.Allow(time.Now()); a1.Allow(time.Now()); return a1.Limit(time.Now()) == 8 }) {
+		t.Errorf("replica 1's Limit after replica 0 lowered A to 8 while Redis was down = %v; want 8 once it answers", a1.Limit(time.Now()))
 	}
 }
