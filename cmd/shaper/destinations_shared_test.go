@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/fleet"
+	"github.com/shaper-dev/shaper/internal/natstest"
+	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/sinktest"
+	"github.com/shaper-dev/shaper/internal/testwait"
+	"github.com/shaper-dev/shaper/shaper"
+)
+
+// replica runs the one pipeline of the config yaml, wired as the daemon
+// wires it, in this process until the test ends.
+func replica(t *testing.T, yaml string) *shaper.Pipeline {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	pc := cfg.Pipelines[0]
+	log := slog.New(slog.DiscardHandler)
+	parts, err := buildParts(pc, log)
+	if err != nil {
+		_ = parts.Close(context.Background())
+		t.Fatalf("buildParts: %v", err)
+	}
+	parts.Metrics, parts.Logger, parts.DrainTimeout, parts.Clock = shaper.NewMetrics(prometheus.NewRegistry()), log, time.Second, fleet.NewClock()
+	p := shaper.New(pc.Core(), parts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		p.Drain()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("a replica did not end within 10s of its drain")
+		}
+		cancel()
+	})
+	return p
+}
+
+// limitOf returns the limit in force that p shows for the lane of key (0:
+// the lane holds nothing now, or has no limit).
+func limitOf(p *shaper.Pipeline, key string) float64 {
+	for _, k := range p.Keys(1000) {
+		if k.Key == key {
+			return k.Limit
+		}
+	}
+	return 0
+}
+
+// Two replicas with rate.shared and rate.adaptive, in one process on one
+// redis-server, send to two destinations (url_from, so a lane each): one
+// admits 5 requests a second and answers 429 Retry-After: 1 above that,
+// the other admits everything. The pushed destination's limit in force
+// falls on both replicas, to one value they share through Redis; the
+// other stays at its ceiling on both, and keeps its delivered rate.
+func TestAPushBackLowersOneDestinationsLimitOnEveryReplicaAndOnlyThatOne(t *testing.T) {
+	const limit, admits = 40.0, 5
+	natsURL := natstest.Start(t).ClientURL()
+	natstest.Stream(t, natsURL, "CALLBACKS", "callbacks.>")
+	pushed := sinktest.Start(t, sinktest.Admitting(sinktest.Quota(admits)))
+	good := sinktest.Start(t, sinktest.OK)
+	natstest.PublishKeyed(t, natsURL, "callbacks.psp", "Notify-Url", pushed.URL, 300)
+	natstest.PublishKeyed(t, natsURL, "callbacks.psp", "Notify-Url", good.URL, 1200)
+	redis := redistest.Start(t)
+	// A timeout of 1s: a loaded machine's late answer would have the
+	// replicas fall back, each to a limit of its own (tested elsewhere).
+	yaml := fmt.Sprintf(`pipelines:
+  - name: psp
+    source: {nats: {url: "%s", subject: callbacks.psp, stream: CALLBACKS, durable: shaper-psp}}
+    bucket: {capacity: 800, max_queue_time: 5m}
+    rate: {limit: %v, adaptive: {min: 2}, shared: {redis: {addr: "%s"}, key: "shaper:test:dest", fallback_limit: 20, timeout: 1s}}
+    sink: {http: {url_from: "header:Notify-Url", allowed_hosts: [127.0.0.1], allow_private: true, max_in_flight: 8}}
+`, natsURL, limit, redis.Addr)
+	reps := []*shaper.Pipeline{replica(t, yaml), replica(t, yaml)}
+	pushedKey, goodKey := "http://"+pushed.Addr, "http://"+good.Addr
+
+	var pushedLimits, goodLimits []float64
+	looks := func() {
+		pushedLimits, goodLimits = pushedLimits[:0], goodLimits[:0]
+		for _, p := range reps {
+			pushedLimits = append(pushedLimits, limitOf(p, pushedKey))
+			goodLimits = append(goodLimits, limitOf(p, goodKey))
+		}
+	}
+	// Both replicas see the pushed destination's limit low, and the same:
+	// a replica hears another's change at its next request there.
+	lowered := testwait.Until(20*time.Second, func() bool {
+		looks()
+		lo, hi := slices.Min(pushedLimits), slices.Max(pushedLimits)
+		return lo > 0 && hi <= limit/2 && hi-lo <= 1e-9*hi
+	})
+	t.Logf("pushed destination's limit in force on each replica: %v; the other's: %v", pushedLimits, goodLimits)
+	if !lowered {
+		t.Fatalf("pushed destination's limits %v (the last of 20s of looks); want one value at most %v on both replicas", pushedLimits, limit/2)
+	}
+	for i, l := range goodLimits {
+		if l != limit {
+			t.Errorf("replica %d: the other destination's limit in force = %v; want its ceiling %v", i, l, limit)
+		}
+	}
+
+	// Over the next 4 s the good destination gets what the pipeline's
+	// limit leaves: 40/s less the pushed one's few.
+	from := time.Now()
+	time.Sleep(4 * time.Second)
+	okRate := float64(len(good.Between(from, from.Add(4*time.Second)))) / 4
+	var toPushed int
+	for _, r := range pushed.Between(from, from.Add(4*time.Second)) {
+		if r.Status == 200 || r.Status == 429 {
+			toPushed++
+		}
+	}
+	looks()
+	t.Logf("over 4s: the good destination got %.1f/s, the pushed one %.1f requests/s (it admits %d/s); limits now %v and %v",
+		okRate, float64(toPushed)/4, admits, pushedLimits, goodLimits)
+	if okRate < limit/2 {
+		t.Errorf("the good destination got %.1f/s; want near %v/s less the pushed one's %d/s (at least %v)", okRate, limit, admits, limit/2)
+	}
+	if float64(toPushed)/4 > 3*admits {
+		t.Errorf("the pushed destination got %.1f requests/s from the two replicas; want near its %d/s, not one limit per replica", float64(toPushed)/4, admits)
+	}
+}
