@@ -67,8 +67,29 @@ func limitOf(p *shaper.Pipeline, key string) float64 {
 // admits 5 requests a second and answers 429 Retry-After: 1 above that,
 // the other admits everything. The pushed destination's limit in force
 // falls on both replicas, to one value they share through Redis; the
-// other stays at its ceiling on both, and keeps its delivered rate.
+// other stays at its ceiling on both, and keeps its delivered rate. So it
+// is with a key of its own per destination (<shared.key>:dest:…), and
+// with key.from: host and rate.per_key, where the lane's per-key key holds
+// the adaptive limit too.
 func TestAPushBackLowersOneDestinationsLimitOnEveryReplicaAndOnlyThatOne(t *testing.T) {
+	tests := []struct{ name, extra string }{
+		{"url_from", ""},
+		{"key.from host with per_key", "\n    key: {from: host}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			perKey := ""
+			if tt.extra != "" {
+				perKey = ", per_key: {limit: 40}"
+			}
+			pushBackOnTwoReplicas(t, perKey, tt.extra)
+		})
+	}
+}
+
+// pushBackOnTwoReplicas is TestAPushBackLowersOneDestinationsLimitOnEveryReplicaAndOnlyThatOne
+// with perKey in the rate mapping and extra after it.
+func pushBackOnTwoReplicas(t *testing.T, perKey, extra string) {
 	const limit, admits = 40.0, 5
 	natsURL := natstest.Start(t).ClientURL()
 	natstest.Stream(t, natsURL, "CALLBACKS", "callbacks.>")
@@ -83,9 +104,9 @@ func TestAPushBackLowersOneDestinationsLimitOnEveryReplicaAndOnlyThatOne(t *test
   - name: psp
     source: {nats: {url: "%s", subject: callbacks.psp, stream: CALLBACKS, durable: shaper-psp}}
     bucket: {capacity: 800, max_queue_time: 5m}
-    rate: {limit: %v, adaptive: {min: 2}, shared: {redis: {addr: "%s"}, key: "shaper:test:dest", fallback_limit: 20, timeout: 1s}}
+    rate: {limit: %v, adaptive: {min: 2}%s, shared: {redis: {addr: "%s"}, key: "shaper:test:dest", fallback_limit: 20, timeout: 1s}}%s
     sink: {http: {url_from: "header:Notify-Url", allowed_hosts: [127.0.0.1], allow_private: true, max_in_flight: 8}}
-`, natsURL, limit, redis.Addr)
+`, natsURL, limit, perKey, redis.Addr, extra)
 	reps := []*shaper.Pipeline{replica(t, yaml), replica(t, yaml)}
 	pushedKey, goodKey := "http://"+pushed.Addr, "http://"+good.Addr
 
@@ -128,8 +149,11 @@ func TestAPushBackLowersOneDestinationsLimitOnEveryReplicaAndOnlyThatOne(t *test
 	looks()
 	t.Logf("over 4s: the good destination got %.1f/s, the pushed one %.1f requests/s (it admits %d/s); limits now %v and %v",
 		okRate, float64(toPushed)/4, admits, pushedLimits, goodLimits)
-	if okRate < limit/2 {
-		t.Errorf("the good destination got %.1f/s; want near %v/s less the pushed one's %d/s (at least %v)", okRate, limit, admits, limit/2)
+	// Generous: 24/s was seen with per-key limits under -race on a loaded
+	// machine (two replicas contend for each slot in Redis); dragged down
+	// with the pushed one, it would get about 10/s.
+	if okRate < 0.4*limit {
+		t.Errorf("the good destination got %.1f/s; want near %v/s less the pushed one's %d/s (at least %v)", okRate, limit, admits, 0.4*limit)
 	}
 	if float64(toPushed)/4 > 3*admits {
 		t.Errorf("the pushed destination got %.1f requests/s from the two replicas; want near its %d/s, not one limit per replica", float64(toPushed)/4, admits)
