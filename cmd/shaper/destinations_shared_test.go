@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/shaper-dev/shaper/config"
 	"github.com/shaper-dev/shaper/fleet"
@@ -49,6 +52,26 @@ func replica(t *testing.T, yaml string) *shaper.Pipeline {
 		cancel()
 	})
 	return p
+}
+
+// redisScriptCalls returns how many scripts (EVALSHA and EVAL) the server
+// has run.
+func redisScriptCalls(t *testing.T, admin *goredis.Client) int {
+	t.Helper()
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	total := 0
+	for line := range strings.Lines(info) {
+		for _, name := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(line, name); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				total += n
+			}
+		}
+	}
+	return total
 }
 
 // limitOf returns the limit in force that p shows for the lane of key (0:
@@ -137,8 +160,12 @@ func pushBackOnTwoReplicas(t *testing.T, perKey, extra string) {
 
 	// Over the next 4 s the good destination gets what the pipeline's
 	// limit leaves: 40/s less the pushed one's few.
+	admin := goredis.NewClient(&goredis.Options{Addr: redis.Addr})
+	defer admin.Close()
+	callsBefore := redisScriptCalls(t, admin)
 	from := time.Now()
 	time.Sleep(4 * time.Second)
+	calls := redisScriptCalls(t, admin) - callsBefore
 	okRate := float64(len(good.Between(from, from.Add(4*time.Second)))) / 4
 	var toPushed int
 	for _, r := range pushed.Between(from, from.Add(4*time.Second)) {
@@ -147,8 +174,8 @@ func pushBackOnTwoReplicas(t *testing.T, perKey, extra string) {
 		}
 	}
 	looks()
-	t.Logf("over 4s: the good destination got %.1f/s, the pushed one %.1f requests/s (it admits %d/s); limits now %v and %v",
-		okRate, float64(toPushed)/4, admits, pushedLimits, goodLimits)
+	t.Logf("over 4s: the good destination got %.1f/s, the pushed one %.1f requests/s (it admits %d/s); limits now %v and %v; %.2f Redis calls per request",
+		okRate, float64(toPushed)/4, admits, pushedLimits, goodLimits, float64(calls)/(4*okRate+float64(toPushed)))
 	// Generous: 24/s was seen with per-key limits under -race on a loaded
 	// machine (two replicas contend for each slot in Redis); dragged down
 	// with the pushed one, it would get about 10/s.
