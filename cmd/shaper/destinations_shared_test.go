@@ -186,3 +186,44 @@ func pushBackOnTwoReplicas(t *testing.T, perKey, extra string) {
 		t.Errorf("the pushed destination got %.1f requests/s from the two replicas; want near its %d/s, not one limit per replica", float64(toPushed)/4, admits)
 	}
 }
+
+// One replica with rate.shared and rate.adaptive and one destination,
+// whose adaptive limit is the pipeline's shared one, in front of a sink
+// that never pushes back: while Redis is away the limit in force is the
+// fallback's, and the adaptive rate must not take it for a limit to raise,
+// since what it set then would reach Redis once it answers and lower the
+// shared limit of every replica to about fallback_limit.
+func TestARedisOutageDoesNotLowerTheSharedAdaptiveLimit(t *testing.T) {
+	const limit, fallback = 100.0, 25.0
+	natsURL := natstest.Start(t).ClientURL()
+	natstest.Stream(t, natsURL, "CALLBACKS", "callbacks.>")
+	natstest.Publish(t, natsURL, "callbacks.psp", 3000)
+	sink := sinktest.Start(t, sinktest.OK)
+	redis := redistest.Start(t)
+	p := replica(t, fmt.Sprintf(`pipelines:
+  - name: psp
+    source: {nats: {url: "%s", subject: callbacks.psp, stream: CALLBACKS, durable: shaper-psp}}
+    bucket: {capacity: 200, max_queue_time: 5m}
+    rate: {limit: %v, adaptive: {}, shared: {redis: {addr: "%s"}, key: "shaper:test:outage", fallback_limit: %v, timeout: 200ms}}
+    sink: {http: {url: "%s", max_in_flight: 8}}
+`, natsURL, limit, redis.Addr, fallback, sink.URL))
+	testwait.For(t, 30*time.Second, "deliveries to start", func() bool { return sink.DeliveredCount() >= 50 })
+	redis.Stop()
+	testwait.For(t, 10*time.Second, "the fallback", func() bool { return p.Status().Limiter == "fallback" })
+	time.Sleep(2 * time.Second) // eight ticks of the adaptive rate on the fallback
+	redis.Restart()
+	testwait.For(t, 10*time.Second, "the shared limit again", func() bool { return p.Status().Limiter == "shared" })
+	admin := goredis.NewClient(&goredis.Options{Addr: redis.Addr})
+	defer admin.Close()
+	// Give the replica a lease or two to write what it holds.
+	time.Sleep(300 * time.Millisecond)
+	stored, err := admin.HGet(context.Background(), "shaper:test:outage", "limit").Float64()
+	if err != nil {
+		t.Fatalf("HGET limit: %v", err)
+	}
+	now := p.Status().LimitNow
+	t.Logf("after a 2s outage with no push-back: the shared limit in Redis is %v, the limit in force %v", stored, now)
+	if stored < 0.9*limit || now < 0.9*limit {
+		t.Errorf("shared limit %v, in force %v after the outage; want about rate.limit %v: no push-back came (the fallback is %v)", stored, now, limit, fallback)
+	}
+}
