@@ -144,12 +144,12 @@ func (r Rate) KeyLimiter() func(key string, now time.Time) shaper.Limiter {
 }
 
 // DestinationLimiter returns what makes one destination's own limiter for
-// rate.adaptive to move, at its ceiling: rate.per_key's limit and burst
-// when set, else rate.limit's; nil without rate.adaptive, and with
-// rate.shared, whose one limit the replicas share and the adaptive rate
-// moves for all of them.
+// rate.adaptive to move, at its ceiling, on this replica alone:
+// rate.per_key's limit and burst when set, else rate.limit's; nil without
+// rate.adaptive. (With rate.shared, cmd/shaper shares it through Redis
+// instead, or moves the pipeline's shared limit: see SharedDestinations.)
 func (r Rate) DestinationLimiter() func(name string, now time.Time) shaper.Limiter {
-	if r.Adaptive == nil || r.Shared != nil {
+	if r.Adaptive == nil {
 		return nil
 	}
 	cfg := limiter.Config{Mode: limiter.Mode(r.Mode), Limit: r.Limit, Burst: *r.Burst}
@@ -180,6 +180,61 @@ func (p Pipeline) SharedKeys() (limiter.SharedConfig, bool) {
 		Key: sh.Key + ":key:", Mode: limiter.Mode(p.Rate.Mode), Limit: pk.Limit, Burst: *pk.Burst,
 		FallbackLimit: pk.Limit * min(1, sh.FallbackLimit/p.Rate.Limit), Timeout: sh.Timeout,
 	}, true
+}
+
+// SharedDestinations is the config of each destination's adaptive limit
+// shared through Redis, under rate.shared and rate.adaptive, or false when
+// it is not: without either; with one destination (a fixed sink.http.url,
+// pushback.scope: destination), whose adaptive limit is the pipeline's
+// shared one (see AdaptsSharedLimit); or when each lane is its destination
+// (pushback.scope: key) and lives in one Kafka partition (key.from:
+// kafka_key), so that a local limit is already global. A destination's key
+// is <shared.key>:dest:<destination>, its limit its ceiling (rate.per_key's
+// when set, else rate.limit), and while its rate is at the ceiling it
+// calls Redis only every 250 ms (the adaptive rate's tick), to learn
+// whether another replica lowered it: at the ceiling another limit holds
+// it already (rate.limit, shared), so only a destination pushed back
+// costs a Redis call per request to it.
+//
+// lanes reports that the destinations are the lanes of rate.per_key
+// (key.from: host, or pushback.scope: key, with per-key limits shared):
+// then one Redis key per lane holds both, the per-key one
+// (<shared.key>:key:<key>), at rate.per_key.limit and with no call spared,
+// and the lanes need no limiter of their own.
+func (p Pipeline) SharedDestinations() (cfg limiter.SharedConfig, lanes, ok bool) {
+	r, sh := p.Rate, p.Rate.Shared
+	k := p.lanes()
+	byLane := p.destinationsAreLanes()
+	if r.Adaptive == nil || sh == nil || p.AdaptsSharedLimit() || byLane && p.Source.Kafka != nil && k.From == "kafka_key" {
+		return limiter.SharedConfig{}, false, false
+	}
+	if keys, shared := p.SharedKeys(); shared && byLane {
+		return keys, true, true
+	}
+	cfg = limiter.SharedConfig{
+		Key: sh.Key + ":dest:", Mode: limiter.Mode(r.Mode), Limit: r.Limit, Burst: *r.Burst,
+		Timeout: sh.Timeout, AtLimitEvery: 250 * time.Millisecond,
+	}
+	if pk := r.PerKey; pk != nil {
+		cfg.Limit, cfg.Burst = pk.Limit, *pk.Burst
+	}
+	cfg.FallbackLimit = cfg.Limit * min(1, sh.FallbackLimit/r.Limit)
+	return cfg, false, true
+}
+
+// AdaptsSharedLimit reports whether rate.adaptive moves the pipeline's
+// shared limit (rate.shared) rather than each destination's: there is one
+// destination, so the two are one, and the pipeline's limit is leased.
+func (p Pipeline) AdaptsSharedLimit() bool {
+	return p.Rate.Adaptive != nil && p.Rate.Shared != nil && !p.destinationsAreLanes() &&
+		(p.Sink.HTTP == nil || p.Sink.HTTP.URLFrom == "")
+}
+
+// destinationsAreLanes reports whether each lane is its own destination:
+// key.from: host (or url_from without key:), or pushback.scope: key.
+func (p Pipeline) destinationsAreLanes() bool {
+	k := p.lanes()
+	return k != nil && (k.From == "host" || p.Pushback.Scope == shaper.ScopeKey)
 }
 
 // Sink selects the sink of a pipeline.

@@ -20,20 +20,39 @@ var keysLua string
 
 var keysScript = redis.NewScript(keysLua)
 
-// SharedKeys holds each key's own limit (a pipeline's rate.per_key) in
-// Redis, one hash per key under a common prefix, so that every replica
-// with the same prefix holds a key to one limit together. Unlike Shared it
-// leases nothing: a pipeline takes a key's slot only at the moment it
-// sends, after its other key's turns and the pipeline's own limit, so a
-// slot leased ahead would mostly come too late to use. Each Allow is one
-// Redis call, made by the caller, and Next answers from what the last call
-// said, without one.
+// SharedKeys holds each key's own limit (a pipeline's rate.per_key, or
+// each destination's adaptive limit) in Redis, one hash per key under a
+// common prefix, so that every replica with the same prefix holds a key to
+// one limit together. Unlike Shared it leases nothing: a pipeline takes a
+// key's slot only at the moment it sends, after its other key's turns and
+// the pipeline's own limit, so a slot leased ahead would mostly come too
+// late to use. Each Allow is one Redis call, made by the caller, and Next
+// answers from what the last call said, without one.
+//
+// Each key's rate lives in its hash beside its state, and every call uses
+// the one stored there: Limit at first, and after a SetRate on any
+// replica, the rate it set. SetRate makes no call of its own: the next
+// Allow carries the new rate, and every Allow's answer brings back the
+// rate in force, so the other replicas take it at their next Allow. A
+// lower rate always wins; a higher one is written only while the key
+// still holds the rate it was computed from, so that a rise computed from
+// a rate already stale never undoes another replica's decrease. A rate
+// never exceeds Limit. A key expires as its state does (once idle for a
+// full refill and a second); the next caller writes the rate it last
+// heard, so a rate set lives as long as some replica remembers it.
+//
+// With AtLimitEvery, a key whose rate is Limit and that has no SetRate to
+// carry calls Redis at most once per AtLimitEvery and otherwise takes its
+// slots from a limiter of its own at Limit, on this replica: for keys whose
+// Limit another shared limit already holds (a destination's ceiling under
+// the pipeline's rate.limit), so that only a key whose rate was lowered
+// costs a Redis call per slot.
 //
 // While Redis fails (an error, or no answer within Timeout), every key
-// falls back to a limiter of its own at FallbackLimit, and the first
-// Allow after a pause of 200-300ms tries Redis again: an outage costs one
-// Timeout per pause, not one per request. SharedKeys has no goroutine; it
-// is safe for simultaneous use.
+// falls back to a limiter of its own at FallbackLimit (or its rate, if
+// lower), and the first Allow after a pause of 200-300ms tries Redis
+// again: an outage costs one Timeout per pause, not one per request.
+// SharedKeys has no goroutine; it is safe for simultaneous use.
 type SharedKeys struct {
 	client   redis.UniversalClient
 	prefix   string
@@ -44,6 +63,7 @@ type SharedKeys struct {
 	burst    int
 	fallback float64
 	timeout  time.Duration
+	atLimit  time.Duration
 	log      *slog.Logger
 
 	mu sync.Mutex
@@ -67,7 +87,7 @@ func NewSharedKeys(client redis.UniversalClient, cfg SharedConfig) (*SharedKeys,
 	cfg = cfg.withDefaults()
 	s := &SharedKeys{
 		client: client, prefix: cfg.Key, target: target(client), modeArg: "0", mode: cfg.Mode,
-		limit: cfg.Limit, burst: cfg.Burst, fallback: cfg.FallbackLimit, timeout: cfg.Timeout, log: cfg.Logger,
+		limit: cfg.Limit, burst: cfg.Burst, fallback: cfg.FallbackLimit, timeout: cfg.Timeout, atLimit: cfg.AtLimitEvery, log: cfg.Logger,
 	}
 	if cfg.Mode == Token {
 		s.modeArg = "1"
@@ -81,22 +101,41 @@ func (s *SharedKeys) For(key string, now time.Time) *SharedKey {
 	if s.mode == Token {
 		burst = max(1, int(float64(s.burst)*s.fallback/s.limit))
 	}
-	local, err := New(Config{Mode: s.mode, Limit: s.fallback, Burst: burst}, now)
-	if err != nil {
-		panic("limiter: shared keys: fallback rate checked by NewSharedKeys: " + err.Error())
+	k := &SharedKey{keys: s, redisKey: s.prefix + key, local: s.local(s.fallback, burst, now)}
+	if s.atLimit > 0 {
+		k.own = s.local(s.limit, s.burst, now)
 	}
-	return &SharedKey{keys: s, redisKey: s.prefix + key, local: local}
+	return k
+}
+
+// local returns a limiter of this replica at limit and burst, from now.
+func (s *SharedKeys) local(limit float64, burst int, now time.Time) *Limiter {
+	l, err := New(Config{Mode: s.mode, Limit: limit, Burst: burst}, now)
+	if err != nil {
+		panic("limiter: shared keys: rate checked by NewSharedKeys: " + err.Error())
+	}
+	return l
 }
 
 // SharedKey is one key's limiter of a SharedKeys.
 type SharedKey struct {
 	keys     *SharedKeys
 	redisKey string
-	local    *Limiter
+	// local is the fallback limiter; own, under AtLimitEvery, the limiter
+	// at Limit that gives the slots between calls (nil: none).
+	local, own *Limiter
 
 	mu sync.Mutex
-	// next is when Redis last said the key's slot comes.
-	next time.Time
+	// next is when Redis last said the key's slot comes, and asked when
+	// the key last called it.
+	next, asked time.Time
+	// rate is the key's rate as Redis last said (0: not heard yet). While
+	// pending, set is the rate SetRate asks for, from the rate it moves
+	// (the one last heard), and seq counts SetRate calls.
+	rate      float64
+	pending   bool
+	set, from float64
+	seq       uint64
 }
 
 // Next returns when the key's slot comes, as the last Allow heard from
@@ -108,24 +147,54 @@ func (k *SharedKey) Next(now time.Time) time.Time {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.ownTurnLocked(now) {
+		return k.own.Next(now)
+	}
 	return later(now, k.next)
+}
+
+// ownTurnLocked reports whether the slot at now comes from the key's own
+// limiter at Limit, with no Redis call: under AtLimitEvery, while the rate
+// heard is Limit, no SetRate waits and the last call is recent. It requires
+// that k.mu is held.
+func (k *SharedKey) ownTurnLocked(now time.Time) bool {
+	s := k.keys
+	return k.own != nil && !k.pending && k.rate >= s.limit && now.Sub(k.asked) < s.atLimit
 }
 
 // Allow takes the key's slot in Redis if it has come by now, for every
 // replica, and reports whether it did; when it has not, Next tells when it
-// comes. It waits for Redis at most Timeout. While Redis fails the
-// fallback limiter answers.
+// comes. It waits for Redis at most Timeout, and carries a SetRate made
+// since the last call. While Redis fails the fallback limiter answers.
 func (k *SharedKey) Allow(now time.Time) bool {
 	s := k.keys
 	if !s.tryRedis(now) {
 		return k.local.Allow(now)
 	}
+	k.mu.Lock()
+	if k.ownTurnLocked(now) {
+		k.mu.Unlock()
+		ok := k.own.Allow(now)
+		if ok {
+			k.local.Allow(now)
+		}
+		return ok
+	}
+	rate, from, seq := k.rate, "", k.seq
+	if rate == 0 {
+		rate = s.limit
+	}
+	if k.pending {
+		rate, from = k.set, strconv.FormatFloat(k.from, 'g', -1, 64)
+	}
+	k.asked = now
+	k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	start := time.Now()
 	vals, err := keysScript.Run(ctx, s.client, []string{k.redisKey},
-		strconv.FormatFloat(s.limit, 'g', -1, 64), s.burst, s.modeArg).Slice()
+		strconv.FormatFloat(s.limit, 'g', -1, 64), s.burst, s.modeArg, strconv.FormatFloat(rate, 'g', -1, 64), from).Slice()
 	cancel()
-	ok, wait, err := parseKeyReply(vals, err)
+	ok, wait, limit, err := parseKeyReply(vals, err)
 	if err == nil && time.Since(start) > s.timeout {
 		err = fmt.Errorf("redis at %s answered after %v, past the timeout %v", s.target, time.Since(start).Round(time.Millisecond), s.timeout)
 	}
@@ -135,25 +204,84 @@ func (k *SharedKey) Allow(now time.Time) bool {
 	}
 	s.answered(now)
 	k.mu.Lock()
-	k.next = now.Add(wait)
+	k.next, k.rate = now.Add(wait), limit
+	if k.pending && k.seq == seq {
+		k.pending = false
+	}
 	k.mu.Unlock()
+	k.syncLocal(limit)
 	if ok {
 		k.local.Allow(now) // the fallback, if it comes, goes on from here
+		if k.own != nil {
+			k.own.Allow(now)
+		}
 	}
 	return ok
 }
 
-// SetRate is not supported: a key's limit changes with a new pipeline.
-// It changes only the fallback limiter.
-func (k *SharedKey) SetRate(limit float64, burst int) { k.local.SetRate(limit, burst) }
-
-// Limit returns the key's limit in force at now: the shared one, or the
-// fallback while Redis fails.
-func (k *SharedKey) Limit(now time.Time) float64 {
-	if k.keys.fallen() {
-		return k.keys.fallback
+// SetRate sets the key's rate for every replica: the next Allow carries it
+// to Redis, which keeps it unless it is a rise and another replica moved
+// the rate meanwhile (see SharedKeys). The rate is capped at Limit, and
+// burst is the configured one: only the rate moves. While Redis fails,
+// only a rate below the limit in force (the fallback's) is kept to carry.
+func (k *SharedKey) SetRate(limit float64, _ int) {
+	if !(limit > 0) || math.IsInf(limit, 0) {
+		return
 	}
-	return k.keys.limit
+	limit = min(limit, k.keys.limit)
+	if k.keys.fallen() && limit >= k.Limit(time.Time{}) {
+		// A rise from the limit in force while Redis fails, which the
+		// fallback caps: it says nothing of the key's shared rate, and
+		// carried, it could lower it.
+		return
+	}
+	k.mu.Lock()
+	if !k.pending && limit == k.rate {
+		k.mu.Unlock() // nothing to carry: the key's call stays spared
+		return
+	}
+	if !k.pending {
+		k.from = k.rate
+		if k.from == 0 {
+			k.from = k.keys.limit
+		}
+	}
+	k.pending, k.set = true, limit
+	k.seq++
+	k.mu.Unlock()
+	k.syncLocal(limit)
+}
+
+// syncLocal keeps the fallback limiter at the key's rate when that is
+// below the fallback limit.
+func (k *SharedKey) syncLocal(rate float64) {
+	s := k.keys
+	burst := 1
+	if s.mode == Token {
+		burst = max(1, int(float64(s.burst)*s.fallback/s.limit))
+	}
+	if want := min(rate, s.fallback); want != k.local.Limit(time.Time{}) {
+		k.local.SetRate(want, burst)
+	}
+}
+
+// Limit returns the key's limit in force at now: the rate a SetRate asked
+// for while it waits to be carried, else the one Redis last said (Limit
+// before any answer); while Redis fails, the fallback's, never above it.
+func (k *SharedKey) Limit(now time.Time) float64 {
+	k.mu.Lock()
+	rate := k.rate
+	if k.pending {
+		rate = k.set
+	}
+	k.mu.Unlock()
+	if rate == 0 {
+		rate = k.keys.limit
+	}
+	if k.keys.fallen() {
+		return min(rate, k.keys.fallback)
+	}
+	return rate
 }
 
 // fallen reports whether Redis failed and has not answered since.
@@ -206,20 +334,22 @@ func probePause() time.Duration {
 }
 
 // parseKeyReply decodes keys.lua's reply.
-func parseKeyReply(vals []any, err error) (ok bool, wait time.Duration, _ error) {
+func parseKeyReply(vals []any, err error) (ok bool, wait time.Duration, limit float64, _ error) {
 	if err != nil {
-		return false, 0, err
+		return false, 0, 0, err
 	}
-	if len(vals) != 2 {
-		return false, 0, fmt.Errorf("unexpected script reply %v", vals)
+	if len(vals) != 3 {
+		return false, 0, 0, fmt.Errorf("unexpected script reply %v", vals)
 	}
 	taken, ok1 := vals[0].(int64)
 	str, ok2 := vals[1].(string)
+	lim, ok3 := vals[2].(string)
 	us, perr := strconv.ParseFloat(str, 64)
-	if !ok1 || !ok2 || perr != nil || !(us >= 0) || math.IsInf(us, 0) {
-		return false, 0, fmt.Errorf("unexpected script reply %v", vals)
+	limit, lerr := strconv.ParseFloat(lim, 64)
+	if !ok1 || !ok2 || !ok3 || perr != nil || lerr != nil || !(us >= 0) || math.IsInf(us, 0) || !(limit > 0) || math.IsInf(limit, 0) {
+		return false, 0, 0, fmt.Errorf("unexpected script reply %v", vals)
 	}
-	return taken == 1, time.Duration(math.Ceil(us * 1e3)), nil
+	return taken == 1, time.Duration(math.Ceil(us * 1e3)), limit, nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/internal/testwait"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -129,5 +130,180 @@ func TestSharedKeysFallBackWhileRedisIsDownAndReturn(t *testing.T) {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %q: %s", want, log.String())
 		}
+	}
+}
+
+// A SetRate on one replica lowers that key's rate for every replica at
+// its next Allow, and only that key's; a rise computed from a rate another
+// replica has lowered since does not undo the decrease; and the key
+// expires once idle, its rate written again by the next replica that
+// remembers it.
+func TestSharedKeysSetRateMovesOneKeyForEveryReplica(t *testing.T) {
+	rs := redistest.Start(t)
+	log := &logtest.Buffer{}
+	reps := keyReplicas(t, rs.Addr, 3, limiter.SharedConfig{Key: "shaper:test:dest:", Mode: limiter.Leaky, Limit: 50, Burst: 1, FallbackLimit: 20, Timeout: loadedTimeout}, log)
+	now := time.Now()
+	var a, b []*limiter.SharedKey
+	for _, r := range reps {
+		a = append(a, r.For("A", now))
+		b = append(b, r.For("B", now))
+	}
+	seen := func(keys []*limiter.SharedKey) []float64 {
+		var out []float64
+		for _, k := range keys {
+			k.Allow(time.Now()) // the call each replica makes anyway
+			out = append(out, k.Limit(time.Now()))
+		}
+		return out
+	}
+	want := func(what string, keys []*limiter.SharedKey, limit float64) {
+		t.Helper()
+		for i, got := range seen(keys) {
+			if got != limit {
+				t.Errorf("%s: replica %d: Limit = %v; want %v", what, i, got, limit)
+			}
+		}
+	}
+	want("A before any SetRate", a, 50)
+
+	a[0].SetRate(10, 1)
+	if got := a[0].Limit(time.Now()); got != 10 {
+		t.Errorf("Limit right after SetRate(10) = %v; want 10", got)
+	}
+	want("A after replica 0's SetRate(10)", a, 10)
+	want("B after replica 0's SetRate(10) for A", b, 50)
+
+	var takenA, takenB []time.Time
+	var wg sync.WaitGroup
+	const d = 2 * time.Second
+	wg.Go(func() { takenA = sendAsFastAsAllowed([]shaper.Limiter{a[0], a[1], a[2]}, d) })
+	wg.Go(func() { takenB = sendAsFastAsAllowed([]shaper.Limiter{b[0], b[1], b[2]}, d) })
+	wg.Wait()
+	t.Logf("in %v across 3 replicas: A at 10/s %d slots, B at 50/s %d", d, len(takenA), len(takenB))
+	if n := len(takenA); n < 17 || n > 23 {
+		t.Errorf("A: %d slots in %v; want 20 ± 3 (10/s for all replicas together)", n, d)
+	}
+	if n := len(takenB); n < 80 || n > 105 {
+		t.Errorf("B: %d slots in %v; want about 100 (its 50/s, untouched)", n, d)
+	}
+
+	// Replica 2 heard 10; replica 0 lowers A to 5, then replica 2 raises
+	// it from the 10 it heard: the stale rise loses.
+	a[0].SetRate(5, 1)
+	a[0].Allow(time.Now())
+	a[2].SetRate(12, 1)
+	a[2].Allow(time.Now())
+	want("A after a decrease to 5 and a rise to 12 computed from 10", a, 5)
+	a[1].SetRate(7, 1) // from the 5 it heard: the rise holds
+	a[1].Allow(time.Now())
+	want("A after a rise to 7 computed from 5", a, 7)
+	a[0].SetRate(80, 1)
+	a[0].Allow(time.Now())
+	want("A after a rise above Limit", a, 50)
+	a[0].SetRate(7, 1)
+	a[0].Allow(time.Now())
+	want("A lowered to 7 again", a, 7)
+
+	// Idle, the key expires: a full refill (1/7 s) and a second.
+	admin := newClient(t, &redis.Options{Addr: rs.Addr})
+	ctx := context.Background()
+	if ttl := admin.PTTL(ctx, "shaper:test:dest:A").Val(); ttl <= 0 || ttl > 2*time.Second {
+		t.Errorf("PTTL of A's key = %v; want in (0, 2s]: a refill at 7/s and a second", ttl)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for admin.Exists(ctx, "shaper:test:dest:A").Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("A's key still there 5s after its last call; want it expired after about 1.2s")
+		}
+		time.Sleep(50 * time.Millisecond) // real time: Redis expires on its own clock
+	}
+	if admin.Exists(ctx, "shaper:test:dest:B").Val() != 0 {
+		t.Error("B's key still there with A's gone; want both expired")
+	}
+	// The next call writes the rate its replica last heard; a replica that
+	// never heard of A takes it from Redis.
+	a[1].Allow(time.Now())
+	fresh := keyReplicas(t, rs.Addr, 1, limiter.SharedConfig{Key: "shaper:test:dest:", Mode: limiter.Leaky, Limit: 50, Burst: 1, FallbackLimit: 20, Timeout: loadedTimeout}, log)[0].For("A", time.Now())
+	want("A after its key expired and replica 1 called again", []*limiter.SharedKey{a[1], fresh}, 7)
+	if log.String() != "" {
+		t.Errorf("log: %s; want nothing while Redis answers", log.String())
+	}
+}
+
+// With AtLimitEvery, a key at its Limit calls Redis about once per
+// AtLimitEvery, not once per slot, and still learns within that time that
+// another replica lowered it; a lowered key calls Redis for every slot.
+func TestSharedKeysAtLimitCallRedisOncePerAtLimitEvery(t *testing.T) {
+	rs := redistest.Start(t)
+	log := &logtest.Buffer{}
+	cfg := limiter.SharedConfig{Key: "shaper:test:dest:", Mode: limiter.Leaky, Limit: 100, Burst: 1, FallbackLimit: 50,
+		Timeout: loadedTimeout, AtLimitEvery: 250 * time.Millisecond}
+	reps := keyReplicas(t, rs.Addr, 2, cfg, log)
+	admin := newClient(t, &redis.Options{Addr: rs.Addr})
+	now := time.Now()
+	a0, a1 := reps[0].For("A", now), reps[1].For("A", now)
+	before := scriptCalls(t, admin)
+	taken := sendAsFastAsAllowed([]shaper.Limiter{a0}, time.Second)
+	calls := scriptCalls(t, admin) - before
+	t.Logf("1s at Limit 100/s: %d slots, %d Redis calls", len(taken), calls)
+	if len(taken) < 80 || len(taken) > 105 {
+		t.Errorf("%d slots in 1s at Limit; want about 200", len(taken))
+	}
+	if calls > 8 {
+		t.Errorf("%d Redis calls in 1s at Limit; want at most 8 (one per 250ms, and the first)", calls)
+	}
+	a1.Allow(time.Now())
+	a1.SetRate(20, 1)
+	a1.Allow(time.Now())
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for a0.Limit(time.Now()) != 20 && time.Now().Before(deadline) {
+		sendAsFastAsAllowed([]shaper.Limiter{a0}, 10*time.Millisecond)
+	}
+	if got := a0.Limit(time.Now()); got != 20 {
+		t.Fatalf("replica 0's Limit 300ms after replica 1 lowered A to 20 = %v; want 20", got)
+	}
+	before = scriptCalls(t, admin)
+	taken = sendAsFastAsAllowed([]shaper.Limiter{a0, a1}, time.Second)
+	calls = scriptCalls(t, admin) - before
+	t.Logf("1s lowered to 20/s: %d slots, %d Redis calls", len(taken), calls)
+	if len(taken) < 17 || len(taken) > 23 {
+		t.Errorf("%d slots in 1s lowered to 20/s across 2 replicas; want 20 ± 3", len(taken))
+	}
+}
+
+// While Redis fails, the limit in force is the fallback's; a rise from it
+// (the adaptive rate's tick, which sees only that limit) is not carried to
+// Redis when it answers again, where it would lower the key's shared rate
+// for every replica. A decrease is.
+func TestSharedKeysCarryNoRiseSeenThroughTheFallback(t *testing.T) {
+	rs := redistest.Start(t)
+	log := &logtest.Buffer{}
+	reps := keyReplicas(t, rs.Addr, 2, limiter.SharedConfig{Key: "shaper:test:dest:", Mode: limiter.Leaky, Limit: 50, Burst: 1,
+		FallbackLimit: 20, Timeout: 100 * time.Millisecond}, log)
+	a0, a1 := reps[0].For("A", time.Now()), reps[1].For("A", time.Now())
+	a0.Allow(time.Now())
+	rs.Stop()
+	a0.Allow(time.Now())
+	if got := a0.Limit(time.Now()); got != 20 {
+		t.Fatalf("Limit while Redis is down = %v; want the fallback 20", got)
+	}
+	a0.SetRate(21, 1) // a rise from 20, as the adaptive rate's tick makes it
+	rs.Restart()
+	back := func() bool { a0.Allow(time.Now()); return a0.Limit(time.Now()) > 20 }
+	if !testwait.Until(10*time.Second, back) {
+		t.Fatalf("Limit 10s after Redis restarted = %v; want the shared rate again", a0.Limit(time.Now()))
+	}
+	a1.Allow(time.Now())
+	for i, k := range []*limiter.SharedKey{a0, a1} {
+		if got := k.Limit(time.Now()); got != 50 {
+			t.Errorf("replica %d: Limit after Redis came back = %v; want 50 (no rise from the fallback carried)", i, got)
+		}
+	}
+	rs.Stop()
+	a0.Allow(time.Now())
+	a0.SetRate(8, 1) // a push-back while Redis is down
+	rs.Restart()
+	if !testwait.Until(10*time.Second, func() bool { a0.Allow(time.Now()); a1.Allow(time.Now()); return a1.Limit(time.Now()) == 8 }) {
+		t.Errorf("replica 1's Limit after replica 0 lowered A to 8 while Redis was down = %v; want 8 once it answers", a1.Limit(time.Now()))
 	}
 }

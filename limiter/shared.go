@@ -105,6 +105,11 @@ type SharedConfig struct {
 	// failure and the replica falls back. Zero means DefaultSharedTimeout
 	// (50ms). Must be >= 0.
 	Timeout time.Duration
+	// AtLimitEvery is for SharedKeys only (Shared ignores it): when > 0,
+	// how often a key whose rate is Limit calls Redis, to learn whether
+	// another replica lowered it; in between its slots come from a
+	// limiter of its own at Limit. Zero: every Allow calls Redis.
+	AtLimitEvery time.Duration
 	// Logger receives one warning when the limiter falls back, with the
 	// error, and one info line when it returns; in between, a debug line
 	// for each failed probe. Nil means slog.Default().

@@ -32,8 +32,9 @@ type Parts struct {
 	KeyLimiter func(key string, now time.Time) Limiter
 	// DestinationLimiter makes one destination's own limiter, starting at
 	// now at its ceiling (rate.per_key.limit, else rate.limit), for
-	// rate.adaptive to move; nil moves the pipeline's Limiter instead (as
-	// with rate.shared, whose limit the replicas share).
+	// rate.adaptive to move (with rate.shared, one shared through Redis);
+	// nil moves the pipeline's Limiter instead (as with rate.shared and one
+	// destination, whose limit is the pipeline's shared one).
 	DestinationLimiter func(name string, now time.Time) Limiter
 	// Clock is the time the pipeline runs on; nil is a SystemClock (Go
 	// timers). Package fleet gives every pipeline of the process the one

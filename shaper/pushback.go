@@ -540,9 +540,12 @@ func (p *Pipeline) adapt(ctx context.Context) {
 			p.adaptDestinations(now)
 			continue
 		}
-		if p.paused.on() {
+		if p.paused.on() || p.fallenBack() {
 			// Time in which nothing could be sent says nothing
-			// about what the sink takes: no increase.
+			// about what the sink takes: no increase. Nor does a
+			// shared limiter's fallback, whose limit in force is
+			// not the shared one: a rise from it, written to Redis
+			// once it answers, would lower every replica's limit.
 			p.adaptive.hold(now)
 			continue
 		}
@@ -556,6 +559,13 @@ func (p *Pipeline) adapt(ctx context.Context) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// fallenBack reports whether the pipeline's limiter is shared and has
+// fallen back to its local limit.
+func (p *Pipeline) fallenBack() bool {
+	fr, ok := p.lim.(FallbackReporter)
+	return ok && fr.Fallback()
 }
 
 // adaptDestinations raises each destination's own limit while no

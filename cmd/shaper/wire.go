@@ -50,7 +50,9 @@ func buildDelivery(pc config.Pipeline, k tuning.Knobs, log *slog.Logger) (parts 
 	if parts.KeyLimiter, err = buildKeyLimiter(pc, parts.Limiter, log); err != nil {
 		return parts, fmt.Errorf("rate.per_key: %w", err)
 	}
-	parts.DestinationLimiter = pc.Rate.DestinationLimiter()
+	if err = buildDestinationLimiter(pc, &parts, log); err != nil {
+		return parts, fmt.Errorf("rate.adaptive: %w", err)
+	}
 	return parts, nil
 }
 
@@ -79,6 +81,34 @@ func buildKeyLimiter(pc config.Pipeline, lim shaper.Limiter, log *slog.Logger) (
 		return nil, err
 	}
 	return func(key string, now time.Time) shaper.Limiter { return keys.For(key, now) }, nil
+}
+
+// buildDestinationLimiter sets what makes each destination's own limiter
+// under rate.adaptive: shared through the pipeline's shared limiter's
+// Redis client when pc says so, else one on this replica; none when the
+// adaptive rate moves the pipeline's shared limit. When the destinations
+// are the lanes of shared per-key limits, their limiters are those, and
+// the lanes get none of their own.
+func buildDestinationLimiter(pc config.Pipeline, parts *shaper.Parts, log *slog.Logger) error {
+	cfg, lanes, shared := pc.SharedDestinations()
+	owned, ok := parts.Limiter.(*limiter.OwnedShared)
+	switch {
+	case pc.AdaptsSharedLimit():
+		return nil
+	case !shared || !ok:
+		parts.DestinationLimiter = pc.Rate.DestinationLimiter()
+		return nil
+	}
+	cfg.Logger = log
+	keys, err := owned.Keys(cfg)
+	if err != nil {
+		return err
+	}
+	parts.DestinationLimiter = func(name string, now time.Time) shaper.Limiter { return keys.For(name, now) }
+	if lanes {
+		parts.KeyLimiter = nil
+	}
+	return nil
 }
 
 // buildSink, buildDeadLetter and buildSource return a nil interface, never
