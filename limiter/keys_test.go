@@ -242,9 +242,9 @@ func TestSharedKeysAtLimitCallRedisOncePerAtLimitEvery(t *testing.T) {
 	admin := newClient(t, &redis.Options{Addr: rs.Addr})
 	now := time.Now()
 	a0, a1 := reps[0].For("A", now), reps[1].For("A", now)
-	before := scriptCalls(t, admin)
+	before := redistest.ScriptCalls(t, admin)
 	taken := sendAsFastAsAllowed([]shaper.Limiter{a0}, time.Second)
-	calls := scriptCalls(t, admin) - before
+	calls := redistest.ScriptCalls(t, admin) - before
 	t.Logf("1s at Limit 100/s: %d slots, %d Redis calls", len(taken), calls)
 	if len(taken) < 80 || len(taken) > 105 {
 		t.Errorf("%d slots in 1s at Limit; want about 200", len(taken))
@@ -262,9 +262,9 @@ func TestSharedKeysAtLimitCallRedisOncePerAtLimitEvery(t *testing.T) {
 	if got := a0.Limit(time.Now()); got != 20 {
 		t.Fatalf("replica 0's Limit 300ms after replica 1 lowered A to 20 = %v; want 20", got)
 	}
-	before = scriptCalls(t, admin)
+	before = redistest.ScriptCalls(t, admin)
 	taken = sendAsFastAsAllowed([]shaper.Limiter{a0, a1}, time.Second)
-	calls = scriptCalls(t, admin) - before
+	calls = redistest.ScriptCalls(t, admin) - before
 	t.Logf("1s lowered to 20/s: %d slots, %d Redis calls", len(taken), calls)
 	if len(taken) < 17 || len(taken) > 23 {
 		t.Errorf("%d slots in 1s lowered to 20/s across 2 replicas; want 20 ± 3", len(taken))

@@ -68,7 +68,7 @@ func BenchmarkSharedReserve(b *testing.B) {
 			if s.Fallback() {
 				b.Fatalf("Fallback() = true during the benchmark; want the shared limit")
 			}
-			calls := scriptCalls(b, admin)
+			calls := redistest.ScriptCalls(b, admin)
 			b.ReportMetric(float64(calls)/float64(slots), "redis-calls/slot")
 			if waits > 0 {
 				b.ReportMetric(float64(waited.Microseconds())/float64(waits), "µs/lease-wait")

@@ -152,7 +152,7 @@ func TestSharedFleetDeliversTheLimitWhileAReplicaStalls(t *testing.T) {
 	cfg.Key = "shaper:steady"
 	steady, _ := replicas(t, addr, fleet, cfg)
 
-	callsBefore := scriptCalls(t, admin)
+	callsBefore := redistest.ScriptCalls(t, admin)
 	start := time.Now()
 	stalls := make([]stall, fleet)
 	stalls[0] = stall{from: start.Add(warmUp), off: 100 * time.Millisecond, period: 400 * time.Millisecond}
@@ -164,7 +164,7 @@ func TestSharedFleetDeliversTheLimitWhileAReplicaStalls(t *testing.T) {
 	wg.Go(func() { sentStalled, stranded = departures(stalled, stalls, halt) })
 	wg.Go(func() { sentSteady, _ = departures(steady, make([]stall, fleet), halt) })
 	wg.Wait()
-	calls := scriptCalls(t, admin) - callsBefore
+	calls := redistest.ScriptCalls(t, admin) - callsBefore
 
 	from, to := start.Add(warmUp), start.Add(runFor-50*time.Millisecond)
 	got, base := measure(sentStalled, from, to), measure(sentSteady, from, to)

@@ -191,12 +191,12 @@ func TestSharedThreeReplicasTogetherSendTheLimitNotThreeTimesIt(t *testing.T) {
 	cfg := limiter.SharedConfig{Key: "shaper:agg", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: 100, Timeout: loadedTimeout}
 	lims, _ := replicas(t, addr, 3, cfg)
 
-	callsBefore := scriptCalls(t, admin)
+	callsBefore := redistest.ScriptCalls(t, admin)
 	start := time.Now()
 	r := drive(t, lims)
 	r.reach(t, start.Add(3*time.Second))
 	r.halt()
-	calls := scriptCalls(t, admin) - callsBefore
+	calls := redistest.ScriptCalls(t, admin) - callsBefore
 
 	from, to := start.Add(500*time.Millisecond), start.Add(2900*time.Millisecond)
 	got := r.rate(from, to)
@@ -626,14 +626,14 @@ func TestSharedRedisCallsPerSlotFollowTheLeaseSize(t *testing.T) {
 			s := newShared(t, client, limiter.SharedConfig{
 				Key: fmt.Sprintf("shaper:calls:%v", tt.limit), Mode: limiter.Leaky, Limit: tt.limit, Burst: 1, FallbackLimit: 1, Timeout: loadedTimeout,
 			}, nil)
-			before := scriptCalls(t, admin)
+			before := redistest.ScriptCalls(t, admin)
 			// A backlog: every slot is asked for at once, so none comes
 			// too late to use and each call's lease is used up.
 			now := time.Now()
 			for range slots {
 				s.Reserve(now)
 			}
-			calls := scriptCalls(t, admin) - before
+			calls := redistest.ScriptCalls(t, admin) - before
 			t.Logf("limit %v: lease %d, %d slots, %d redis calls, %.4f calls per slot", tt.limit, tt.lease, slots, calls, float64(calls)/slots)
 			if want := (slots + tt.lease - 1) / tt.lease; calls != want {
 				t.Errorf("redis calls for %d slots at %v/s = %d; want %d (one per lease of %d)", slots, tt.limit, calls, want, tt.lease)

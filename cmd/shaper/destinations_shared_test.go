@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,26 +51,6 @@ func replica(t *testing.T, yaml string) *shaper.Pipeline {
 		cancel()
 	})
 	return p
-}
-
-// redisScriptCalls returns how many scripts (EVALSHA and EVAL) the server
-// has run.
-func redisScriptCalls(t *testing.T, admin *goredis.Client) int {
-	t.Helper()
-	info, err := admin.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	total := 0
-	for line := range strings.Lines(info) {
-		for _, name := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(line, name); ok {
-				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				total += n
-			}
-		}
-	}
-	return total
 }
 
 // limitOf returns the limit in force that p shows for the lane of key (0:
@@ -163,10 +141,10 @@ func pushBackOnTwoReplicas(t *testing.T, perKey, extra string) {
 	// limit leaves: 40/s less the pushed one's few.
 	admin := goredis.NewClient(&goredis.Options{Addr: redis.Addr})
 	defer admin.Close()
-	callsBefore := redisScriptCalls(t, admin)
+	callsBefore := redistest.ScriptCalls(t, admin)
 	from := time.Now()
 	time.Sleep(4 * time.Second)
-	calls := redisScriptCalls(t, admin) - callsBefore
+	calls := redistest.ScriptCalls(t, admin) - callsBefore
 	okRate := float64(len(good.Between(from, from.Add(4*time.Second)))) / 4
 	var toPushed int
 	for _, r := range pushed.Between(from, from.Add(4*time.Second)) {

@@ -5,6 +5,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shaper-dev/shaper/internal/freeport"
 	"github.com/shaper-dev/shaper/internal/testwait"
@@ -101,4 +104,30 @@ func ping(addr string) error {
 		return errors.New("PING answered " + strings.TrimSpace(line))
 	}
 	return nil
+}
+
+// ScriptCalls returns how many EVALSHA and EVAL calls the server behind
+// admin has run since it started (or since CONFIG RESETSTAT), from INFO
+// commandstats.
+func ScriptCalls(t testing.TB, admin *redis.Client) int {
+	t.Helper()
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	total := 0
+	for line := range strings.Lines(info) {
+		for _, name := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			rest, ok := strings.CutPrefix(line, name)
+			if !ok {
+				continue
+			}
+			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			if err != nil {
+				t.Fatalf("parse %q: %v", line, err)
+			}
+			total += n
+		}
+	}
+	return total
 }
