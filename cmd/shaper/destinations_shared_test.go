@@ -121,15 +121,17 @@ func pushBackOnTwoReplicas(t *testing.T, perKey, extra string) {
 		}
 	}
 	// Both replicas see the pushed destination's limit low, and the same:
-	// a replica hears another's change at its next request there.
+	// a replica hears another's change at its next request there. A look
+	// that finds a lane empty sees no limit (0), so the looks go on until
+	// each replica shows both lanes.
 	lowered := testwait.Until(20*time.Second, func() bool {
 		looks()
 		lo, hi := slices.Min(pushedLimits), slices.Max(pushedLimits)
-		return lo > 0 && hi <= limit/2 && hi-lo <= 1e-9*hi
+		return lo > 0 && hi <= limit/2 && hi-lo <= 1e-9*hi && slices.Min(goodLimits) > 0
 	})
 	t.Logf("pushed destination's limit in force on each replica: %v; the other's: %v", pushedLimits, goodLimits)
 	if !lowered {
-		t.Fatalf("pushed destination's limits %v (the last of 20s of looks); want one value at most %v on both replicas", pushedLimits, limit/2)
+		t.Fatalf("pushed destination's limits %v, the other's %v (the last of 20s of looks); want one value at most %v on both replicas, and both lanes seen on each", pushedLimits, goodLimits, limit/2)
 	}
 	for i, l := range goodLimits {
 		if l != limit {
