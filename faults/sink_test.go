@@ -10,17 +10,14 @@ import (
 // logPeak logs the requests in flight at the first moment more than limit
 // were, to tell a real excess from a timing artefact.
 func logPeak(t testing.TB, s *sinktest.Sink, timeout time.Duration, limit int) {
-	const dialAllowance = 25 * time.Millisecond
 	reqs := s.Requests()
+	now := time.Now()
 	base := reqs[0].At
 	for _, r := range reqs {
 		n := 0
 		var who []sinktest.Request
 		for _, q := range reqs {
-			end := q.End
-			if q.GaveUp && end.Sub(q.At) > timeout-dialAllowance {
-				end = q.At.Add(timeout - dialAllowance)
-			}
+			end := q.ClientEnd(timeout, now)
 			if !q.At.After(r.At) && end.After(r.At) {
 				n++
 				who = append(who, q)
