@@ -513,8 +513,9 @@ func TestFleetKeepsTheSharedRateWhenAReplicaLosesRedisAndItFallsBack(t *testing.
 		len(o.delivered), len(o.lost), o.duplicates)
 
 	slack := int(fleetLimit * fleetJitter.Seconds())
-	if bound := fleetLimit/10 + fleetSize - 1 + slack; most100Shared > bound {
-		t.Errorf("replicas 1 and 2 sent %d requests within 100 ms; want at most limit/10 + 2 + %d (arrival jitter) = %d", most100Shared, slack, bound)
+	catchUp := (fleetLimit*2 + 999) / 1000 // a replica sends the slots of a wake-up up to 2 ms late at once
+	if bound := fleetLimit/10 + fleetSize - 1 + catchUp + slack; most100Shared > bound {
+		t.Errorf("replicas 1 and 2 sent %d requests within 100 ms; want at most limit/10 + 2 + %d (2 ms of catch-up) + %d (arrival jitter) = %d", most100Shared, catchUp, slack, bound)
 	}
 	// Replica 0 alone at 50/s: a busy machine bunches its arrivals at
 	// the sink by more than a 100ms window's 5, so its bound is per second.

@@ -49,12 +49,9 @@ const (
 	leaseShortFor = 2 * time.Second
 	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
-	// maxLate is the longest a leased slot may be handed out after its
-	// time (or one interval, if shorter); a later caller skips it. It
-	// absorbs a scheduler's wake-up jitter (a millisecond or two on a
-	// busy machine), which would otherwise waste slots, while keeping any
-	// two slots at least 1/limit - 2ms apart.
-	maxLate = 2 * time.Millisecond
+	// prefetchLead is the least time before the end of its lease at which
+	// a replica asks for the next one (see prefetchLocked).
+	prefetchLead = 2 * time.Millisecond
 
 	// stallLate is how late a deadline must be noticed to tell that this
 	// process did not run around it: it was stopped (SIGSTOP, a CPU quota
@@ -172,8 +169,14 @@ func (c SharedConfig) validate() error {
 // consecutive slots of the global schedule, k = 10, or limit × 10ms
 // rounded up where that is less (1 at 100/s, 6 at 600/s), or limit × 2ms
 // where that is more (20 at 10 000/s; at most 1000). The replica hands the
-// lease out locally, slot i at its own time on the global schedule; one
-// Reserve in k waits for the call. Redis sees at most 100 calls a second
+// lease out locally, slot i at its own time on the global schedule. It
+// asks for the next lease before this one runs out, once its end is nearer
+// than two round trips (2–5ms): a lease asked for only after the
+// last slot would begin at the server's now, a round trip past the end of
+// the schedule the replica held, and the slots of that round trip would
+// be lost to the whole fleet (at 5000/s a lease spans 2ms). So a busy replica holds one lease and at most one
+// more ahead, and waits for Redis only when it had no slot to ask for in
+// time. Redis sees at most 100 calls a second
 // from the whole fleet up to 1000/s while no replica lets a slot pass, 0.1
 // per slot up to 5000/s, and 500 a second above.
 //
@@ -183,11 +186,10 @@ func (c SharedConfig) validate() error {
 // 100ms) loses all of it. Giving the slots back afterwards cannot help
 // without doubling: they have passed, and the schedule after them is
 // leased already, so handing them out again puts two slots where the
-// schedule has one. Catching up late has the same cost, since every slot
-// handed out up to d late lets a window hold limit·d slots more. So the
-// loss is kept small where it arises, by holding few slots ahead: a
-// stall strands at most one lease, 10ms of slots below 1000/s, 10 slots
-// up to 5000/s, and the stranded slots are counted (Unused). Ten slots is
+// schedule has one. So the loss is kept small where it arises, by holding
+// few slots ahead: a stall strands at most the lease and the one ahead,
+// 10ms of slots each below 1000/s, 10 slots each up to 5000/s, and the
+// stranded slots are counted (Unused). Ten slots is
 // where Redis stays off the hot path (0.1 calls per request); shorter
 // leases would strand less and cost a call for every few requests.
 //
@@ -215,13 +217,19 @@ func (c SharedConfig) validate() error {
 // first slots may have passed by then and are let go, which only
 // under-sends. Within a lease slots keep their exact spacing.
 //
-// A leased slot goes at its time, or at most min(1/limit, 2ms) late to a
-// caller who came late, which absorbs a scheduler's wake-up jitter (in
-// Leaky mode the lease's later slots then keep 1/limit after it). A slot
-// not used by then is wasted, which only under-sends. So slots never bunch
-// more than that: any window holds at most one slot per replica more than
-// the global schedule allows, give or take the round-trip jitter at the
-// seams.
+// A leased slot goes at its time, or up to 2ms late (maxCatchUp, the
+// local Limiter's allowance for a busy caller) to a caller who came late:
+// a replica that wakes late sends the slots it missed at once, so that a
+// scheduler's wake-up jitter, which on a loaded machine is often longer
+// than the interval above 1000/s, costs no rate. A slot not used by then
+// is let pass, which only under-sends. The price is that slots bunch by
+// up to 2ms: any 100ms holds at most limit/10 + replicas (one slot per
+// replica for the round-trip jitter at the seams) + limit × 2ms rounded
+// up (at 5000/s, 515 with five replicas instead of 505). Without the
+// catch-up, a replica keeps a window to limit·w + 1 plus a slot per
+// replica but loses every slot it wakes more than an interval late for,
+// a large part of the rate above 1000/s on a loaded machine (the fleet
+// section of docs/benchmarks.md).
 //
 // The price of leases is elsewhere. A replica that stops asking wastes the
 // rest of its lease (up to 10ms of the global rate); a busy replica holds
@@ -342,7 +350,11 @@ type Shared struct {
 	// latest one.
 	pending bool
 	pendSeq uint64
-	lease   lease
+	// lease is the run of slots being handed out; ahead is the next one,
+	// asked for before lease ran out (see prefetchLocked), or empty.
+	lease, ahead lease
+	// rtt is the round trip of the last call that answered.
+	rtt time.Duration
 	// epoch is the local time of the server's time zero by the least
 	// offset seen (see Leases), as of epochAt; zero before any reply.
 	epoch, epochAt time.Time
@@ -378,11 +390,6 @@ type lease struct {
 	off      float64
 	interval float64
 	next, n  int
-	// prev is the last slot handed out of this lease, for Leaky mode's
-	// spacing. Only within a lease: the seam to the next one carries the
-	// round-trip jitter of two clock mappings, and pushing a slot by it
-	// would waste slots for nothing.
-	prev time.Time
 }
 
 // slot returns the local time of slot i.
@@ -597,6 +604,9 @@ func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 			return t, taken
 		}
 		if t, taken, ok := s.takeLocked(now, how); ok {
+			if taken {
+				s.prefetchLocked(now)
+			}
 			s.mu.Unlock()
 			w.stop()
 			return t, taken
@@ -618,32 +628,27 @@ func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 	}
 }
 
-// takeLocked finds the next usable slot of the lease, skipping those too
-// late for now, and does with it what how says (the ones too late stay
+// takeLocked finds the next usable slot of the lease, then of the one
+// ahead, skipping those too late for now, and does with it what how says (the ones too late stay
 // skipped). It reports whether it took the slot, and false for ok when the
 // lease has none left. It requires that s.mu is held.
 func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok bool) {
 	l := &s.lease
-	if l.next >= l.n {
-		return time.Time{}, false, false
-	}
-	interval := time.Duration(math.Min(math.Round(l.interval*1e3), maxNanos))
-	late := max(min(interval, maxLate), 1)
-	for l.next < l.n {
+	for {
+		if l.next >= l.n {
+			if s.ahead.n == 0 {
+				return time.Time{}, false, false
+			}
+			*l, s.ahead = s.ahead, lease{}
+		}
 		at := l.slot(l.next)
 		l.next++
 		t := at
 		if now.After(t) {
 			t = now
 		}
-		if s.mode == Leaky && !l.prev.IsZero() {
-			if next := l.prev.Add(interval); t.Before(next) {
-				t = next
-			}
-		}
-		if t.Sub(at) < late {
+		if t.Sub(at) <= time.Duration(maxCatchUp) {
 			if how == reserve || how == allow && !t.After(now) {
-				l.prev = t
 				return t, true, true
 			}
 			l.next--
@@ -652,14 +657,35 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 		s.unused++
 		s.shortUntil = now.Add(leaseShortFor)
 	}
-	return time.Time{}, false, false
 }
 
-// dropLeaseLocked gives up the rest of the lease, counting it as unused.
-// It requires that s.mu is held.
+// prefetchLocked asks for the next lease once the end of this one is
+// nearer than two round trips to Redis, but at least prefetchLead and at
+// most half of leaseSpanMax (a round trip that a stall drew out would
+// otherwise have every lease asked for at once). A lease asked for
+// only when the last one is used up would begin at the server's now, a
+// round trip after the end of the schedule this replica held, and the
+// slots of that round trip would be lost to the whole fleet (at 5000/s,
+// where a lease spans 2ms, most of them). It requires that s.mu is held.
+func (s *Shared) prefetchLocked(now time.Time) {
+	l := &s.lease
+	if s.op != nil || s.ahead.n > 0 || s.fallback || s.closed {
+		return
+	}
+	if l.next >= l.n {
+		return // the next caller asks, if one comes
+	}
+	end := l.slot(l.n - 1).Add(time.Duration(l.interval * 1e3))
+	if end.Sub(now) <= min(max(prefetchLead, 2*s.rtt), leaseSpanMax/2) {
+		s.requestLocked(s.leaseSizeLocked(now))
+	}
+}
+
+// dropLeaseLocked gives up the rest of the lease and the one ahead,
+// counting them as unused. It requires that s.mu is held.
 func (s *Shared) dropLeaseLocked() {
-	s.unused += int64(max(s.lease.n-s.lease.next, 0))
-	s.lease = lease{}
+	s.unused += int64(max(s.lease.n-s.lease.next, 0) + s.ahead.n)
+	s.lease, s.ahead = lease{}, lease{}
 }
 
 // Unused returns how many leased slots this replica has given up since it
@@ -954,13 +980,18 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 	// placed: its own round trip would shift them that late.
 	placeable := !s.epoch.IsZero() || rtt <= s.timeout
 	at := s.mapLocked(r.now, recv, rtt)
+	s.rtt = rtt
 	if op.want > 0 && !newer && !s.closed && placeable {
-		s.dropLeaseLocked() // used up, or it would not have been asked for
-		s.lease = lease{
+		next := lease{
 			at:       at,
 			off:      r.base - r.now,
 			interval: 1e6 / r.limit,
 			n:        op.want,
+		}
+		if s.lease.next < s.lease.n {
+			s.ahead = next // asked for ahead (prefetchLocked)
+		} else {
+			s.lease = next
 		}
 	}
 }

@@ -635,8 +635,10 @@ func TestSharedRedisCallsPerSlotFollowTheLeaseSize(t *testing.T) {
 			}
 			calls := redistest.ScriptCalls(t, admin) - before
 			t.Logf("limit %v: lease %d, %d slots, %d redis calls, %.4f calls per slot", tt.limit, tt.lease, slots, calls, float64(calls)/slots)
-			if want := (slots + tt.lease - 1) / tt.lease; calls != want {
-				t.Errorf("redis calls for %d slots at %v/s = %d; want %d (one per lease of %d)", slots, tt.limit, calls, want, tt.lease)
+			// One more where a lease ends within 2ms of now: the next is
+			// asked for ahead.
+			if want := (slots + tt.lease - 1) / tt.lease; calls < want || calls > want+1 {
+				t.Errorf("redis calls for %d slots at %v/s = %d; want %d or one more asked ahead (one per lease of %d)", slots, tt.limit, calls, want, tt.lease)
 			}
 			if s.Fallback() {
 				t.Errorf("Fallback() = true; want false")
