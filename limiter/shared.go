@@ -40,12 +40,14 @@ const (
 	leaseSlots   = 10
 	leaseSpanMax = 10 * time.Millisecond
 	leaseSpanMin = 2 * time.Millisecond
-	// leaseShortFor is how long a replica that let a leased slot pass (it
-	// was stopped, or woke too late) leases as few slots as it may: below
-	// 1000/s, leaseSpanMin of the schedule (1 or 2 slots) instead of
-	// leaseSpanMax. A replica stopped again and again (a CPU quota) then
-	// strands one or two slots per stop instead of up to 10ms of them.
-	// At 1000/s and above a lease stays 10 slots (0.1 calls per slot).
+	// leaseShortFor is how long a replica that let a leased slot pass
+	// because it was stopped (it came stallLate or more after the slot)
+	// holds as little ahead as it may: it asks for no lease ahead, and
+	// below 1000/s it leases leaseSpanMin of the schedule (1 or 2 slots)
+	// instead of leaseSpanMax. A replica stopped again and again (a CPU
+	// quota) then strands one lease per stop, of one or two slots below
+	// 1000/s. At 1000/s and above a lease stays 10 slots (0.1 calls per
+	// slot).
 	leaseShortFor = 2 * time.Second
 	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
@@ -361,8 +363,8 @@ type Shared struct {
 	// unused counts leased slots given up: skipped because they had
 	// passed, or still in a lease when it was dropped.
 	unused int64
-	// shortUntil is when leases may be long again after a slot passed
-	// unused (see leaseShortFor).
+	// shortUntil is when this replica may hold long leases and one ahead
+	// again after a stop let a slot pass (see leaseShortFor).
 	shortUntil time.Time
 	// op is the Redis call for the shared limit asked for or running,
 	// nil when none is. A probe is never op, nor is a call left running
@@ -655,7 +657,9 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 			return t, false, true
 		}
 		s.unused++
-		s.shortUntil = now.Add(leaseShortFor)
+		if now.Sub(at) >= stallLate {
+			s.shortUntil = now.Add(leaseShortFor)
+		}
 	}
 }
 
@@ -669,8 +673,8 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 // where a lease spans 2ms, most of them). It requires that s.mu is held.
 func (s *Shared) prefetchLocked(now time.Time) {
 	l := &s.lease
-	if s.op != nil || s.ahead.n > 0 || s.fallback || s.closed {
-		return
+	if s.op != nil || s.ahead.n > 0 || s.fallback || s.closed || now.Before(s.shortUntil) {
+		return // a replica stopped lately holds no more than one lease
 	}
 	if l.next >= l.n {
 		return // the next caller asks, if one comes
