@@ -273,7 +273,7 @@ func TestGoalsAreHeldToTheirTargets(t *testing.T) {
 			{Replicas: 3, Limit: 100, RateErrPct: -0.5, Max100ms: 13, Allowed100ms: 13, CallsPerRequest: 0.5},
 			{Replicas: 3, Limit: 1000, RateErrPct: 0.9, Max100ms: 103, Allowed100ms: 103, CallsPerRequest: 0.05},
 			{Replicas: 3, Limit: 1000, Stalled: true, RateErrPct: -1.2, Max100ms: 104, Allowed100ms: 103, CallsPerRequest: 0.1},
-		}}}, map[string]bool{"every replica running": true, "while replica 0 is stopped": false, "limit/10 + replicas": false, "Redis calls per request": true}},
+		}}}, map[string]bool{"every replica running": true, "while replica 0 of several is stopped": false, "limit/10 + replicas": false, "Redis calls per request": true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -231,7 +231,10 @@ func (s *FleetSection) addGoals(g *goals) {
 	for _, stalled := range []bool{false, true} {
 		worst, found := FleetRun{}, false
 		for _, r := range s.Runs {
-			if r.Stalled == stalled && (!found || math.Abs(r.RateErrPct) >= math.Abs(worst.RateErrPct)) {
+			// A lone replica stopped a quarter of the time has no others
+			// to use its slots: the stalled goal is the fleet's.
+			lone := stalled && r.Replicas == 1
+			if r.Stalled == stalled && !lone && (!found || math.Abs(r.RateErrPct) >= math.Abs(worst.RateErrPct)) {
 				worst, found = r, true
 			}
 		}
@@ -240,7 +243,7 @@ func (s *FleetSection) addGoals(g *goals) {
 		}
 		goal := "fleet: aggregate rate within 1% of the shared limit, every replica running"
 		if stalled {
-			goal = fmt.Sprintf("fleet: aggregate rate within 1%% of the shared limit while replica 0 is stopped %d ms every %d ms", s.StallMs, s.StallEveryMs)
+			goal = fmt.Sprintf("fleet: aggregate rate within 1%% of the shared limit while replica 0 of several is stopped %d ms every %d ms", s.StallMs, s.StallEveryMs)
 		}
 		g.add(goal, math.Abs(worst.RateErrPct) <= 1, "worst %+.2f%% (%s)", worst.RateErrPct, worst.label())
 	}
