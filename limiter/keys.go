@@ -37,9 +37,10 @@ var keysScript = redis.NewScript(keysLua)
 // lower rate always wins; a higher one is written only while the key
 // still holds the rate it was computed from, so that a rise computed from
 // a rate already stale never undoes another replica's decrease. A rate
-// never exceeds Limit. A key expires as its state does (once idle for a
-// full refill and a second); the next caller writes the rate it last
-// heard, so a rate set lives as long as some replica remembers it.
+// never exceeds Limit, or the ceiling SetCeiling set since. A key expires
+// as its state does (once idle for a full refill and a second); the next
+// caller writes the rate it last heard, so a rate set lives as long as
+// some replica remembers it.
 //
 // With AtLimitEvery, a key whose rate is Limit and that has no SetRate to
 // carry calls Redis at most once per AtLimitEvery and otherwise takes its
@@ -59,7 +60,6 @@ type SharedKeys struct {
 	target   string
 	modeArg  string
 	mode     Mode
-	limit    float64
 	burst    int
 	fallback float64
 	timeout  time.Duration
@@ -67,6 +67,9 @@ type SharedKeys struct {
 	log      *slog.Logger
 
 	mu sync.Mutex
+	// limit is the most any key's rate may be: cfg.Limit, or the last
+	// SetCeiling.
+	limit float64
 	// down is when Redis last failed, and retry when the next Allow may
 	// try it again; both zero while it answers.
 	down, retry time.Time
@@ -98,12 +101,13 @@ func NewSharedKeys(client redis.UniversalClient, cfg SharedConfig) (*SharedKeys,
 // For returns the limiter of key, starting at now.
 func (s *SharedKeys) For(key string, now time.Time) *SharedKey {
 	burst := 1 // the shared burst scaled as the limit is, as Shared's fallback
+	ceiling := s.ceiling()
 	if s.mode == Token {
-		burst = max(1, int(float64(s.burst)*s.fallback/s.limit))
+		burst = max(1, int(float64(s.burst)*s.fallback/ceiling))
 	}
 	k := &SharedKey{keys: s, redisKey: s.prefix + key, local: s.local(s.fallback, burst, now)}
 	if s.atLimit > 0 {
-		k.own = s.local(s.limit, s.burst, now)
+		k.own = s.local(ceiling, s.burst, now)
 	}
 	return k
 }
@@ -155,11 +159,21 @@ func (k *SharedKey) Next(now time.Time) time.Time {
 
 // ownTurnLocked reports whether the slot at now comes from the key's own
 // limiter at Limit, with no Redis call: under AtLimitEvery, while the rate
-// heard is Limit, no SetRate waits and the last call is recent. It requires
-// that k.mu is held.
+// heard is Limit, no SetRate waits and the last call is recent. It keeps
+// the own limiter at the ceiling in force. It requires that k.mu is held.
 func (k *SharedKey) ownTurnLocked(now time.Time) bool {
 	s := k.keys
-	return k.own != nil && !k.pending && k.rate >= s.limit && now.Sub(k.asked) < s.atLimit
+	if k.own == nil || k.pending || now.Sub(k.asked) >= s.atLimit {
+		return false
+	}
+	ceiling := s.ceiling()
+	if k.rate < ceiling {
+		return false
+	}
+	if k.own.Limit(now) != ceiling {
+		k.own.SetRate(ceiling, s.burst)
+	}
+	return true
 }
 
 // Allow takes the key's slot in Redis if it has come by now, for every
@@ -180,9 +194,10 @@ func (k *SharedKey) Allow(now time.Time) bool {
 		}
 		return ok
 	}
-	rate, from, seq := k.rate, "", k.seq
+	ceiling := s.ceiling()
+	rate, from, seq := min(k.rate, ceiling), "", k.seq
 	if rate == 0 {
-		rate = s.limit
+		rate = ceiling
 	}
 	if k.pending {
 		rate, from = k.set, strconv.FormatFloat(k.from, 'g', -1, 64)
@@ -192,7 +207,7 @@ func (k *SharedKey) Allow(now time.Time) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	start := time.Now()
 	vals, err := keysScript.Run(ctx, s.client, []string{k.redisKey},
-		strconv.FormatFloat(s.limit, 'g', -1, 64), s.burst, s.modeArg, strconv.FormatFloat(rate, 'g', -1, 64), from).Slice()
+		strconv.FormatFloat(ceiling, 'g', -1, 64), s.burst, s.modeArg, strconv.FormatFloat(rate, 'g', -1, 64), from).Slice()
 	cancel()
 	ok, wait, limit, err := parseKeyReply(vals, err)
 	if err == nil && time.Since(start) > s.timeout {
@@ -228,7 +243,8 @@ func (k *SharedKey) SetRate(limit float64, _ int) {
 	if !(limit > 0) || math.IsInf(limit, 0) {
 		return
 	}
-	limit = min(limit, k.keys.limit)
+	ceiling := k.keys.ceiling()
+	limit = min(limit, ceiling)
 	if k.keys.fallen() && limit >= k.Limit(time.Time{}) {
 		// A rise from the limit in force while Redis fails, which the
 		// fallback caps: it says nothing of the key's shared rate, and
@@ -243,7 +259,7 @@ func (k *SharedKey) SetRate(limit float64, _ int) {
 	if !k.pending {
 		k.from = k.rate
 		if k.from == 0 {
-			k.from = k.keys.limit
+			k.from = ceiling
 		}
 	}
 	k.pending, k.set = true, limit
@@ -258,7 +274,7 @@ func (k *SharedKey) syncLocal(rate float64) {
 	s := k.keys
 	burst := 1
 	if s.mode == Token {
-		burst = max(1, int(float64(s.burst)*s.fallback/s.limit))
+		burst = max(1, int(float64(s.burst)*s.fallback/s.ceiling()))
 	}
 	if want := min(rate, s.fallback); want != k.local.Limit(time.Time{}) {
 		k.local.SetRate(want, burst)
@@ -275,13 +291,38 @@ func (k *SharedKey) Limit(now time.Time) float64 {
 		rate = k.set
 	}
 	k.mu.Unlock()
-	if rate == 0 {
-		rate = k.keys.limit
+	ceiling := k.keys.ceiling()
+	if rate == 0 || rate > ceiling {
+		rate = ceiling
 	}
 	if k.keys.fallen() {
 		return min(rate, k.keys.fallback)
 	}
 	return rate
+}
+
+// SetCeiling changes the most the rate of any key of k's SharedKeys may
+// be, on this replica, from now on: the pipeline's limit that a
+// destination's rate sits under, changed at run time. A key's rate above a
+// lower ceiling counts as the ceiling; a key at the old ceiling stays
+// there until SetRate raises it. Other replicas keep their own ceilings;
+// Redis holds a key's rate, and each replica caps it with its own.
+// SetCeiling ignores a limit that is not a finite number > 0.
+func (k *SharedKey) SetCeiling(limit float64) {
+	if !(limit > 0) || math.IsInf(limit, 0) {
+		return
+	}
+	s := k.keys
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = limit
+}
+
+// ceiling returns the most any key's rate may be.
+func (s *SharedKeys) ceiling() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit
 }
 
 // fallen reports whether Redis failed and has not answered since.

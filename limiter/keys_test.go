@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -305,5 +306,48 @@ func TestSharedKeysCarryNoRiseSeenThroughTheFallback(t *testing.T) {
 	rs.Restart()
 	if !testwait.Until(10*time.Second, func() bool { a0.Allow(time.Now()); a1.Allow(time.Now()); return a1.Limit(time.Now()) == 8 }) {
 		t.Errorf("replica 1's Limit after replica 0 lowered A to 8 while Redis was down = %v; want 8 once it answers", a1.Limit(time.Now()))
+	}
+}
+
+// A rate change of the pipeline at run time moves the ceiling of its
+// destinations' shared rates: above the configured limit once raised
+// (a rise is carried to Redis and seen by the other replica), and a key
+// at the old ceiling takes its slots from its own limiter at the new one.
+func TestSharedKeysSetCeilingMovesTheMostAKeysRateMayBe(t *testing.T) {
+	rs := redistest.Start(t)
+	log := &logtest.Buffer{}
+	cfg := limiter.SharedConfig{Key: "shaper:test:ceiling:", Mode: limiter.Leaky, Limit: 100, Burst: 1, FallbackLimit: 50,
+		Timeout: loadedTimeout, AtLimitEvery: 250 * time.Millisecond}
+	reps := keyReplicas(t, rs.Addr, 2, cfg, log)
+	now := time.Now()
+	a0, a1 := reps[0].For("A", now), reps[1].For("A", now)
+	a0.Allow(now)
+	a0.SetRate(150, 1)
+	if got := a0.Limit(time.Now()); got != 100 {
+		t.Fatalf("Limit after SetRate(150) under the ceiling 100 = %v; want 100", got)
+	}
+	a0.SetCeiling(200)
+	a1.SetCeiling(200)
+	a0.SetRate(150, 1)
+	a0.Allow(time.Now())
+	a1.Allow(time.Now())
+	if got0, got1 := a0.Limit(time.Now()), a1.Limit(time.Now()); got0 != 150 || got1 != 150 {
+		t.Fatalf("Limit after SetCeiling(200) and SetRate(150) = %v on replica 0, %v on replica 1; want 150 on both", got0, got1)
+	}
+	a0.SetRate(200, 1)
+	a0.Allow(time.Now())
+	taken := sendAsFastAsAllowed([]shaper.Limiter{a0}, time.Second)
+	t.Logf("1s at the raised ceiling 200/s: %d slots", len(taken))
+	if len(taken) < 170 || len(taken) > 205 {
+		t.Errorf("%d slots in 1s at the raised ceiling; want about 200", len(taken))
+	}
+	a0.SetCeiling(50)
+	if got := a0.Limit(time.Now()); got != 50 {
+		t.Errorf("Limit after SetCeiling(50) = %v; want 50, the ceiling, under a rate of 200", got)
+	}
+	a0.SetCeiling(0)
+	a0.SetCeiling(math.Inf(1))
+	if got := a0.Limit(time.Now()); got != 50 {
+		t.Errorf("Limit after SetCeiling(0) and SetCeiling(+Inf) = %v; want 50, both ignored", got)
 	}
 }

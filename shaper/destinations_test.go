@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shaper-dev/shaper/config"
+	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 	"github.com/shaper-dev/shaper/sinks"
 )
@@ -410,4 +411,66 @@ func raisedCapacity(t *testing.T, stepUp time.Duration) {
 	if share >= 0.05 {
 		t.Errorf("%.1f%% of requests throttled in the steady state at 80/s; want under 5%%", 100*share)
 	}
+}
+
+// ceilingLimiter is a destination's limiter that records the ceilings the
+// pipeline tells it, as limiter.SharedKey keeps them.
+type ceilingLimiter struct {
+	shaper.Limiter
+	mu       sync.Mutex
+	ceilings []float64
+}
+
+func (c *ceilingLimiter) SetCeiling(limit float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.ceilings); n == 0 || c.ceilings[n-1] != limit {
+		c.ceilings = append(c.ceilings, limit)
+	}
+}
+
+var _ shaper.CeilingSetter = (*ceilingLimiter)(nil)
+
+// A rate change at run time moves the ceiling of each destination's own
+// limit: a destination's limiter that caps its rate (a shared one, in
+// Redis) is told the new rate.limit within a tick of the adaptive rate.
+func TestARateChangeMovesEachDestinationsCeilingOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(0)
+		f.addFor("good", goodHost, "", 400)
+		f.sink = destSink{fakeSink{f}}
+		var mu sync.Mutex
+		var lims []*ceilingLimiter
+		runFake(t, f, func(p *config.Pipeline) {
+			messageURLs(p)
+			p.Rate.Limit = 50
+			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
+			f.destLimiter = func(name string, now time.Time) shaper.Limiter {
+				local, err := limiter.New(limiter.Config{Mode: limiter.Leaky, Limit: 50, Burst: 1}, now)
+				if err != nil {
+					panic(err)
+				}
+				l := &ceilingLimiter{Limiter: local}
+				mu.Lock()
+				lims = append(lims, l)
+				mu.Unlock()
+				return l
+			}
+		}, func(p *shaper.Pipeline) {
+			elapse(time.Second)
+			if err := p.SetRate(200, 0); err != nil {
+				t.Fatal(err)
+			}
+			elapse(500 * time.Millisecond)
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if len(lims) != 1 {
+			t.Fatalf("%d destination limiters made; want 1", len(lims))
+		}
+		got := lims[0].ceilings
+		if len(got) != 2 || got[0] != 50 || got[1] != 200 {
+			t.Errorf("ceilings told to the destination's limiter = %v; want [50 200] (rate.limit, then the new one)", got)
+		}
+	})
 }

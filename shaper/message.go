@@ -187,6 +187,15 @@ type FallbackReporter interface {
 	Fallback() bool
 }
 
+// CeilingSetter is implemented by a destination's limiter that caps the
+// rates SetRate gives it (limiter.SharedKey, whose rate lives in Redis):
+// the pipeline tells it the destination's ceiling, its rate.limit, which
+// the admin API may change at run time.
+type CeilingSetter interface {
+	// SetCeiling changes the most SetRate may set from now on.
+	SetCeiling(limit float64)
+}
+
 // UnusedReporter is implemented by limiters that lease slots of a shared
 // schedule ahead of use (limiter.Shared). The pipeline exports the count as
 // shaper_limiter_unused_total.

@@ -576,6 +576,9 @@ func (p *Pipeline) adaptDestinations(now time.Time) {
 	paused := p.paused.on()
 	p.bucket.eachDestination(func(d *destination) bool {
 		d.adaptive.setCeilingIfChanged(ceiling)
+		if cs, ok := d.lim.(CeilingSetter); ok {
+			cs.SetCeiling(ceiling)
+		}
 		if _, why := d.gate.shut(now); why != holdNone || paused {
 			d.adaptive.hold(now)
 			return false

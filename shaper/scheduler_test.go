@@ -80,6 +80,8 @@ type fakes struct {
 	sink    shaper.Sink                                           // the pipeline's sink; nil: fakeSink
 	log     *slog.Logger                                          // the pipeline's logger; nil: discarded
 	reg     *prometheus.Registry                                  // the pipeline's metrics; nil: a registry of its own
+	// destLimiter makes each destination's limiter; nil: the config's.
+	destLimiter func(name string, now time.Time) shaper.Limiter
 }
 
 func newFakes(n int) *fakes {
@@ -220,6 +222,9 @@ func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p 
 		parts.KeyLimiter = pc.Rate.KeyLimiter()
 	}
 	parts.DestinationLimiter = pc.Rate.DestinationLimiter()
+	if f.destLimiter != nil {
+		parts.DestinationLimiter = f.destLimiter
+	}
 	p := shaper.New(pc.Core(), parts)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(context.Background()) }()
