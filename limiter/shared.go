@@ -234,11 +234,12 @@ func (c SharedConfig) validate() error {
 // section of docs/benchmarks.md).
 //
 // The price of leases is elsewhere. A replica that stops asking wastes the
-// rest of its lease (up to 10ms of the global rate); a busy replica holds
-// slots that others cannot take for that long; and after SetRate lowers
-// the rate, leases already taken keep their old spacing, so right after a
-// change the global rate can exceed the new limit by one lease per replica
-// (up to 10ms of slots at the old rate). Bigger leases would mean fewer
+// rest of its lease and of the one ahead (up to 10ms of the global rate
+// each); a busy replica holds slots that others cannot take for that long;
+// and after SetRate lowers the rate, leases already taken keep their old
+// spacing, so right after a change the global rate can exceed the new
+// limit by up to two leases per replica (up to 20ms of slots at the old
+// rate). Bigger leases would mean fewer
 // calls and more of all three.
 //
 // # The limit
