@@ -431,16 +431,56 @@ func (c *ceilingLimiter) SetCeiling(limit float64) {
 
 var _ shaper.CeilingSetter = (*ceilingLimiter)(nil)
 
+// fleetLimiter is a pipeline's limiter shared with other replicas: its
+// limit in force is the fleet's, which a rate change on another replica
+// moves (set).
+type fleetLimiter struct {
+	*limiter.Limiter
+	mu    sync.Mutex
+	limit float64
+}
+
+func (l *fleetLimiter) Limit(time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit
+}
+
+func (l *fleetLimiter) set(limit float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limit = limit
+}
+
+func (l *fleetLimiter) Fallback() bool { return false }
+
+var _ shaper.FallbackReporter = (*fleetLimiter)(nil)
+
 // A rate change at run time moves the ceiling of each destination's own
 // limit: a destination's limiter that caps its rate (a shared one, in
-// Redis) is told the new rate.limit within a tick of the adaptive rate.
+// Redis) is told the new rate.limit within a tick of the adaptive rate,
+// whether the change came through this replica's API or, with a shared
+// limit, another replica's.
 func TestARateChangeMovesEachDestinationsCeilingOnAFakeClock(t *testing.T) {
+	for _, how := range []string{"this replica", "another replica"} {
+		t.Run(how, func(t *testing.T) { testARateChangeMovesEachDestinationsCeiling(t, how) })
+	}
+}
+
+func testARateChangeMovesEachDestinationsCeiling(t *testing.T, how string) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakes(0)
 		f.addFor("good", goodHost, "", 400)
 		f.sink = destSink{fakeSink{f}}
 		var mu sync.Mutex
 		var lims []*ceilingLimiter
+		fleet := &fleetLimiter{limit: 50}
+		if how == "another replica" {
+			f.lim = func(l *limiter.Limiter) shaper.Limiter {
+				fleet.Limiter = l
+				return fleet
+			}
+		}
 		runFake(t, f, func(p *config.Pipeline) {
 			messageURLs(p)
 			p.Rate.Limit = 50
@@ -458,7 +498,9 @@ func TestARateChangeMovesEachDestinationsCeilingOnAFakeClock(t *testing.T) {
 			}
 		}, func(p *shaper.Pipeline) {
 			elapse(time.Second)
-			if err := p.SetRate(200, 0); err != nil {
+			if how == "another replica" {
+				fleet.set(200)
+			} else if err := p.SetRate(200, 0); err != nil {
 				t.Fatal(err)
 			}
 			elapse(500 * time.Millisecond)

@@ -501,10 +501,15 @@ func (p *Pipeline) destinationBurst() int {
 }
 
 // destinationCeiling is the highest limit of a destination's own: the
-// per-key limit under rate.per_key, else the pipeline's.
+// per-key limit under rate.per_key, else the pipeline's: with a shared
+// limit the fleet's, as a rate change on any replica set it, unless this
+// replica has fallen back to its own.
 func (p *Pipeline) destinationCeiling() float64 {
 	if pk := p.cfg.Rate.PerKey; pk != nil {
 		return pk.Limit
+	}
+	if _, shared := p.lim.(FallbackReporter); shared && !p.fallenBack() {
+		return p.lim.Limit(p.clock.Now())
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

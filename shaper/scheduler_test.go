@@ -82,6 +82,8 @@ type fakes struct {
 	reg     *prometheus.Registry                                  // the pipeline's metrics; nil: a registry of its own
 	// destLimiter makes each destination's limiter; nil: the config's.
 	destLimiter func(name string, now time.Time) shaper.Limiter
+	// lim wraps the pipeline's limiter; nil: the config's as it is.
+	lim func(*limiter.Limiter) shaper.Limiter
 }
 
 func newFakes(n int) *fakes {
@@ -218,6 +220,9 @@ func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p 
 	}
 	parts := shaper.Parts{Source: f, Sink: sink, Limiter: lim, Clock: bubbleClock{}, Logger: f.log,
 		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second}
+	if f.lim != nil {
+		parts.Limiter = f.lim(lim)
+	}
 	if pc.Rate.PerKey != nil {
 		parts.KeyLimiter = pc.Rate.KeyLimiter()
 	}
