@@ -278,7 +278,7 @@ func (s *FleetSection) markdown(p func(string, ...any), r *Report) {
 	p("Each run starts its replicas on a new durable and a new Redis key, waits until the sink has received a second's worth of the limit and %g s more, and measures a window of %g s.", s.SettleSeconds, s.WindowSeconds)
 	p("In a *stalled* run replica 0 is stopped (SIGSTOP) for %d ms every %d ms through the window and continued (SIGCONT), as a CPU quota stalls a container; the other replicas run on.\n", s.StallMs, s.StallEveryMs)
 	p("- *aggregate rate*: the requests the sink received from every replica together over the window, against the limit; goal: within 1%%.")
-	p("- *most per 100 ms*: the most arrivals in any 100 ms of the window; goal: limit/10 + replicas (a lease's seam per replica).")
+	p("- *most per 100 ms*: the most arrivals in any 100 ms of the window; goal: limit/10 + replicas (a lease's seam per replica); a replica that wakes up to 2 ms late sends the slots it missed at once, which may add limit × 2 ms, and a sink on a loaded machine sees arrivals bunch further.")
 	p("- *Redis calls per request*: the `EVALSHA` + `EVAL` calls in `INFO commandstats` over the window (statistics reset at its start), per request the sink received; goal: ≤ 0.1 at ≥ 1000/s.")
 	p("- *unused slots*: how much `shaper_limiter_unused_total` rose over the window, summed over the replicas: slots leased and then given back or let pass.")
 	p("- *CPU per message*: each replica's CPU (`/proc/<pid>/stat`, 10 ms resolution) over the window per message it completed (`shaper_messages_completed_total`), replica 0 first.")
