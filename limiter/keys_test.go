@@ -231,18 +231,24 @@ func TestSharedKeysSetRateMovesOneKeyForEveryReplica(t *testing.T) {
 	}
 }
 
+// keyAAtLimit100OnTwoReplicas starts a Redis and returns its address and
+// key A on two replicas sharing prefix: Limit 100, fallback 50, spared
+// Redis calls at the limit (AtLimitEvery 250ms).
+func keyAAtLimit100OnTwoReplicas(t *testing.T, prefix string) (addr string, a0, a1 *limiter.SharedKey) {
+	rs := redistest.Start(t)
+	cfg := limiter.SharedConfig{Key: prefix, Mode: limiter.Leaky, Limit: 100, Burst: 1, FallbackLimit: 50,
+		Timeout: loadedTimeout, AtLimitEvery: 250 * time.Millisecond}
+	reps := keyReplicas(t, rs.Addr, 2, cfg, &logtest.Buffer{})
+	now := time.Now()
+	return rs.Addr, reps[0].For("A", now), reps[1].For("A", now)
+}
+
 // With AtLimitEvery, a key at its Limit calls Redis about once per
 // AtLimitEvery, not once per slot, and still learns within that time that
 // another replica lowered it; a lowered key calls Redis for every slot.
 func TestSharedKeysAtLimitCallRedisOncePerAtLimitEvery(t *testing.T) {
-	rs := redistest.Start(t)
-	log := &logtest.Buffer{}
-	cfg := limiter.SharedConfig{Key: "shaper:test:dest:", Mode: limiter.Leaky, Limit: 100, Burst: 1, FallbackLimit: 50,
-		Timeout: loadedTimeout, AtLimitEvery: 250 * time.Millisecond}
-	reps := keyReplicas(t, rs.Addr, 2, cfg, log)
-	admin := newClient(t, &redis.Options{Addr: rs.Addr})
-	now := time.Now()
-	a0, a1 := reps[0].For("A", now), reps[1].For("A", now)
+	addr, a0, a1 := keyAAtLimit100OnTwoReplicas(t, "shaper:test:dest:")
+	admin := newClient(t, &redis.Options{Addr: addr})
 	before := redistest.ScriptCalls(t, admin)
 	taken := sendAsFastAsAllowed([]shaper.Limiter{a0}, time.Second)
 	calls := redistest.ScriptCalls(t, admin) - before
@@ -314,14 +320,8 @@ func TestSharedKeysCarryNoRiseSeenThroughTheFallback(t *testing.T) {
 // (a rise is carried to Redis and seen by the other replica), and a key
 // at the old ceiling takes its slots from its own limiter at the new one.
 func TestSharedKeysSetCeilingMovesTheMostAKeysRateMayBe(t *testing.T) {
-	rs := redistest.Start(t)
-	log := &logtest.Buffer{}
-	cfg := limiter.SharedConfig{Key: "shaper:test:ceiling:", Mode: limiter.Leaky, Limit: 100, Burst: 1, FallbackLimit: 50,
-		Timeout: loadedTimeout, AtLimitEvery: 250 * time.Millisecond}
-	reps := keyReplicas(t, rs.Addr, 2, cfg, log)
-	now := time.Now()
-	a0, a1 := reps[0].For("A", now), reps[1].For("A", now)
-	a0.Allow(now)
+	_, a0, a1 := keyAAtLimit100OnTwoReplicas(t, "shaper:test:ceiling:")
+	a0.Allow(time.Now())
 	a0.SetRate(150, 1)
 	if got := a0.Limit(time.Now()); got != 100 {
 		t.Fatalf("Limit after SetRate(150) under the ceiling 100 = %v; want 100", got)
