@@ -172,15 +172,15 @@ func (c SharedConfig) validate() error {
 // rounded up where that is less (1 at 100/s, 6 at 600/s), or limit × 2ms
 // where that is more (20 at 10 000/s; at most 1000). The replica hands the
 // lease out locally, slot i at its own time on the global schedule. It
-// asks for the next lease before this one runs out, once its end is nearer
-// than two round trips (2–5ms): a lease asked for only after the
+// asks for the next lease before this one runs out, once its end is
+// nearer than two round trips (2–5ms): a lease asked for only after the
 // last slot would begin at the server's now, a round trip past the end of
 // the schedule the replica held, and the slots of that round trip would
-// be lost to the whole fleet (at 5000/s a lease spans 2ms). So a busy replica holds one lease and at most one
-// more ahead, and waits for Redis only when it had no slot to ask for in
-// time. Redis sees at most 100 calls a second
-// from the whole fleet up to 1000/s while no replica lets a slot pass, 0.1
-// per slot up to 5000/s, and 500 a second above.
+// be lost to the whole fleet (at 5000/s a lease spans 2ms). So a busy
+// replica holds one lease and at most one more ahead, and waits for Redis
+// only when it had no slot to ask for in time. Redis sees at most 100
+// calls a second from the whole fleet up to 1000/s while no replica lets
+// a slot pass, 0.1 per slot up to 5000/s, and 500 a second above.
 //
 // Why leases this short: a slot that passes in a lease that a replica
 // holds is lost to the fleet, and a replica stopped for longer than the
@@ -191,9 +191,9 @@ func (c SharedConfig) validate() error {
 // schedule has one. So the loss is kept small where it arises, by holding
 // few slots ahead: a stall strands at most the lease and the one ahead,
 // 10ms of slots each below 1000/s, 10 slots each up to 5000/s, and the
-// stranded slots are counted (Unused). Ten slots is
-// where Redis stays off the hot path (0.1 calls per request); shorter
-// leases would strand less and cost a call for every few requests.
+// stranded slots are counted (Unused). Ten slots is where Redis stays off
+// the hot path (0.1 calls per request); shorter leases would strand less
+// and cost a call for every few requests.
 //
 // Below 1000/s that cost is paid where the loss arises: a replica that
 // let a slot of its lease pass (it was stopped, or woke more than the
@@ -217,7 +217,8 @@ func (c SharedConfig) validate() error {
 // back) replaces it. A lease is then late by the fastest recent round
 // trip, microseconds on loopback, however slowly its own reply came; its
 // first slots may have passed by then and are let go, which only
-// under-sends. Within a lease slots keep their exact spacing.
+// under-sends. Within a lease slots keep their spacing, but for the
+// catch-up below.
 //
 // A leased slot goes at its time, or up to 2ms late (maxCatchUp, the
 // local Limiter's allowance for a busy caller) to a caller who came late:
@@ -239,8 +240,7 @@ func (c SharedConfig) validate() error {
 // and after SetRate lowers the rate, leases already taken keep their old
 // spacing, so right after a change the global rate can exceed the new
 // limit by up to two leases per replica (up to 20ms of slots at the old
-// rate). Bigger leases would mean fewer
-// calls and more of all three.
+// rate). Bigger leases would mean fewer calls and more of all three.
 //
 // # The limit
 //
@@ -632,9 +632,10 @@ func (s *Shared) slot(now time.Time, how use) (time.Time, bool) {
 }
 
 // takeLocked finds the next usable slot of the lease, then of the one
-// ahead, skipping those too late for now, and does with it what how says (the ones too late stay
-// skipped). It reports whether it took the slot, and false for ok when the
-// lease has none left. It requires that s.mu is held.
+// ahead, skipping those too late for now, and does with it what how says
+// (the ones too late stay skipped). It reports whether it took the slot,
+// and false for ok when the leases have none left. It requires that s.mu
+// is held.
 func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok bool) {
 	l := &s.lease
 	for {
@@ -667,11 +668,8 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 // prefetchLocked asks for the next lease once the end of this one is
 // nearer than two round trips to Redis, but at least prefetchLead and at
 // most half of leaseSpanMax (a round trip that a stall drew out would
-// otherwise have every lease asked for at once). A lease asked for
-// only when the last one is used up would begin at the server's now, a
-// round trip after the end of the schedule this replica held, and the
-// slots of that round trip would be lost to the whole fleet (at 5000/s,
-// where a lease spans 2ms, most of them). It requires that s.mu is held.
+// otherwise have every lease asked for at once); see Leases for why. It
+// requires that s.mu is held.
 func (s *Shared) prefetchLocked(now time.Time) {
 	l := &s.lease
 	if s.op != nil || s.ahead.n > 0 || s.fallback || s.closed || now.Before(s.shortUntil) {
