@@ -11,7 +11,7 @@ import (
 )
 
 // DestinationsSection is what per-message destinations cost
-// (sink.http.url_from with key.from: host, issue 14): `shaper run`
+// (sink.http.url_from with key.from: host): `shaper run`
 // children one after the other, each over a window at the same rate, one
 // sending each message to the host it names, one of Hosts HTTP servers on
 // their own loopback addresses, and two peers with one host: url_from

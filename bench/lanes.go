@@ -15,8 +15,8 @@ import (
 	"github.com/shaper-dev/shaper/shaper"
 )
 
-// LanesSection is what keys cost (key.from: a lane of the bucket per key,
-// issue 13): one scheduling decision with many lanes, the heap a lane
+// LanesSection is what keys cost (key.from: a lane of the bucket per
+// key): one scheduling decision with many lanes, the heap a lane
 // takes, the CPU per delivered message with one key and with 10 000, and
 // the resident set of a daemon with 100 000 keys in a backlog of 1 000 000.
 type LanesSection struct {
@@ -268,7 +268,7 @@ func (b *bench) laneBacklog(ctx context.Context) (*LaneBacklog, error) {
 	return r, nil
 }
 
-// LaneTwoKeys is the run behind docs/lanes.svg (issue 13): a stream holds
+// LaneTwoKeys is the run behind docs/lanes.svg: a stream holds
 // A callbacks of merchant A and then B of merchant B (header
 // Merchant-Id), and a `shaper run` child delivers them at Limit, once
 // with one lane and once with a lane per merchant, each on its own

@@ -24,8 +24,8 @@ import (
 	"github.com/shaper-dev/shaper/bench/peers/peer"
 )
 
-// PeersSection is what shaper costs beside what a user would run instead
-// (issue 17): for each source, the loop a user would write by hand, its
+// PeersSection is what shaper costs beside what a user would run
+// instead: for each source, the loop a user would write by hand, its
 // variants, Benthos and a `shaper run` child deliver the same messages to
 // the same sink at the same limit, one after the other in one run. Every
 // party, the broker and the sink are processes of their own, so each one's
@@ -64,8 +64,7 @@ type PeerCase struct {
 	Backlog  int     `json:"backlog,omitempty"`
 	FeedRate float64 `json:"feed_rate,omitempty"`
 	// Allowed100ms is the most arrivals in any 100 ms that the goal
-	// allows: limit/10 + 2 when measured at a sink in another process
-	// (issue 17).
+	// allows: limit/10 + 2 when measured at a sink in another process.
 	Allowed100ms int `json:"allowed_per_100ms"`
 	// Baseline names the party every ratio is to: the hand-written loop
 	// of the case's source.
@@ -386,7 +385,7 @@ func (pb *peerBench) parties(c *PeerCase) []peerParty {
 		return []peerParty{
 			{name: partyLoop, label: "hand-written: nats.go jetstream Consume + x/time/rate Wait + net/http, 8 workers, Ack after a 2xx", readsBroker: true,
 				start: loop(nil, js())},
-			{name: partyLoopDoubleAck, label: "the same with DoubleAck (shaper's ack before issue 17)", readsBroker: true,
+			{name: partyLoopDoubleAck, label: "the same with DoubleAck (a reply awaited for every ack)", readsBroker: true,
 				start: loop(nil, js("-double-ack"))},
 			{name: partyLoopOneP, label: "the same (Ack) at GOMAXPROCS=1, the threads shaper takes up to 500/s", readsBroker: true,
 				start: loop([]string{"GOMAXPROCS=1"}, js())},

@@ -30,7 +30,7 @@ type PushbackSection struct {
 	SampleMs      int           `json:"sample_ms"`
 	Messages      int           `json:"messages"`
 	Runs          []PushbackRun `json:"runs"`
-	// TwoDestinations is the run with one destination held (issue 30).
+	// TwoDestinations is the run with one destination held.
 	TwoDestinations *TwoDestinations `json:"two_destinations,omitempty"`
 }
 

@@ -230,7 +230,7 @@ func (s *DestinationsSection) addGoals(g *goals) {
 // 17 sets them at 100/s and 1000/s, and at 5000/s only the precision's.
 const peerCPUGoalMaxLimit = 1000
 
-// addGoals adds the peers section's goals (issue 17): for every case up to
+// addGoals adds the peers section's goals: for every case up to
 // peerCPUGoalMaxLimit, shaper's CPU per message at most 0.6× the
 // hand-written loop's and the broker's for shaper at most 1.2× the
 // broker's for the loop; for every case, shaper's precision as the sink's

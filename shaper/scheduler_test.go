@@ -289,7 +289,7 @@ func TestTokenModeSendsTheBurstAtOnceThenOneIntervalApartOnAFakeClock(t *testing
 	})
 }
 
-// The reproducer of issue 10's jam, to the nanosecond: a full bucket at
+// The reproducer of the jam a lowered rate caused, to the nanosecond: a full bucket at
 // 200/s, 0.01/s for 2s, 200/s again. The first request after the restore
 // goes within one interval, and nothing expires.
 func TestARestoredRateIsInForceWithinOneIntervalOnAFakeClock(t *testing.T) {
