@@ -354,12 +354,16 @@ func (b *bucket) take(now time.Time) (*task, time.Time) {
 }
 
 // takenLocked takes t, just taken from its lane, out of the bucket's
-// indexes of what is queued. It requires that b.mu is held.
+// indexes of what is queued. The index of arrivals drops what was taken
+// as it goes, so that it never holds much more than what is queued,
+// whether or not an expiry pass runs (one may not for max_queue_time while
+// the bucket never runs empty). It requires that b.mu is held.
 func (b *bucket) takenLocked(t *task) {
 	b.queued--
 	if t.inFIFO {
 		t.inFIFO = false
 		b.inFIFO--
+		b.compactArrivalsLocked()
 	} else {
 		heap.Remove(&b.retrying, t.dueIndex)
 	}

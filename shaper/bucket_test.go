@@ -165,3 +165,29 @@ func TestBucketWaitRoomWaitsForABatchAndWakesOnceItIsThere(t *testing.T) {
 		t.Errorf("WaitRoom(100) with capacity 8 = %d; want 8", n)
 	}
 }
+
+// A bucket that never runs empty (a Kafka backlog) keeps no reference to
+// what it handed out: its index of arrivals, which finds the messages past
+// their deadline, holds at most about twice what is queued, whether or not
+// an expiry pass has run. It held every message admitted within
+// max_queue_time, payload included: 425 MiB of heap for 200 000 messages
+// of 1 KiB at 20 000/s with max_queue_time 1m.
+func TestBucketForgetsWhatItHandedOutWithoutAnExpiryPass(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const capacity = 100
+	b := newBucket(capacity, laneOptions{})
+	b.admit(now, msgs(capacity), nil)
+	most := 0
+	for i := range 50_000 {
+		got, _ := b.take(now)
+		if got == nil {
+			t.Fatalf("take #%d = nil with %d queued", i, b.Queued())
+		}
+		b.release(got)
+		b.admit(now, []*Message{{ID: fmt.Sprint("more", i)}}, nil)
+		most = max(most, len(b.arrivals))
+	}
+	if limit := max(1024, 2*capacity) + 1; most > limit {
+		t.Errorf("the index of arrivals reached %d tasks with %d queued; want at most %d", most, capacity, limit)
+	}
+}

@@ -209,8 +209,11 @@ func (b *bucket) expired(now time.Time, maxWait time.Duration) (out []*task, nex
 }
 
 // compactArrivalsLocked drops the arrivals taken from their FIFO once they
-// outnumber those still there, so that a message held long does not keep
-// everything admitted after it. It requires that b.mu is held.
+// outnumber those still there (and 1024), so that neither a message held
+// long nor a bucket that never runs empty keeps everything admitted after
+// it; each compaction copies what is still queued, at most half of what it
+// looks at, so its cost per take is constant. It requires that b.mu is
+// held.
 func (b *bucket) compactArrivalsLocked() {
 	n := len(b.arrivals) - b.arrHead
 	if n < 1024 || n < 2*b.inFIFO {
