@@ -478,7 +478,7 @@ func (cn *conn) exchange(x *exchange) (result error, keep bool) {
 	}
 	result = x.answer(resp.Response)
 	n, err := io.CopyN(io.Discard, resp.raw, cn.client.cfg.MaxDrain+1)
-	if err != io.EOF || n > cn.client.cfg.MaxDrain {
+	if err != io.EOF || n > cn.client.cfg.MaxDrain || resp.raw.failed {
 		return result, false // a body longer than MaxDrain, or broken: the connection goes
 	}
 	_ = resp.raw.Close()
@@ -511,7 +511,24 @@ func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 // came off the connection, which the reader drains.
 type answer struct {
 	*http.Response
-	raw io.ReadCloser
+	raw *sawError
+}
+
+// sawError is a body that remembers whether a read of it failed, which
+// net/http's body forgets: after a body cut short (io.ErrUnexpectedEOF) it
+// answers io.EOF, as at the end of a whole body, and the connection must
+// not carry another request.
+type sawError struct {
+	io.ReadCloser
+	failed bool
+}
+
+func (b *sawError) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.failed = true
+	}
+	return n, err
 }
 
 // readAnswer reads the answer to req from br as net/http's Transport reads
@@ -533,7 +550,9 @@ func readAnswer(br *bufio.Reader, lr *limitReader, req *http.Request, asked bool
 			continue
 		}
 		lr.n = math.MaxInt64 // the body is not bounded here (see MaxDrain)
-		a := answer{Response: resp, raw: resp.Body}
+		raw := &sawError{ReadCloser: resp.Body}
+		resp.Body = raw
+		a := answer{Response: resp, raw: raw}
 		switch {
 		case switchesProtocol(resp):
 			// The Transport hands the connection over as the body; it is

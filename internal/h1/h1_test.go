@@ -316,3 +316,28 @@ func TestAnswerHeadersOverTheLimitFail(t *testing.T) {
 		t.Errorf("an answer with %d bytes of headers: own client %v, net/http %v; want both to fail", len(big), got[0], want[0])
 	}
 }
+
+// A connection whose answer's body was cut short (the server closed it
+// before Content-Length) never goes back to the idle pool, whether or not
+// the reader has seen the close yet: net/http's body answers io.EOF to a
+// read after io.ErrUnexpectedEOF, which looked like a body read to its end,
+// and the next request could take the dead connection (the conformance
+// test above failed so, 2 times in 200).
+func TestABodyCutShortKeepsItsConnectionOutOfThePool(t *testing.T) {
+	raw := "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"
+	srv := sinktest.StartRaw(t, nil, func(int) (string, bool) { return raw, true })
+	c := New(Config{Addr: srv.Addr, Dial: (&net.Dialer{}).DialContext, MaxConns: 1,
+		Timeout: 5 * time.Second, HandshakeTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxDrain: 64 << 10})
+	defer c.Close(context.Background())
+	var o outcome
+	err := c.Do(context.Background(), newRequest(t, srv.URL+"/hook"), func(resp *http.Response) error {
+		o = seen(resp)
+		return nil
+	})
+	if err != nil || !o.BodyErr || o.Body != "short" {
+		t.Fatalf("Do = %v, %v; want the 200 with its body cut short after \"short\"", err, o)
+	}
+	if n := len(c.idle); n != 0 {
+		t.Errorf("%d connections idle after a body cut short; want 0 (the connection is broken)", n)
+	}
+}
