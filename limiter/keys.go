@@ -100,16 +100,21 @@ func NewSharedKeys(client redis.UniversalClient, cfg SharedConfig) (*SharedKeys,
 
 // For returns the limiter of key, starting at now.
 func (s *SharedKeys) For(key string, now time.Time) *SharedKey {
-	burst := 1 // the shared burst scaled as the limit is, as Shared's fallback
-	ceiling := s.ceiling()
-	if s.mode == Token {
-		burst = max(1, int(float64(s.burst)*s.fallback/ceiling))
-	}
-	k := &SharedKey{keys: s, redisKey: s.prefix + key, local: s.local(s.fallback, burst, now)}
+	k := &SharedKey{keys: s, redisKey: s.prefix + key, local: s.local(s.fallback, s.fallbackBurst(), now)}
 	if s.atLimit > 0 {
-		k.own = s.local(ceiling, s.burst, now)
+		k.own = s.local(s.ceiling(), s.burst, now)
 	}
 	return k
+}
+
+// fallbackBurst is the burst of a key's fallback limiter: 1 in Leaky
+// mode; in Token mode the shared burst scaled as the fallback limit scales
+// the ceiling, as Shared's fallback does.
+func (s *SharedKeys) fallbackBurst() int {
+	if s.mode != Token {
+		return 1
+	}
+	return max(1, int(float64(s.burst)*s.fallback/s.ceiling()))
 }
 
 // local returns a limiter of this replica at limit and burst, from now.
@@ -240,7 +245,7 @@ func (k *SharedKey) Allow(now time.Time) bool {
 // burst is the configured one: only the rate moves. While Redis fails,
 // only a rate below the limit in force (the fallback's) is kept to carry.
 func (k *SharedKey) SetRate(limit float64, _ int) {
-	if !(limit > 0) || math.IsInf(limit, 0) {
+	if ValidateRate(limit, 1) != nil {
 		return
 	}
 	ceiling := k.keys.ceiling()
@@ -272,12 +277,8 @@ func (k *SharedKey) SetRate(limit float64, _ int) {
 // below the fallback limit.
 func (k *SharedKey) syncLocal(rate float64) {
 	s := k.keys
-	burst := 1
-	if s.mode == Token {
-		burst = max(1, int(float64(s.burst)*s.fallback/s.ceiling()))
-	}
 	if want := min(rate, s.fallback); want != k.local.Limit(time.Time{}) {
-		k.local.SetRate(want, burst)
+		k.local.SetRate(want, s.fallbackBurst())
 	}
 }
 
@@ -309,7 +310,7 @@ func (k *SharedKey) Limit(now time.Time) float64 {
 // Redis holds a key's rate, and each replica caps it with its own.
 // SetCeiling ignores a limit that is not a finite number > 0.
 func (k *SharedKey) SetCeiling(limit float64) {
-	if !(limit > 0) || math.IsInf(limit, 0) {
+	if ValidateRate(limit, 1) != nil {
 		return
 	}
 	s := k.keys

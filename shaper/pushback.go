@@ -508,7 +508,7 @@ func (p *Pipeline) destinationCeiling() float64 {
 	if pk := p.cfg.Rate.PerKey; pk != nil {
 		return pk.Limit
 	}
-	if _, shared := p.lim.(FallbackReporter); shared && !p.fallenBack() {
+	if fr, shared := p.lim.(FallbackReporter); shared && !fr.Fallback() {
 		return p.lim.Limit(p.clock.Now())
 	}
 	p.mu.Lock()
