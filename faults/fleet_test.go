@@ -438,13 +438,7 @@ func (p *proxy) mend() {
 	p.t.Helper()
 	var ln net.Listener
 	var err error
-	for range 100 {
-		if ln, err = net.Listen("tcp", p.Addr); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
+	if !testwait.Until(5*time.Second, func() bool { ln, err = net.Listen("tcp", p.Addr); return err == nil }) {
 		p.t.Fatalf("proxy: listen again on %s: %v", p.Addr, err)
 	}
 	p.serve(ln)

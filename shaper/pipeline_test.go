@@ -128,9 +128,8 @@ func TestRetriesBackOffExponentiallyAndThenDeliver(t *testing.T) {
 			t.Errorf("gap after attempt %d = %v; want <= %v", k, gap, bound)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
-	if got := rec.RequestCount(); got != 4 {
-		t.Errorf("requests = %d; want 4 (3 failures, then delivered and never sent again)", got)
+	if !testwait.Holds(300*time.Millisecond, func() bool { return rec.RequestCount() == 4 }) {
+		t.Errorf("requests = %d; want 4 (3 failures, then delivered and never sent again)", rec.RequestCount())
 	}
 }
 
@@ -452,12 +451,8 @@ func TestLoweringTheRateAndRestoringItResumesAtTheFullRateAtOnce(t *testing.T) {
 
 	// At 0.01/s at most the request whose slot came just before the change
 	// and one more may go; then 200 more at 200/s take about 1s.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(requestsAfter(rec.Requests(), restored)) < 200 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests within 10s after the restore; want 200 (status %+v)", len(requestsAfter(rec.Requests(), restored)), p.Status())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { return len(requestsAfter(rec.Requests(), restored)) >= 200 }) {
+		t.Fatalf("%d requests within 10s after the restore; want 200 (status %+v)", len(requestsAfter(rec.Requests(), restored)), p.Status())
 	}
 	if got := len(requestsAfter(rec.Requests(), lowered.Add(50*time.Millisecond))) - len(requestsAfter(rec.Requests(), restored)); got > 1 {
 		t.Errorf("requests while the rate was 0.01/s = %d; want at most 1", got)
@@ -499,13 +494,12 @@ func TestPauseAndResumeThroughTheAdminAPI(t *testing.T) {
 	if code != http.StatusOK || p.Status().State != shaper.StatePaused {
 		t.Fatalf("pause = %d %s, state %q; want 200 and paused", code, body, p.Status().State)
 	}
-	time.Sleep(2 * time.Second)
+	// A request already in flight at the pause may still arrive.
+	if !testwait.Holds(2*time.Second, func() bool { return len(rec.Between(paused.Add(50*time.Millisecond), time.Now())) == 0 }) {
+		t.Errorf("%d requests while paused; want none", len(rec.Between(paused.Add(50*time.Millisecond), time.Now())))
+	}
 	if got := p.metric("shaper_paused"); got != 1 {
 		t.Errorf("shaper_paused = %v while paused; want 1", got)
-	}
-	// A request already in flight at the pause may still arrive.
-	if sent := rec.Between(paused.Add(50*time.Millisecond), time.Now()); len(sent) > 0 {
-		t.Errorf("%d requests while paused; want none", len(sent))
 	}
 	if code, body := call(t, "POST", admin.URL+"/v1/pipelines/test/resume", token, ""); code != http.StatusOK {
 		t.Fatalf("resume = %d %s; want 200", code, body)
