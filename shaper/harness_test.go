@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -243,6 +244,238 @@ func (e *env) deadLetters(n int, timeout time.Duration) []*nats.Msg {
 		case <-deadline:
 			e.t.Fatalf("got %d dead letters within %v; want %d", len(out), timeout, n)
 		}
+	}
+	return out
+}
+
+// The fake-clock harness, of the scheduler's, the breaker's, the
+// destinations', the exhausted and the log summary's tests: a pipeline over
+// an in-memory source and sink (fakes) that runFake runs in a
+// testing/synctest bubble, whose time stands still until every goroutine in
+// it waits, then jumps to the next timer. The whole pipeline runs there, so
+// a minute of shaping takes milliseconds and every departure falls exactly
+// where the limiter put it.
+
+// bubbleClock is shaper.Clock on the bubble's fake time: its alarms wait on
+// timers of the bubble, where the machine's clock waits on the kernel's
+// (which the bubble cannot see).
+type bubbleClock struct{}
+
+func (bubbleClock) Now() time.Time                        { return time.Now() }
+func (bubbleClock) NewTimer(d time.Duration) shaper.Timer { return bubbleTimer{time.NewTimer(d)} }
+func (bubbleClock) NewAlarm() shaper.Alarm                { return bubbleAlarm{make(chan struct{}, 1)} }
+
+// bubbleAlarm is a shaper.Alarm on a timer of the bubble; ring holds one
+// pending Ring.
+type bubbleAlarm struct{ ring chan struct{} }
+
+func (a bubbleAlarm) Wait(t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-a.ring:
+		return false
+	}
+}
+
+func (a bubbleAlarm) Ring() {
+	select {
+	case a.ring <- struct{}{}:
+	default:
+	}
+}
+
+func (bubbleAlarm) Close() {}
+
+type bubbleTimer struct{ t *time.Timer }
+
+func (b bubbleTimer) C() <-chan time.Time { return b.t.C }
+func (b bubbleTimer) Stop() bool          { return b.t.Stop() }
+
+// event is something the fake source or sink saw, at the bubble's time.
+type event struct {
+	at   time.Time
+	what string // "send", "ack", "nack"
+	id   string
+}
+
+// fakes are an in-memory source and sink sharing one record of events.
+type fakes struct {
+	mu      sync.Mutex
+	queue   []*shaper.Message
+	more    chan struct{}
+	events  []event
+	respond func(m *shaper.Message, n int) (time.Duration, error) // latency and answer of the n-th send of m, from 1
+	sink    shaper.Sink                                           // the pipeline's sink; nil: fakeSink
+	log     *slog.Logger                                          // the pipeline's logger; nil: discarded
+	reg     *prometheus.Registry                                  // the pipeline's metrics; nil: a registry of its own
+	// destLimiter makes each destination's limiter; nil: the config's.
+	destLimiter func(name string, now time.Time) shaper.Limiter
+	// lim wraps the pipeline's limiter; nil: the config's as it is.
+	lim func(*limiter.Limiter) shaper.Limiter
+}
+
+func newFakes(n int) *fakes {
+	f := &fakes{more: make(chan struct{}, 1)}
+	for i := range n {
+		f.queue = append(f.queue, &shaper.Message{ID: fmt.Sprintf("m%d", i), Payload: []byte("x"), Receipt: receipt{f, fmt.Sprintf("m%d", i)}})
+	}
+	return f
+}
+
+func (f *fakes) record(what, id string) {
+	f.mu.Lock()
+	f.events = append(f.events, event{time.Now(), what, id})
+	f.mu.Unlock()
+}
+
+// of returns the events of one kind, in order.
+func (f *fakes) of(what string) []event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []event
+	for _, e := range f.events {
+		if e.what == what {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Fetch is shaper.Source's: what is queued, at most max, or a wait.
+func (f *fakes) Fetch(ctx context.Context, max int) ([]*shaper.Message, error) {
+	for {
+		f.mu.Lock()
+		if n := min(max, len(f.queue)); n > 0 {
+			out := f.queue[:n:n]
+			f.queue = f.queue[n:]
+			f.mu.Unlock()
+			return out, nil
+		}
+		f.mu.Unlock()
+		select {
+		case <-f.more:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (f *fakes) Ready() error                { return nil }
+func (f *fakes) Close(context.Context) error { return nil }
+
+// fakeSink is the sink side of fakes.
+type fakeSink struct{ *fakes }
+
+// Send is shaper.Sink's: it records the request and answers as respond says.
+func (f fakeSink) Send(ctx context.Context, m *shaper.Message) error {
+	f.record("send", m.ID)
+	n := 0
+	for _, e := range f.of("send") {
+		if e.id == m.ID {
+			n++
+		}
+	}
+	var latency time.Duration
+	var err error
+	if f.respond != nil {
+		latency, err = f.respond(m, n)
+	}
+	if latency > 0 {
+		select {
+		case <-time.After(latency):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+func (fakeSink) Close(context.Context) error { return nil }
+
+type receipt struct {
+	f  *fakes
+	id string
+}
+
+func (r receipt) Ack(context.Context) error                 { r.f.record("ack", r.id); return nil }
+func (r receipt) Nack(context.Context, time.Duration) error { r.f.record("nack", r.id); return nil }
+
+// elapse lets d pass on the fake clock of the testing/synctest bubble it
+// runs in: it returns once d has passed there, which takes no real time
+// when every other goroutine of the bubble is blocked. Only for tests in a
+// bubble.
+func elapse(d time.Duration) { time.Sleep(d) }
+
+// fakeConfig returns the config of a pipeline over fakes (named fake,
+// capacity 1000, max_queue_time 1m, 100/s), changed by mutate (nil: none),
+// with its defaults and validated, and a limiter of its rate.
+func fakeConfig(t *testing.T, mutate func(*config.Pipeline)) (config.Pipeline, *limiter.Limiter) {
+	t.Helper()
+	cfg := config.File{Pipelines: []config.Pipeline{{
+		Name:   "fake",
+		Source: config.Source{NATS: &sources.NATSConfig{URL: "nats://127.0.0.1:4222", Subject: "s"}},
+		Bucket: shaper.BucketConfig{Capacity: 1000, MaxQueueTime: time.Minute},
+		Rate:   config.Rate{RateConfig: shaper.RateConfig{Limit: 100}},
+		Sink:   config.Sink{HTTP: &sinks.HTTPConfig{URL: "https://sink.example/"}},
+	}}}
+	if mutate != nil {
+		mutate(&cfg.Pipelines[0])
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	pc := cfg.Pipelines[0]
+	lim, err := limiter.New(limiter.Config{Mode: limiter.Mode(pc.Rate.Mode), Limit: pc.Rate.Limit, Burst: *pc.Rate.Burst}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc, lim
+}
+
+// runFake runs a pipeline over f in the bubble until the test's body
+// returns, then drains it and waits for Run.
+func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p *shaper.Pipeline)) {
+	t.Helper()
+	pc, lim := fakeConfig(t, mutate)
+	var sink shaper.Sink = fakeSink{f}
+	if f.sink != nil {
+		sink = f.sink
+	}
+	reg := f.reg
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	parts := shaper.Parts{Source: f, Sink: sink, Limiter: lim, Clock: bubbleClock{}, Logger: f.log,
+		Metrics: shaper.NewMetrics(reg), DrainTimeout: 2 * time.Second}
+	if f.lim != nil {
+		parts.Limiter = f.lim(lim)
+	}
+	if pc.Rate.PerKey != nil {
+		parts.KeyLimiter = pc.Rate.KeyLimiter()
+	}
+	parts.DestinationLimiter = pc.Rate.DestinationLimiter()
+	if f.destLimiter != nil {
+		parts.DestinationLimiter = f.destLimiter
+	}
+	p := shaper.New(pc.Core(), parts)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background()) }()
+	body(p)
+	p.Drain()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+}
+
+// gaps returns the time between consecutive events.
+func gaps(events []event) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(events); i++ {
+		out = append(out, events[i].at.Sub(events[i-1].at))
 	}
 	return out
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,24 +41,6 @@ func helpCmd(args []string, g *globals, stdout io.Writer) error {
 	default:
 		return fmt.Errorf("%w: help: want one command, got %q", errUsage, fs.Args())
 	}
-}
-
-// flagsOf returns cmd's FlagSet, the global flags included: the command
-// builds it and hands it to parseFlags, which returns it for --help. A
-// command that fails before it parses its flags (the demo of a -tags nodemo
-// build) returns that error.
-func flagsOf(cmd command) (*flag.FlagSet, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // a command that ran on regardless would stop at once
-	err := cmd.run(ctx, []string{"--help"}, newGlobals(), io.Discard, io.Discard)
-	var help *helpRequest
-	if errors.As(err, &help) {
-		return help.fs, nil
-	}
-	if err == nil {
-		err = errors.New("it ran instead of returning its flags")
-	}
-	return nil, fmt.Errorf("%w: %s: %s", errUsage, cmd.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 }
 
 // usage is the help of shaper: every command, and every flag of each.

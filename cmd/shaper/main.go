@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -159,21 +158,6 @@ func (g *globals) check() error {
 	return nil
 }
 
-func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
-	if err := g.check(); err != nil {
-		return nil, err
-	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(g.logLevel)) // check admitted only the names slog knows
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: logAttr}
-	log := slog.New(slog.NewTextHandler(w, opts))
-	if g.logFormat == "json" {
-		log = slog.New(slog.NewJSONHandler(w, opts))
-	}
-	logRedisTo(log) // go-redis's logger is one per process
-	return log, nil
-}
-
 // realMain runs the command line args and returns the exit code. Only main exits.
 func realMain(args []string, stdout, stderr io.Writer) int {
 	g := newGlobals()
@@ -232,6 +216,24 @@ type helpRequest struct{ fs *flag.FlagSet }
 
 func (h *helpRequest) Error() string { return fmt.Sprintf("%s: help requested", h.fs.Name()) }
 func (h *helpRequest) Unwrap() error { return flag.ErrHelp }
+
+// flagsOf returns cmd's FlagSet, the global flags included: the command
+// builds it and hands it to parseFlags, which returns it for --help. A
+// command that fails before it parses its flags (the demo of a -tags nodemo
+// build) returns that error.
+func flagsOf(cmd command) (*flag.FlagSet, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a command that ran on regardless would stop at once
+	err := cmd.run(ctx, []string{"--help"}, newGlobals(), io.Discard, io.Discard)
+	var help *helpRequest
+	if errors.As(err, &help) {
+		return help.fs, nil
+	}
+	if err == nil {
+		err = errors.New("it ran instead of returning its flags")
+	}
+	return nil, fmt.Errorf("%w: %s: %s", errUsage, cmd.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+}
 
 // parseFlags parses a subcommand's flags, the global ones included, fills
 // in those not given from their environment variables (envFallbacks), and
