@@ -183,17 +183,31 @@ func (c SharedConfig) validate() error {
 // a slot pass, 0.1 per slot up to 5000/s, and 500 a second above.
 //
 // Why leases this short: a slot that passes in a lease that a replica
-// holds is lost to the fleet, and a replica stopped for longer than the
-// span it holds ahead (a container throttled by its CPU quota stops for
-// 100ms) loses all of it. Giving the slots back afterwards cannot help
-// without doubling: they have passed, and the schedule after them is
-// leased already, so handing them out again puts two slots where the
-// schedule has one. So the loss is kept small where it arises, by holding
-// few slots ahead: a stall strands at most the lease and the one ahead,
-// 10ms of slots each below 1000/s, 10 slots each up to 5000/s, and the
-// stranded slots are counted (Unused). Ten slots is where Redis stays off
-// the hot path (0.1 calls per request); shorter leases would strand less
-// and cost a call for every few requests.
+// holds is lost to the fleet until it is given back, and a replica stopped
+// for longer than the span it holds ahead (a container throttled by its
+// CPU quota stops for 100ms) strands all of it. So the loss is kept small
+// where it arises, by holding few slots ahead: a stall strands at most the
+// lease and the one ahead, 10ms of slots each below 1000/s, 10 slots each
+// up to 5000/s. Ten slots is where Redis stays off the hot path (0.1
+// calls per request); shorter leases would strand less and cost a call
+// for every few requests.
+//
+// What a replica strands it gives back. Every slot it lets pass, or drops
+// with a lease, is counted (Unused) and reported on its next call to
+// Redis, which keeps them as credit for a second (leaky mode). A lease
+// asked for while credit is kept may hold one slot of it: its slots go in
+// one interval less than the schedule would give them. Handing the slots
+// out again can only put more slots into a window than the schedule has,
+// so Redis spaces them: at most one every 100ms/(replicas − 1) of the
+// schedule, where replicas are those that called within the last second
+// (a fleet of one takes none). They add at most replicas − 1 to any 100ms
+// of the schedule, whose own slots are at most limit/10 + 1 there: the
+// bound limit/10 + replicas, before the seams' jitter and the catch-up
+// below. The fleet regains up to 10 × (replicas − 1) slots a second: the 9 slots a replica stopped every 400ms strands at 1000/s
+// come back to a fleet of three within the next few hundred
+// milliseconds. A fleet idle when it gives slots back may find them spent
+// a little above the rate within that second, never past limit + 10 ×
+// (replicas − 1) in it.
 //
 // Below 1000/s that cost is paid where the loss arises: a replica that
 // let a slot of its lease pass (it was stopped, or woke more than the
@@ -234,9 +248,9 @@ func (c SharedConfig) validate() error {
 // a large part of the rate above 1000/s on a loaded machine (the fleet
 // section of docs/benchmarks.md).
 //
-// The price of leases is elsewhere. A replica that stops asking wastes the
-// rest of its lease and of the one ahead (up to 10ms of the global rate
-// each); a busy replica holds slots that others cannot take for that long;
+// The price of leases is elsewhere. A replica that stops asking strands
+// the rest of its lease and of the one ahead (up to 10ms of the global
+// rate each) until it calls again and gives them back; a busy replica holds slots that others cannot take for that long;
 // and after SetRate lowers the rate, leases already taken keep their old
 // spacing, so right after a change the global rate can exceed the new
 // limit by up to two leases per replica (up to 20ms of slots at the old
@@ -362,8 +376,12 @@ type Shared struct {
 	// offset seen (see Leases), as of epochAt; zero before any reply.
 	epoch, epochAt time.Time
 	// unused counts leased slots given up: skipped because they had
-	// passed, or still in a lease when it was dropped.
-	unused int64
+	// passed, or still in a lease when it was dropped. givenBack counts
+	// those not yet reported to Redis, which hands them out again (see
+	// Leases).
+	unused, givenBack int64
+	// id names this replica in Redis, where the replicas are counted.
+	id string
 	// shortUntil is when this replica may hold long leases and one ahead
 	// again after a stop let a slot pass (see leaseShortFor).
 	shortUntil time.Time
@@ -424,6 +442,8 @@ type call struct {
 	burst int
 	set   bool
 	seq   uint64
+	// given is how many slots the call gives back (Shared.givenBack).
+	given int64
 }
 
 // reply is what the script returns.
@@ -432,6 +452,7 @@ type reply struct {
 	base  float64 // slot 0's time before the max with now, microseconds
 	limit float64
 	burst int
+	extra int // slots of credit the lease holds beyond the schedule: 0 or 1
 }
 
 // NewShared returns a Shared limiter on cfg.Key through client, whose
@@ -524,6 +545,7 @@ func newShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 		target:        target(client),
 		dial:          dialer(client),
 		rand:          rand.Float64,
+		id:            strconv.FormatUint(rand.Uint64(), 36),
 		mode:          cfg.Mode,
 		modeArg:       "0",
 		timeout:       cfg.Timeout,
@@ -659,6 +681,7 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 			return t, false, true
 		}
 		s.unused++
+		s.givenBack++
 		if now.Sub(at) >= stallLate {
 			s.shortUntil = now.Add(leaseShortFor)
 		}
@@ -687,7 +710,9 @@ func (s *Shared) prefetchLocked(now time.Time) {
 // dropLeaseLocked gives up the rest of the lease and the one ahead,
 // counting them as unused. It requires that s.mu is held.
 func (s *Shared) dropLeaseLocked() {
-	s.unused += int64(max(s.lease.n-s.lease.next, 0) + s.ahead.n)
+	n := int64(max(s.lease.n-s.lease.next, 0) + s.ahead.n)
+	s.unused += n
+	s.givenBack += n
 	s.lease, s.ahead = lease{}, lease{}
 }
 
@@ -856,6 +881,7 @@ func (s *Shared) nextLocked(now time.Time) (*call, time.Duration) {
 	op.started = true
 	op.limit, op.burst = s.limit, s.burst
 	op.set, op.seq = s.pending, s.pendSeq
+	op.given, s.givenBack = s.givenBack, 0
 	s.calls++
 	return op, 0
 }
@@ -887,7 +913,7 @@ func (s *Shared) do(ctx context.Context, op *call) {
 	}
 	if err == nil {
 		vals, err = sharedScript.Run(ctx, s.client, s.keys,
-			op.want, s.modeArg, strconv.FormatFloat(op.limit, 'g', -1, 64), op.burst, set).Slice()
+			op.want, s.modeArg, strconv.FormatFloat(op.limit, 'g', -1, 64), op.burst, set, s.id+":"+strconv.FormatInt(op.given, 10)).Slice()
 	}
 	recv := time.Now()
 	cancel()
@@ -988,7 +1014,7 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 		next := lease{
 			at:       at,
 			off:      r.base - r.now,
-			interval: 1e6 / r.limit,
+			interval: 1e6 / r.limit * float64(op.want-r.extra) / float64(op.want),
 			n:        op.want,
 		}
 		if s.lease.next < s.lease.n {
@@ -1132,7 +1158,7 @@ func (s *Shared) syncLocalLocked() {
 // parseReply checks and decodes the script's reply.
 func parseReply(vals []any) (reply, error) {
 	var r reply
-	if len(vals) != 5 {
+	if len(vals) != 6 {
 		return r, fmt.Errorf("unexpected script reply %v", vals)
 	}
 	var strs [4]string
@@ -1148,13 +1174,14 @@ func parseReply(vals []any) (reply, error) {
 	base, err3 := strconv.ParseFloat(strs[2], 64)
 	limit, err4 := strconv.ParseFloat(strs[3], 64)
 	burst, ok := vals[4].(int64)
-	if err := errors.Join(err1, err2, err3, err4); err != nil || !ok {
+	extra, ok2 := vals[5].(int64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil || !ok || !ok2 || extra < 0 || extra > 1 {
 		return r, fmt.Errorf("unexpected script reply %v", vals)
 	}
 	if ValidateRate(limit, int(burst)) != nil || math.IsNaN(base) || math.IsInf(base, 0) {
 		return r, fmt.Errorf("script reply holds a bad rate: limit %v, burst %d, base %v", limit, burst, base)
 	}
 	r.now = float64(sec*1_000_000 + usec)
-	r.base, r.limit, r.burst = base, limit, int(burst)
+	r.base, r.limit, r.burst, r.extra = base, limit, int(burst), int(extra)
 	return r, nil
 }

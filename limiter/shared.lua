@@ -9,11 +9,25 @@
 --          (no tolerance)
 -- ARGV[3]  limit and ARGV[4] burst: written when the hash holds none, or
 --          always when ARGV[5] is "1" (a SetRate)
+-- ARGV[6]  "<id>:<given>": the caller's id, and how many leased slots it
+--          let pass unused since its last call, given back (leaky mode
+--          only). One argument: Redis refuses a command of more than ten
+--          before AUTH with a protocol error, which would hide the NOAUTH.
 --
--- Returns {seconds, microseconds, base, limit, burst}: the server time from
--- TIME, and base in server microseconds such that slot i of the want
--- reserved goes at max(now, base + i*1e6/limit). Floats travel as strings,
--- because Redis truncates Lua numbers in replies to integers.
+-- The hash also holds, in leaky mode: seen:<id>, when each replica last
+-- called (server microseconds; dropped after a second without a call);
+-- credit, the slots given back and not yet handed out again, as of
+-- credit_at (dropped a second after the last give-back); and extra_at, the
+-- time of the last slot handed out again. A lease may take one slot of
+-- credit more than the schedule holds (want slots in want-1 intervals),
+-- at most one every 100ms/(replicas-1), so that any 100 ms holds at most
+-- limit/10 + replicas; a fleet of one takes none.
+--
+-- Returns {seconds, microseconds, base, limit, burst, extra}: the server
+-- time from TIME, base in server microseconds and extra (0 or 1) such that
+-- slot i of the want reserved goes at max(now, base + i*span/want), where
+-- span is (want-extra)*1e6/limit. Floats travel as strings, because Redis
+-- truncates Lua numbers in replies to integers.
 
 local key = KEYS[1]
 local want = tonumber(ARGV[1])
@@ -71,9 +85,41 @@ if tat < now then
   tat = now
 end
 -- GCRA applied want times at the same now: slot i goes at
--- max(now, tat + i*interval - tau), and tat moves by want intervals.
+-- max(now, tat + i*interval - tau), and tat moves by want intervals, or by
+-- want-1 when the lease takes a slot given back.
 local base = tat - tau
-tat = tat + want * interval
+local extra = 0
+local id, given = string.match(ARGV[6] or '', '^(.+):(%d+)$')
+if not token and id then
+  local fields = redis.call('HGETALL', key)
+  local replicas, credit, creditAt, extraAt = 1, 0, 0, 0
+  for i = 1, #fields, 2 do
+    local f, v = fields[i], tonumber(fields[i + 1])
+    if f == 'credit' then credit = v or 0
+    elseif f == 'credit_at' then creditAt = v or 0
+    elseif f == 'extra_at' then extraAt = v or 0
+    elseif string.sub(f, 1, 5) == 'seen:' and f ~= 'seen:' .. id then
+      if v and now - v <= 1000000 then
+        replicas = replicas + 1
+      else
+        redis.call('HDEL', key, f)
+      end
+    end
+  end
+  if now - creditAt > 1000000 then credit = 0 end
+  given = tonumber(given)
+  if given and given >= 1 and given < math.huge then
+    credit = math.min(credit + math.floor(given), limit)
+    creditAt = now
+  end
+  if want >= 1 and credit >= 1 and replicas >= 2 and base - extraAt > 100000 / (replicas - 1) then
+    extra, credit, extraAt = 1, credit - 1, base
+  end
+  redis.call('HSET', key, 'seen:' .. id, string.format('%.17g', now),
+    'credit', string.format('%d', credit), 'credit_at', string.format('%.17g', creditAt),
+    'extra_at', string.format('%.17g', extraAt))
+end
+tat = tat + (want - extra) * interval
 
 redis.call('HSET', key,
   'tat', string.format('%.17g', tat),
@@ -85,4 +131,4 @@ redis.call('HSET', key,
 local ttl = (tat - now) + math.max(2 * burst * interval, 10000000)
 redis.call('PEXPIRE', key, math.min(math.ceil(ttl / 1000), 100000000000))
 
-return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), burst}
+return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), burst, extra}
