@@ -114,24 +114,14 @@ func runDestinations(ctx context.Context, b *bench) (*DestinationsSection, error
 		}
 		s.Runs = append(s.Runs, r)
 	}
-	many, _ := s.run(destinationsMany)
-	if fixed, ok := s.run(destinationsFixed); ok && fixed.ShaperUs > 0 {
+	many, _ := find(s.Runs, destinationsMany)
+	if fixed, ok := find(s.Runs, destinationsFixed); ok && fixed.ShaperUs > 0 {
 		s.CPURatio = many.ShaperUs / fixed.ShaperUs
 	}
-	if one, ok := s.run(destinationsOne); ok && one.ShaperUs > 0 {
+	if one, ok := find(s.Runs, destinationsOne); ok && one.ShaperUs > 0 {
 		s.URLFromRatio = many.ShaperUs / one.ShaperUs
 	}
 	return s, nil
-}
-
-// run returns the section's run of that name.
-func (s *DestinationsSection) run(name string) (DestinationRun, bool) {
-	for _, r := range s.Runs {
-		if r.Name == name {
-			return r, true
-		}
-	}
-	return DestinationRun{}, false
 }
 
 // measure runs a child on topic sending to the hosts of f: with urlFrom,

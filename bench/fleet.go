@@ -93,7 +93,7 @@ func runFleet(ctx context.Context, b *bench) (*FleetSection, error) {
 		return nil, err
 	}
 	defer drop()
-	redis, err := startRedis(ctx)
+	redis, err := startRedis(ctx, b.o.tmp)
 	if err != nil {
 		return nil, err
 	}
@@ -167,9 +167,7 @@ func (b *bench) fleetRun(ctx context.Context, redis *redisServer, sec *FleetSect
 	for i := range ds {
 		cpu := cpu1[i] - cpu0[i]
 		rep := FleetReplica{Completed: int64(m1[i][completedTotal] - m0[i][completedTotal]), CPUPct: 100 * cpu.Seconds() / r.Seconds}
-		if rep.Completed > 0 {
-			rep.CPUUs = float64(cpu.Microseconds()) / float64(rep.Completed)
-		}
+		rep.CPUUs = perMessage(cpu, rep.Completed)
 		r.Replica = append(r.Replica, rep)
 		r.Unused += m1[i][unusedTotal] - m0[i][unusedTotal]
 		r.Fallback = r.Fallback || m0[i][fallbackGauge] > 0 || m1[i][fallbackGauge] > 0
@@ -228,47 +226,27 @@ func (r FleetRun) label() string {
 }
 
 func (s *FleetSection) addGoals(g *goals) {
+	rateErr := func(r FleetRun) float64 { return math.Abs(r.RateErrPct) }
 	for _, stalled := range []bool{false, true} {
-		worst, found := FleetRun{}, false
-		for _, r := range s.Runs {
-			// A lone replica stopped a quarter of the time has no others
-			// to use its slots: the stalled goal is the fleet's.
-			lone := stalled && r.Replicas == 1
-			if r.Stalled == stalled && !lone && (!found || math.Abs(r.RateErrPct) >= math.Abs(worst.RateErrPct)) {
-				worst, found = r, true
-			}
-		}
-		if !found {
-			continue
-		}
 		goal := "fleet: aggregate rate within 1% of the shared limit, every replica running"
 		if stalled {
 			goal = fmt.Sprintf("fleet: aggregate rate within 1%% of the shared limit while replica 0 of several is stopped %d ms every %d ms", s.StallMs, s.StallEveryMs)
 		}
-		g.add(goal, math.Abs(worst.RateErrPct) <= 1, "worst %+.2f%% (%s)", worst.RateErrPct, worst.label())
-	}
-	met, worst, found := true, FleetRun{}, false
-	for _, r := range s.Runs {
-		met = met && r.Max100ms <= r.Allowed100ms
-		if !found || r.Max100ms-r.Allowed100ms >= worst.Max100ms-worst.Allowed100ms {
-			worst, found = r, true
+		// A lone replica stopped a quarter of the time has no others to
+		// use its slots: the stalled goal is the fleet's.
+		keep := func(r FleetRun) bool { return r.Stalled == stalled && !(stalled && r.Replicas == 1) }
+		if r, ok := worst(s.Runs, keep, rateErr); ok {
+			g.add(goal, rateErr(r) <= 1, "worst %+.2f%% (%s)", r.RateErrPct, r.label())
 		}
 	}
-	if found {
-		g.add("fleet: no 100 ms window above limit/10 + replicas (every run, stalled or not)", met,
-			"worst: %d (allowed %d, %s)", worst.Max100ms, worst.Allowed100ms, worst.label())
+	over := func(r FleetRun) float64 { return float64(r.Max100ms - r.Allowed100ms) }
+	if r, ok := worst(s.Runs, nil, over); ok {
+		g.add("fleet: no 100 ms window above limit/10 + replicas (every run, stalled or not)", over(r) <= 0,
+			"worst: %d (allowed %d, %s)", r.Max100ms, r.Allowed100ms, r.label())
 	}
-	met, worst, found = true, FleetRun{}, false
-	for _, r := range s.Runs {
-		if r.Limit >= 1000 {
-			met = met && r.CallsPerRequest <= 0.1
-			if !found || r.CallsPerRequest >= worst.CallsPerRequest {
-				worst, found = r, true
-			}
-		}
-	}
-	if found {
-		g.add("fleet: ≤ 0.1 Redis calls per request at ≥ 1000/s", met, "worst %.3f (%s)", worst.CallsPerRequest, worst.label())
+	calls := func(r FleetRun) float64 { return r.CallsPerRequest }
+	if r, ok := worst(s.Runs, func(r FleetRun) bool { return r.Limit >= 1000 }, calls); ok {
+		g.add("fleet: ≤ 0.1 Redis calls per request at ≥ 1000/s", calls(r) <= 0.1, "worst %.3f (%s)", r.CallsPerRequest, r.label())
 	}
 }
 

@@ -410,7 +410,7 @@ func measureTwoKeys(got []arrival, first, end time.Time, want int, bin time.Dura
 			}
 		case "B":
 			run.DeliveredB++
-			run.BSeconds = append(run.BSeconds, math.Round(at*1000)/1000)
+			run.BSeconds = append(run.BSeconds, round3(at))
 			if run.DeliveredB == 1 {
 				run.FirstB, run.ABeforeFirstB = round3(at), run.DeliveredA
 			}

@@ -285,7 +285,9 @@ func (s *PushbackSection) markdown(p func(string, ...any), r *Report) {
 			100*float64(run.Delivered)/math.Max(float64(run.Admissible), 1), run.Requests, run.Throttled, run.ThrottledPct)
 	}
 	p("")
-	if a, f, ok := adaptiveAndFixed(s); ok && a.Throttled > 0 {
+	a, okA := find(s.Runs, "adaptive")
+	f, okF := find(s.Runs, "fixed")
+	if okA && okF && a.Throttled > 0 {
 		p("The fixed rate drew %.1f× as many 429s as the adaptive one (%d against %d), %.1f× the share of its requests.",
 			float64(f.Throttled)/float64(a.Throttled), f.Throttled, a.Throttled, f.ThrottledPct/math.Max(a.ThrottledPct, 1e-9))
 		p("")
@@ -312,20 +314,6 @@ func twoDestinationsMarkdown(p func(string, ...any), d *TwoDestinations) {
 	p("")
 }
 
-// adaptiveAndFixed returns the push-back section's two runs.
-func adaptiveAndFixed(s *PushbackSection) (adaptive, fixed PushbackRun, ok bool) {
-	var fa, ff bool
-	for _, r := range s.Runs {
-		switch r.Name {
-		case "adaptive":
-			adaptive, fa = r, true
-		case "fixed":
-			fixed, ff = r, true
-		}
-	}
-	return adaptive, fixed, fa && ff
-}
-
 // stepTimes writes the steps' times as "0, 30 and 60".
 func stepTimes(steps []PushbackStep) string {
 	var ts []string
@@ -341,13 +329,7 @@ func stepTimes(steps []PushbackStep) string {
 // decision returns the median of the decision sub-benchmark kind (turns or
 // per_key) with lanes lanes.
 func (s *LanesSection) decision(kind string, lanes int) (LimiterBench, bool) {
-	name := fmt.Sprintf("TakeWithActiveLanes/%s/lanes=%d", kind, lanes)
-	for _, b := range s.Decisions {
-		if b.Name == name {
-			return b, true
-		}
-	}
-	return LimiterBench{}, false
+	return find(s.Decisions, fmt.Sprintf("TakeWithActiveLanes/%s/lanes=%d", kind, lanes))
 }
 
 // laneKinds are the decision benchmark's two kinds, with their labels.
@@ -517,13 +499,13 @@ func perText(v float64) string {
 func (s *DestinationsSection) markdown(p func(string, ...any), r *Report) {
 	p("## Per-message destinations (url_from)\n")
 	p("`shaper run` children one after the other, each consuming its own Kafka backlog (kfake) whose header `%s` names in turn the hosts of its run, with `rate.limit` %g, `bucket: {capacity: %d, max_queue_time: 1m}` and `sink.http` `{max_in_flight: %d, max_in_flight_per_host: %d, timeout: 2s}`. Each host is an HTTP server in the harness on its own loopback address (127.0.1.1, 127.0.1.2, ...: Linux routes all of 127.0.0.0/8 to `lo`) that answers 200 at once and counts its requests, the connections it accepts (a wrapped `net.Listener`) and the most it holds open at once.\n", destinationsHeader, s.Limit, s.Capacity, s.MaxInFlight, s.MaxInFlightPerHost)
-	if r, ok := s.run(destinationsMany); ok {
+	if r, ok := find(s.Runs, destinationsMany); ok {
 		p("- *%s*: `url_from: header:%s`, `key: {from: host}` (each host a lane), `allowed_hosts` listing the %s addresses and `allow_private: true` (they are loopback).", r.Label, destinationsHeader, thousands(r.Hosts))
 	}
-	if r, ok := s.run(destinationsOne); ok {
+	if r, ok := find(s.Runs, destinationsOne); ok {
 		p("- *%s*: the same, every message naming one host.", r.Label)
 	}
-	if r, ok := s.run(destinationsFixed); ok {
+	if r, ok := find(s.Runs, destinationsFixed); ok {
 		p("- *%s*: a fixed `url:` to one host, no key: what a pipeline with one destination does.", r.Label)
 	}
 	p("")
@@ -552,7 +534,7 @@ func (s *DestinationsSection) markdown(p func(string, ...any), r *Report) {
 		}
 		p("%s.", line)
 	}
-	if r, ok := s.run(destinationsMany); ok && r.HostsReached > 0 {
+	if r, ok := find(s.Runs, destinationsMany); ok && r.HostsReached > 0 {
 		if r.MaxConnections <= int64(s.MaxInFlightPerHost) {
 			p("Each host's connections were kept and reused: at most %d opened to one host, %s requests per connection.",
 				r.MaxConnections, perText(float64(r.Requests)/math.Max(float64(r.Connections), 1)))
@@ -636,9 +618,9 @@ func (s *PeersSection) markdown(p func(string, ...any), r *Report) {
 func (s *PeersSection) sideBySide(p func(string, ...any)) {
 	var rows []string
 	for _, c := range s.Cases {
-		loop, ok1 := c.party(partyLoop)
-		on, ok2 := c.party(partyShaper)
-		off, ok3 := c.party(partyShaperOff)
+		loop, ok1 := find(c.Parties, partyLoop)
+		on, ok2 := find(c.Parties, partyShaper)
+		off, ok3 := find(c.Parties, partyShaperOff)
 		if !ok1 || !ok2 || !ok3 || peerSource(c.Name) != peerJetStream {
 			continue
 		}

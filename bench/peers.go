@@ -367,21 +367,20 @@ func (pb *peerBench) parties(c *PeerCase) []peerParty {
 		start: func(id string) (*proc, error) { return pb.b.startShaper(id, pb.shaperYAML(c, id)) }}
 	shaperOff := peerParty{name: partyShaperOff, label: "the same with SHAPER_TUNING=off (Go timers, GOMAXPROCS and GOGC the runtime's, net.Conn as dialled)", readsBroker: true,
 		start: func(id string) (*proc, error) {
-			return pb.b.startShaperEnv(id, pb.shaperYAML(c, id), []string{"SHAPER_TUNING=off"})
+			return pb.b.startShaper(id, pb.shaperYAML(c, id), "SHAPER_TUNING=off")
 		}}
+	// js is the loop's arguments for the JetStream stream, and extra.
+	js := func(extra ...string) func(string) []string {
+		return func(id string) []string {
+			return append([]string{"-source", "jetstream", "-nats", pb.natsURL, "-stream", peerStream, "-consumer", id}, extra...)
+		}
+	}
 	if c.HTTPS {
 		return []peerParty{{name: partyLoop, label: "hand-written: nats.go jetstream Consume + x/time/rate Wait + net/http over TLS, 8 workers, Ack after a 2xx", readsBroker: true,
-			start: loop(nil, func(id string) []string {
-				return []string{"-source", "jetstream", "-nats", pb.natsURL, "-stream", peerStream, "-consumer", id}
-			})}, shaper, shaperOff}
+			start: loop(nil, js())}, shaper, shaperOff}
 	}
 	switch peerSource(c.Name) {
 	case peerJetStream:
-		js := func(extra ...string) func(string) []string {
-			return func(id string) []string {
-				return append([]string{"-source", "jetstream", "-nats", pb.natsURL, "-stream", peerStream, "-consumer", id}, extra...)
-			}
-		}
 		return []peerParty{
 			{name: partyLoop, label: "hand-written: nats.go jetstream Consume + x/time/rate Wait + net/http, 8 workers, Ack after a 2xx", readsBroker: true,
 				start: loop(nil, js())},
@@ -416,15 +415,14 @@ func (pb *peerBench) parties(c *PeerCase) []peerParty {
 // case c: a consumer or group of its own, leaky at the case's limit,
 // max_in_flight 8 and a bucket of 1000, as in the other sections.
 func (pb *peerBench) shaperYAML(c *PeerCase, id string) string {
-	source := fmt.Sprintf("\n      nats: {url: %q, subject: %s}", pb.natsURL, peerCoreSubject)
+	source := natsSourceYAML(pb.natsURL, peerCoreSubject, "", "")
 	switch peerSource(c.Name) {
 	case peerJetStream:
-		source = fmt.Sprintf("\n      nats: {url: %q, subject: %s, stream: %s, durable: %s}", pb.natsURL, peerStreamIn, peerStream, id)
+		source = natsSourceYAML(pb.natsURL, peerStreamIn, peerStream, id)
 	case peerKafka:
 		// The group timings of the loop's Kafka reader and the other
-		// sections' children: a group on kfake forms in a second or two.
-		source = fmt.Sprintf("\n      kafka:\n        brokers: [%q]\n        topic: %s\n        group: %s\n        session_timeout: 6s\n        heartbeat_interval: 100ms\n        rebalance_timeout: 2s\n        max_wait: 200ms",
-			pb.kafka, peerTopic, id)
+		// sections' children.
+		source = kafkaSourceYAML(pb.kafka, peerTopic, id, true)
 	}
 	tls := ""
 	if c.HTTPS {
@@ -489,10 +487,8 @@ func (pb *peerBench) measure(ctx context.Context, c *PeerCase, p peerParty, rep 
 func peerRun(limit float64, st, wire []time.Time, span, cpu, broker, sink time.Duration) PeerRun {
 	r := PeerRun{Seconds: span.Seconds(), Delivered: len(st), Timing: timing(limit, st)}
 	r.CPUPct = 100 * cpu.Seconds() / r.Seconds
-	if r.Delivered > 0 {
-		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(r.Delivered) }
-		r.CPUUs, r.BrokerUs, r.SinkUs = per(cpu), per(broker), per(sink)
-	}
+	n := int64(r.Delivered)
+	r.CPUUs, r.BrokerUs, r.SinkUs = perMessage(cpu, n), perMessage(broker, n), perMessage(sink, n)
 	if wire != nil {
 		w := timing(limit, wire)
 		r.Wire = &w
@@ -505,7 +501,7 @@ func (c *PeerCase) summarize() {
 	for i := range c.Parties {
 		c.Parties[i].Median = medianRun(c.Parties[i].Runs)
 	}
-	base, ok := c.party(c.Baseline)
+	base, ok := find(c.Parties, c.Baseline)
 	if !ok {
 		return
 	}
@@ -518,16 +514,6 @@ func (c *PeerCase) summarize() {
 			p.BrokerRatio = p.Median.BrokerUs / base.Median.BrokerUs
 		}
 	}
-}
-
-// party returns the case's party of that name.
-func (c *PeerCase) party(name string) (PeerParty, bool) {
-	for _, p := range c.Parties {
-		if p.Name == name {
-			return p, true
-		}
-	}
-	return PeerParty{}, false
 }
 
 // medianRun holds the median of each figure of runs, each on its own.

@@ -60,9 +60,9 @@ func TestPeerCaseSummaryTakesMediansAndRatiosToTheHandWrittenLoop(t *testing.T) 
 		{partyShaper, 450, 150, 2.25, 3},
 	}
 	for _, tt := range tests {
-		p, ok := c.party(tt.name)
+		p, ok := find(c.Parties, tt.name)
 		if !ok {
-			t.Fatalf("party(%q) not found", tt.name)
+			t.Fatalf("party %q not found", tt.name)
 		}
 		if p.Median.CPUUs != tt.cpu || p.Median.BrokerUs != tt.broker || p.Median.Max100ms != 101 {
 			t.Errorf("%s: median CPU %v, broker %v, most per 100 ms %d; want %v, %v, 101", tt.name, p.Median.CPUUs, p.Median.BrokerUs, p.Median.Max100ms, tt.cpu, tt.broker)

@@ -83,13 +83,9 @@ func startReady(ctx context.Context, dir, name, bin string, args ...string) (*pr
 }
 
 // startShaper writes a `shaper run` config of pipelines (with admin.listen
-// and shutdown filled in) and starts the daemon on it.
-func (b *bench) startShaper(name, pipelines string) (*proc, error) {
-	return b.startShaperEnv(name, pipelines, nil)
-}
-
-// startShaperEnv is startShaper with env added to the daemon's environment.
-func (b *bench) startShaperEnv(name, pipelines string, env []string) (*proc, error) {
+// and shutdown filled in) and starts the daemon on it, with env added to
+// its environment.
+func (b *bench) startShaper(name, pipelines string, env ...string) (*proc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -311,9 +307,7 @@ func (ds daemons) measure(counts []func() int64, window time.Duration, gauges ..
 		cpu := p.cpu() - cpu0[i]
 		w.ShaperPct = 100 * cpu.Seconds() / w.Seconds
 		total += w.Delivered
-		if w.Delivered > 0 {
-			w.ShaperUs = float64(cpu.Microseconds()) / float64(w.Delivered)
-		}
+		w.ShaperUs = perMessage(cpu, w.Delivered)
 	}
 	for i, p := range ds {
 		w := &out[i]
@@ -322,9 +316,7 @@ func (ds daemons) measure(counts []func() int64, window time.Duration, gauges ..
 			w.Allocs = (w.m1[mallocs] - w.m0[mallocs]) / float64(w.Delivered)
 			w.AllocBytes = (w.m1[allocBytes] - w.m0[allocBytes]) / float64(w.Delivered)
 		}
-		if total > 0 {
-			w.HarnessUs = float64((self1 - self0).Microseconds()) / float64(total)
-		}
+		w.HarnessUs = perMessage(self1-self0, total)
 	}
 	return out
 }

@@ -102,51 +102,43 @@ func (s *PrecisionSection) addGoals(g *goals) {
 	// The spacing goals hold leaky mode to them. Token mode promises the
 	// average only: bursts up to burst, after idle time or to catch up a
 	// late scheduler, are its contract; its figures are in the table.
-	// window says whether every leaky case kept count(c) within its
-	// allowed per 100 ms, and where the most over it (or under) came; ""
+	// window adds the goal that every leaky case kept count(c) within its
+	// allowed per 100 ms, with the case most over it (or least under); none
 	// when no case measured it (count 0: a run made before).
-	window := func(count func(PrecisionCase) int) (met bool, where string) {
-		met, worst := true, 0
-		for _, c := range s.Cases {
-			n := count(c)
-			if c.Limiter != implLeaky || n == 0 {
-				continue
-			}
-			met = met && n <= c.Allowed100ms
-			if over := n - c.Allowed100ms; where == "" || over >= worst {
-				worst, where = over, fmt.Sprintf("%d (allowed %d) at %v/s", n, c.Allowed100ms, c.Limit)
-			}
-		}
-		return met, where
-	}
-	if met, where := window(func(c PrecisionCase) int { return c.Max100ms }); where != "" {
-		g.add("leaky: no 100 ms window above limit/10 + 1 (steady state, every limit)", met, "worst: %s", where)
-	}
-	if met, where := window(func(c PrecisionCase) int { return c.Departed100ms }); where != "" {
-		g.add("leaky: no 100 ms window of departures above limit/10 + 1 (as the limiter let them go, before the way to the sink)", met, "worst: %s", where)
-	}
-	worst, at, found := 0.0, 0.0, false
-	for _, c := range s.Cases {
-		if c.Limiter == implLeaky && c.Limit <= 1000 && c.JitterP99 >= worst {
-			worst, at, found = c.JitterP99, c.Limit, true
+	window := func(goal string, count func(PrecisionCase) int) {
+		over := func(c PrecisionCase) float64 { return float64(count(c) - c.Allowed100ms) }
+		if c, ok := worst(s.Cases, func(c PrecisionCase) bool { return c.Limiter == implLeaky && count(c) != 0 }, over); ok {
+			g.add(goal, over(c) <= 0, "worst: %d (allowed %d) at %v/s", count(c), c.Allowed100ms, c.Limit)
 		}
 	}
-	if found {
-		g.add("leaky: p99 jitter ≤ 1 ms at limits up to 1000/s", worst <= 1000, "worst p99 %s (at %v/s)", micros(worst), at)
+	window("leaky: no 100 ms window above limit/10 + 1 (steady state, every limit)", func(c PrecisionCase) int { return c.Max100ms })
+	window("leaky: no 100 ms window of departures above limit/10 + 1 (as the limiter let them go, before the way to the sink)",
+		func(c PrecisionCase) int { return c.Departed100ms })
+	upTo1000 := func(c PrecisionCase) bool { return c.Limiter == implLeaky && c.Limit <= 1000 }
+	if c, ok := worst(s.Cases, upTo1000, func(c PrecisionCase) float64 { return c.JitterP99 }); ok {
+		g.add("leaky: p99 jitter ≤ 1 ms at limits up to 1000/s", c.JitterP99 <= 1000, "worst p99 %s (at %v/s)", micros(c.JitterP99), c.Limit)
 	}
 }
 
-func (s *OverheadSection) addGoals(g *goals) {
-	byName := map[string]LimiterBench{}
-	for _, b := range s.Limiter {
-		byName[b.Name] = b
+// worst returns, of the elements of xs that keep holds for (every one when
+// keep is nil), the one whose badness is highest, the last of equals; and
+// whether there was one.
+func worst[T any](xs []T, keep func(T) bool, badness func(T) float64) (w T, found bool) {
+	for _, x := range xs {
+		if (keep == nil || keep(x)) && (!found || badness(x) >= badness(w)) {
+			w, found = x, true
+		}
 	}
+	return w, found
+}
+
+func (s *OverheadSection) addGoals(g *goals) {
 	for _, bench := range []string{"Reserve", "ReserveParallel"} {
-		x, ok := byName[bench+"/x-time-rate"]
+		x, ok := find(s.Limiter, bench+"/x-time-rate")
 		for _, impl := range []string{implLeaky, implToken} {
-			if s, found := byName[bench+"/"+impl]; ok && found {
-				g.add(fmt.Sprintf("%s %s at or below x/time/rate's ns/op, 0 allocs", bench, impl), s.NsPerOp <= x.NsPerOp && s.AllocsPerOp == 0,
-					"%.1f vs %.1f ns/op, %g allocs/op", s.NsPerOp, x.NsPerOp, s.AllocsPerOp)
+			if l, found := find(s.Limiter, bench+"/"+impl); ok && found {
+				g.add(fmt.Sprintf("%s %s at or below x/time/rate's ns/op, 0 allocs", bench, impl), l.NsPerOp <= x.NsPerOp && l.AllocsPerOp == 0,
+					"%.1f vs %.1f ns/op, %g allocs/op", l.NsPerOp, x.NsPerOp, l.AllocsPerOp)
 			}
 		}
 	}
@@ -172,19 +164,16 @@ func (s *PushbackSection) addGoals(g *goals) {
 		// The goals hold the adaptive run to them at the steps (the start
 		// is not a step), and in every step's steady state.
 		a := s.Runs[0]
-		met, worst, at := true, 0.0, 0
+		met := true
 		var follow []string
 		for _, f := range a.Steps[1:] {
 			met = met && f.FollowSeconds >= 0 && f.FollowSeconds <= 5
 			follow = append(follow, fmt.Sprintf("→ %d/s: %s", f.Capacity, followText(f.FollowSeconds)))
 		}
 		g.add("push-back, adaptive: delivered rate within 10% of the sink's capacity ≤ 5 s after each step", met, "%s", strings.Join(follow, ", "))
-		for _, f := range a.Steps {
-			if f.SteadyThrottledPct >= worst {
-				worst, at = f.SteadyThrottledPct, f.Capacity
-			}
-		}
-		g.add("push-back, adaptive: < 5% of requests throttled (429) in steady state", worst < 5, "worst step %.1f%% (at %d/s); all steady states %.1f%%", worst, at, a.SteadyThrottledPct)
+		w, _ := worst(a.Steps, nil, func(f PushbackFollow) float64 { return f.SteadyThrottledPct })
+		g.add("push-back, adaptive: < 5% of requests throttled (429) in steady state", w.SteadyThrottledPct < 5,
+			"worst step %.1f%% (at %d/s); all steady states %.1f%%", w.SteadyThrottledPct, w.Capacity, a.SteadyThrottledPct)
 		if up := a.Steps[len(a.Steps)-1]; len(a.Steps) > 1 && up.Capacity > a.Steps[len(a.Steps)-2].Capacity && up.LimitSeconds != nil {
 			g.add(fmt.Sprintf("push-back, adaptive: the limit in force within 10%% of the raised capacity ≤ 5 s after the step up to %d/s", up.Capacity),
 				*up.LimitSeconds >= 0 && *up.LimitSeconds <= 5, "%s", followText(*up.LimitSeconds))
@@ -218,7 +207,7 @@ func (s *LanesSection) addGoals(g *goals) {
 }
 
 func (s *DestinationsSection) addGoals(g *goals) {
-	if r, ok := s.run(destinationsMany); ok && r.HostsReached > 0 {
+	if r, ok := find(s.Runs, destinationsMany); ok && r.HostsReached > 0 {
 		g.add(fmt.Sprintf("destinations: at most max_in_flight_per_host (%d) connections opened per host, reused (%s hosts at %g/s)",
 			s.MaxInFlightPerHost, thousands(s.Hosts), s.Limit), r.MaxConnections <= int64(s.MaxInFlightPerHost),
 			"at most %d to one host; %s for %s requests to %s hosts (%s per host)", r.MaxConnections, thousands(int(r.Connections)),
@@ -237,12 +226,12 @@ const peerCPUGoalMaxLimit = 1000
 // process saw it.
 func (s *PeersSection) addGoals(g *goals) {
 	for _, c := range s.Cases {
-		sh, ok := c.party(partyShaper)
+		sh, ok := find(c.Parties, partyShaper)
 		if !ok || len(sh.Runs) == 0 {
 			continue
 		}
 		where := fmt.Sprintf("%s → %s at %v/s", c.Source, c.scheme(), c.Limit)
-		if base, ok := c.party(c.Baseline); ok && base.Median.CPUUs > 0 && c.Limit <= peerCPUGoalMaxLimit {
+		if base, ok := find(c.Parties, c.Baseline); ok && base.Median.CPUUs > 0 && c.Limit <= peerCPUGoalMaxLimit {
 			g.add(fmt.Sprintf("peers, %s: shaper's CPU per message ≤ 0.6× the hand-written loop's", where), sh.CPURatio <= 0.6,
 				"%.2f× (%.0f µs against %.0f µs)", sh.CPURatio, sh.Median.CPUUs, base.Median.CPUUs)
 			if base.Median.BrokerUs > 0 {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -134,10 +133,21 @@ func (b *bench) natsSource(name, durable string) config.Source {
 // natsYAML is the source block of a `shaper run` config reading the
 // stream as durable ("" for an ephemeral consumer).
 func (b *bench) natsYAML(name, durable string) string {
-	if durable != "" {
-		durable = ", durable: " + durable
+	return natsSourceYAML(b.js.URL(), name+".in", name, durable)
+}
+
+// natsSourceYAML is the source block of a `shaper run` config reading
+// subject from the server at url: through stream as durable ("" for an
+// ephemeral consumer), or from core NATS when stream is "".
+func natsSourceYAML(url, subject, stream, durable string) string {
+	block := fmt.Sprintf("{url: %q, subject: %s", url, subject)
+	if stream != "" {
+		block += ", stream: " + stream
 	}
-	return fmt.Sprintf("\n      nats: {url: %q, subject: %s.in, stream: %s%s}", b.js.URL(), name, name, durable)
+	if durable != "" {
+		block += ", durable: " + durable
+	}
+	return "\n      nats: " + block + "}"
 }
 
 // publishKafka produces n payloads to topic, round robin over its
@@ -147,14 +157,21 @@ func (b *bench) publishKafka(ctx context.Context, topic string, n int) error {
 }
 
 // kafkaYAML is the source block of a `shaper run` config for topic and
-// group, with the group timings that make a kfake group form in a second
-// or two (TOOLCHAIN.md) when fast, else the production defaults.
+// group of the run's kfake.
 func (b *bench) kafkaYAML(topic, group string, fast bool) string {
+	return kafkaSourceYAML(b.kafka.Addrs()[0], topic, group, fast)
+}
+
+// kafkaSourceYAML is the source block of a `shaper run` config for topic
+// and group of the broker at addr, with the group timings that make a
+// kfake group form in a second or two (TOOLCHAIN.md) when fast, else the
+// production defaults.
+func kafkaSourceYAML(addr, topic, group string, fast bool) string {
 	timings := ""
 	if fast {
 		timings = "\n        session_timeout: 6s\n        heartbeat_interval: 100ms\n        rebalance_timeout: 2s\n        max_wait: 200ms"
 	}
-	return fmt.Sprintf("\n      kafka:\n        brokers: [%q]\n        topic: %s\n        group: %s%s", b.kafka.Addrs()[0], topic, group, timings)
+	return fmt.Sprintf("\n      kafka:\n        brokers: [%q]\n        topic: %s\n        group: %s%s", addr, topic, group, timings)
 }
 
 // waitFor polls cond until it holds, and reports whether it did within
@@ -170,14 +187,15 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool 
 	return true
 }
 
-// redisServer is a real redis-server child process on a free loopback port.
+// redisServer is a real redis-server child process on a free loopback
+// port, its output in dir like any child's.
 type redisServer struct {
+	*proc
 	Addr   string
-	cmd    *exec.Cmd
 	client *redis.Client
 }
 
-func startRedis(ctx context.Context) (*redisServer, error) {
+func startRedis(ctx context.Context, dir string) (*redisServer, error) {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server is not installed (apt-get install redis-server): %w", err)
@@ -186,17 +204,15 @@ func startRedis(ctx context.Context) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &redisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	r.cmd = exec.Command(path, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no")
-	// Output goes nowhere: a pipe nobody reads would block the server.
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // it dies with the harness
-	if err := r.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
+	p, err := startProc(dir, "redis-server", path, nil, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no")
+	if err != nil {
+		return nil, err
 	}
+	r := &redisServer{proc: p, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 	r.client = redis.NewClient(&redis.Options{Addr: r.Addr})
-	if !waitFor(ctx, 10*time.Second, func() bool { return r.client.Ping(ctx).Err() == nil }) {
+	if err := p.wait(ctx, 10*time.Second, func() bool { return r.client.Ping(ctx).Err() == nil }); err != nil {
 		r.close()
-		return nil, fmt.Errorf("redis-server not answering on %s after 10s", r.Addr)
+		return nil, fmt.Errorf("redis-server on %s: %w", r.Addr, err)
 	}
 	return r, nil
 }
@@ -226,8 +242,7 @@ func (r *redisServer) scriptCalls(ctx context.Context) (int64, error) {
 
 func (r *redisServer) close() {
 	_ = r.client.Close()
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait() // the kill is the expected end
+	r.kill()
 }
 
 // freePort returns a loopback port that was free when asked.

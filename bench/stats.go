@@ -78,6 +78,15 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
+// perMessage is d in microseconds per message, over n messages; 0 when
+// there were none.
+func perMessage(d time.Duration, n int64) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
+}
+
 // medianOf is the median of f over xs.
 func medianOf[T any](xs []T, f func(T) float64) float64 {
 	vs := make([]float64, len(xs))
@@ -161,6 +170,25 @@ func limiterBenchmarks(list []*benchRuns) []LimiterBench {
 	}
 	return out
 }
+
+// named is a figure that a table or a goal looks up by its name.
+type named interface{ name() string }
+
+// find returns the element of xs named name.
+func find[T named](xs []T, name string) (T, bool) {
+	for _, x := range xs {
+		if x.name() == name {
+			return x, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func (l LimiterBench) name() string   { return l.Name }
+func (r DestinationRun) name() string { return r.Name }
+func (p PeerParty) name() string      { return p.Name }
+func (r PushbackRun) name() string    { return r.Name }
 
 // runsOf is how many runs the first of l had.
 func runsOf[T any](l []T, runs func(T) int) int {

@@ -19,17 +19,37 @@ const (
 	svgBottom   = 44
 )
 
-// svg is a picture being written.
-type svg struct{ strings.Builder }
+// svg is a picture being written: n panels of height panelH, stacked.
+type svg struct {
+	strings.Builder
+	n, panelH int
+}
 
 func (s *svg) f(format string, args ...any) { fmt.Fprintf(s, format+"\n", args...) }
 
-// head opens a picture of height with its title.
-func (s *svg) head(height int, title string) {
+// newSVG opens a picture of n panels of height panelH, with its title.
+func newSVG(n, panelH int, title string) *svg {
+	s := &svg{n: n, panelH: panelH}
 	s.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="11">`,
-		svgWidth, height, svgWidth, height)
+		svgWidth, s.height(), svgWidth, s.height())
 	s.f(`<rect width="100%%" height="100%%" fill="#ffffff"/>`)
 	s.f(`<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>`, svgLeft, title)
+	return s
+}
+
+// span is the height of the panels and the gaps between them.
+func (s *svg) span() int { return s.n*s.panelH + (s.n-1)*svgPanelGap }
+
+// height is the picture's height.
+func (s *svg) height() int { return svgTop + s.span() + svgBottom }
+
+// top and bottom are the edges of panel i.
+func (s *svg) top(i int) float64    { return float64(svgTop + i*(s.panelH+svgPanelGap)) }
+func (s *svg) bottom(i int) float64 { return s.top(i) + float64(s.panelH) }
+
+// curve writes a line of the figures through points, in colour.
+func (s *svg) curve(colour string, points ...[2]float64) {
+	s.f(`<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`, path(points...), colour)
 }
 
 // legend writes a line of the legend in style at x, and its text.
@@ -37,15 +57,17 @@ func (s *svg) legend(x float64, style, text string) {
 	s.f(`<line x1="%.0f" y1="38" x2="%.0f" y2="38" %s/><text x="%.0f" y="42">%s</text>`, x, x+18, style, x+22, text)
 }
 
-// panel writes a panel's label and summary above its top, whose right
-// edge is right.
-func (s *svg) panel(top, right float64, colour, label, summary string) {
+// panel writes the label and summary of panel i above its top, whose
+// right edge is right.
+func (s *svg) panel(i int, right float64, colour, label, summary string) {
+	top := s.top(i)
 	s.f(`<text x="%d" y="%.0f" font-size="12" font-weight="bold" fill="%s">%s</text>`, svgLeft, top-6, colour, xmlEscape(label))
 	s.f(`<text x="%.0f" y="%.0f" text-anchor="end" fill="#555">%s</text>`, right, top-6, xmlEscape(summary))
 }
 
-// axes writes a panel's axes.
-func (s *svg) axes(top, bottom, right float64) {
+// axes writes the axes of panel i.
+func (s *svg) axes(i int, right float64) {
+	top, bottom := s.top(i), s.bottom(i)
 	s.f(`<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#333"/>`, svgLeft, bottom, right, bottom)
 	s.f(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#333"/>`, svgLeft, top, svgLeft, bottom)
 }
@@ -56,10 +78,11 @@ func (s *svg) grid(y, right float64, fill, label string) {
 	s.f(`<text x="%d" y="%.1f" text-anchor="end"%s>%s</text>`, svgLeft-6, y+4, fill, label)
 }
 
-// ticks writes the time axis under a panel from 0 to total seconds every
+// ticks writes the time axis under panel i from 0 to total seconds every
 // step, with tick marks when marked, and their labels under the last
 // panel, dy below it.
-func (s *svg) ticks(x func(float64) float64, bottom, total, step, dy float64, marked, last bool) {
+func (s *svg) ticks(x func(float64) float64, i int, total, step, dy float64, marked bool) {
+	bottom, last := s.bottom(i), i == s.n-1
 	for t := 0.0; t <= total; t += step {
 		if marked {
 			s.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`, x(t), bottom, x(t), bottom+4)
@@ -71,9 +94,9 @@ func (s *svg) ticks(x func(float64) float64, bottom, total, step, dy float64, ma
 }
 
 // foot writes the axes' titles and closes the picture.
-func (s *svg) foot(height, dy, panels int, xTitle, yTitle string) string {
-	s.f(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, svgLeft+float64(svgWidth-svgLeft-svgRight)/2, height-dy, xTitle)
-	s.f(`<text transform="translate(14 %d) rotate(-90)" text-anchor="middle">%s</text>`, svgTop+panels/2, yTitle)
+func (s *svg) foot(dy int, xTitle, yTitle string) string {
+	s.f(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, svgLeft+float64(svgWidth-svgLeft-svgRight)/2, s.height()-dy, xTitle)
+	s.f(`<text transform="translate(14 %d) rotate(-90)" text-anchor="middle">%s</text>`, svgTop+s.span()/2, yTitle)
 	s.WriteString("</svg>\n")
 	return s.String()
 }
@@ -94,9 +117,6 @@ var panelColours = []string{"#1f77b4", "#e07b00", "#c62828"}
 // and what the sink received (a coloured step line), the limit dashed, in
 // requests per second measured over bins of BinMs.
 func shapingSVG(sec *PictureSection) string {
-	var s svg
-	n := len(sec.Panels)
-	height := svgTop + n*svgPanelH + (n-1)*svgPanelGap + svgBottom
 	plotW := float64(svgWidth - svgLeft - svgRight)
 	bins := 0
 	for _, p := range sec.Panels {
@@ -110,7 +130,7 @@ func shapingSVG(sec *PictureSection) string {
 	yMax := 1200.0
 	perSec := func(count int) float64 { return float64(count) / binSec }
 
-	s.head(height, fmt.Sprintf("A burst of %d messages, shaped to %g requests/s", sec.Burst, sec.Limit))
+	s := newSVG(len(sec.Panels), svgPanelH, fmt.Sprintf("A burst of %d messages, shaped to %g requests/s", sec.Burst, sec.Limit))
 	lx := float64(svgLeft)
 	s.f(`<rect x="%.0f" y="33" width="12" height="9" fill="#b0b0b0"/><text x="%.0f" y="42">input: published to the broker</text>`, lx, lx+16)
 	s.legend(lx+200, `stroke="#333" stroke-width="2"`, "delivered to the HTTP sink")
@@ -118,11 +138,10 @@ func shapingSVG(sec *PictureSection) string {
 	s.f(`<text x="%.0f" y="42" fill="#555">rates over %d ms bins</text>`, lx+480, sec.BinMs)
 
 	for i, p := range sec.Panels {
-		top := float64(svgTop + i*(svgPanelH+svgPanelGap))
-		bottom := top + svgPanelH
+		top, bottom := s.top(i), s.bottom(i)
 		y := func(v float64) float64 { return bottom - svgPanelH*math.Min(v, yMax)/yMax }
 		colour := panelColours[i%len(panelColours)]
-		s.panel(top, svgWidth-svgRight, colour, p.Label, fmt.Sprintf("most in any 100 ms: %d · done in %.1f s", p.Max100ms, p.Took))
+		s.panel(i, svgWidth-svgRight, colour, p.Label, fmt.Sprintf("most in any 100 ms: %d · done in %.1f s", p.Max100ms, p.Took))
 		for _, v := range []float64{0, 500, 1000} {
 			s.grid(y(v), svgWidth-svgRight, "", fmt.Sprintf("%g/s", v))
 		}
@@ -150,16 +169,15 @@ func shapingSVG(sec *PictureSection) string {
 		}
 		// The limit, under the delivered line that should sit on it.
 		s.f(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#555" stroke-dasharray="4 3"/>`, svgLeft, y(sec.Limit), svgWidth-svgRight, y(sec.Limit))
-		var steps strings.Builder
-		fmt.Fprintf(&steps, "M%.1f,%.1f", x(0), y(0))
+		steps := [][2]float64{{x(0), y(0)}}
 		for j, c := range p.Out {
-			fmt.Fprintf(&steps, " L%.1f,%.1f L%.1f,%.1f", x(float64(j)*binSec), y(perSec(c)), x(float64(j+1)*binSec), y(perSec(c)))
+			steps = append(steps, [2]float64{x(float64(j) * binSec), y(perSec(c))}, [2]float64{x(float64(j+1) * binSec), y(perSec(c))})
 		}
-		s.f(`<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`, steps.String(), colour)
-		s.axes(top, bottom, svgWidth-svgRight)
-		s.ticks(x, bottom, totalSec, 2, 16, true, i == n-1)
+		s.curve(colour, steps...)
+		s.axes(i, svgWidth-svgRight)
+		s.ticks(x, i, totalSec, 2, 16, true)
 	}
-	return s.foot(height, 10, n*svgPanelH+(n-1)*svgPanelGap, "seconds", "requests per second")
+	return s.foot(10, "seconds", "requests per second")
 }
 
 // pushbackPanelH is the height of a panel of pushback.svg and lanes.svg.
@@ -172,14 +190,11 @@ var pushbackColours = []string{"#1f77b4", "#c62828"}
 // second before each sample (a coloured line) and a red tick under the
 // axis for each sample with 429s.
 func pushbackSVG(sec *PushbackSection) string {
-	var s svg
-	n := len(sec.Runs)
-	height := svgTop + n*pushbackPanelH + (n-1)*svgPanelGap + svgBottom
 	plotW := float64(svgWidth - svgLeft - svgRight)
 	x := func(t float64) float64 { return svgLeft + plotW*t/sec.Seconds }
 	yMax := math.Ceil(sec.Limit*1.2/10) * 10
 
-	s.head(height, fmt.Sprintf("A sink whose capacity steps %s, behind rate.limit %g", scheduleText(sec.Steps), sec.Limit))
+	s := newSVG(len(sec.Runs), pushbackPanelH, fmt.Sprintf("A sink whose capacity steps %s, behind rate.limit %g", scheduleText(sec.Steps), sec.Limit))
 	lx := float64(svgLeft)
 	s.legend(lx, `stroke="#b0b0b0" stroke-width="5"`, "sink capacity (per sliding second)")
 	s.legend(lx+210, `stroke="#333" stroke-dasharray="4 3"`, "limit in force")
@@ -191,10 +206,9 @@ func pushbackSVG(sec *PushbackSection) string {
 		tick = 5
 	}
 	for i, run := range sec.Runs {
-		top := float64(svgTop + i*(pushbackPanelH+svgPanelGap))
-		bottom := top + pushbackPanelH
+		bottom := s.bottom(i)
 		y := func(v float64) float64 { return bottom - pushbackPanelH*math.Min(v, yMax)/yMax }
-		s.panel(top, svgWidth-svgRight, pushbackColours[i%len(pushbackColours)], run.Label,
+		s.panel(i, svgWidth-svgRight, pushbackColours[i%len(pushbackColours)], run.Label,
 			fmt.Sprintf("429s: %.1f%% of requests, %.1f%% in steady state", run.ThrottledPct, run.SteadyThrottledPct))
 		for v := 0.0; v <= yMax; v += 50 {
 			s.grid(y(v), svgWidth-svgRight, "", fmt.Sprintf("%g/s", v))
@@ -213,16 +227,16 @@ func pushbackSVG(sec *PushbackSection) string {
 		}
 		s.f(`<path d="%s" fill="none" stroke="#b0b0b0" stroke-width="5" stroke-linejoin="round"/>`, path(capacity...))
 		s.f(`<path d="%s" fill="none" stroke="#333" stroke-dasharray="4 3" stroke-width="1.2"/>`, path(limit...))
-		s.f(`<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`, path(delivered...), pushbackColours[i%len(pushbackColours)])
+		s.curve(pushbackColours[i%len(pushbackColours)], delivered...)
 		for _, sm := range run.Samples {
 			if sm.Throttled > 0 {
 				s.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#c62828"/>`, x(sm.T), bottom+2, x(sm.T), bottom+8)
 			}
 		}
-		s.axes(top, bottom, svgWidth-svgRight)
-		s.ticks(x, bottom, sec.Seconds, tick, 20, false, i == n-1)
+		s.axes(i, svgWidth-svgRight)
+		s.ticks(x, i, sec.Seconds, tick, 20, false)
 	}
-	return s.foot(height, 8, n*pushbackPanelH+(n-1)*svgPanelGap, "seconds from the sink's first request", "requests per second")
+	return s.foot(8, "seconds from the sink's first request", "requests per second")
 }
 
 // lanesRight is the room lanes.svg keeps for its right-hand axis.
@@ -234,9 +248,6 @@ var lanesColourA, lanesColourB = "#1f77b4", "#e07b00"
 // axis) and the B delivered so far (right axis, of the B published), and a
 // dashed line where the last B arrived.
 func lanesSVG(tk *LaneTwoKeys) string {
-	var s svg
-	n := len(tk.Runs)
-	height := svgTop + n*pushbackPanelH + (n-1)*svgPanelGap + svgBottom
 	plotW := float64(svgWidth - svgLeft - lanesRight)
 	right := float64(svgWidth - lanesRight)
 	total := 1.0
@@ -252,18 +263,17 @@ func lanesSVG(tk *LaneTwoKeys) string {
 		tick = 5
 	}
 
-	s.head(height, fmt.Sprintf("Two merchants at %g requests/s: %s callbacks of A in the stream, then %d of B", tk.Limit, thousands(tk.A), tk.B))
+	s := newSVG(len(tk.Runs), pushbackPanelH, fmt.Sprintf("Two merchants at %g requests/s: %s callbacks of A in the stream, then %d of B", tk.Limit, thousands(tk.A), tk.B))
 	lx := float64(svgLeft)
 	s.legend(lx, fmt.Sprintf(`stroke="%s" stroke-width="2"`, lanesColourA), "A delivered (left axis)")
 	s.legend(lx+160, fmt.Sprintf(`stroke="%s" stroke-width="2"`, lanesColourB), fmt.Sprintf("B delivered, of %d (right axis)", tk.B))
 	s.f(`<line x1="%.0f" y1="32" x2="%.0f" y2="44" stroke="%s" stroke-dasharray="3 2"/><text x="%.0f" y="42">the last B delivered</text>`, lx+360, lx+360, lanesColourB, lx+366)
 
 	for i, run := range tk.Runs {
-		top := float64(svgTop + i*(pushbackPanelH+svgPanelGap))
-		bottom := top + pushbackPanelH
+		top, bottom := s.top(i), s.bottom(i)
 		yA := func(v int) float64 { return bottom - pushbackPanelH*float64(v)/float64(max(tk.A, 1)) }
 		yB := func(v int) float64 { return bottom - pushbackPanelH*float64(v)/float64(max(tk.B, 1)) }
-		s.panel(top, right, "#333", run.Label, twoKeysSummary(tk, run))
+		s.panel(i, right, "#333", run.Label, twoKeysSummary(tk, run))
 		for v := 0; v <= tk.A; v += stepA {
 			s.grid(yA(v), right, fmt.Sprintf(` fill="%s"`, lanesColourA), thousands(v))
 		}
@@ -281,8 +291,8 @@ func lanesSVG(tk *LaneTwoKeys) string {
 			b = append(b, [2]float64{x(t), yB(j)}, [2]float64{x(t), yB(j + 1)})
 		}
 		b = append(b, [2]float64{x(run.Seconds), yB(len(run.BSeconds))})
-		s.f(`<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`, path(a...), lanesColourA)
-		s.f(`<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`, path(b...), lanesColourB)
+		s.curve(lanesColourA, a...)
+		s.curve(lanesColourB, b...)
 		if run.LastB >= 0 {
 			lx := x(run.LastB)
 			s.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="3 2"/>`, lx, top, lx, bottom, lanesColourB)
@@ -296,12 +306,12 @@ func lanesSVG(tk *LaneTwoKeys) string {
 			s.f(`<text x="%.1f" y="%.1f" text-anchor="%s" fill="%s" stroke="#ffffff" stroke-width="3" paint-order="stroke">last B: %s s</text>`,
 				lx+dx, ly, anchor, lanesColourB, secondsText(run.LastB))
 		}
-		s.axes(top, bottom, right)
+		s.axes(i, right)
 		s.f(`<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#333"/>`, right, top, right, bottom)
-		s.ticks(x, bottom, total, tick, 16, true, i == n-1)
+		s.ticks(x, i, total, tick, 16, true)
 	}
-	mid := svgTop + (n*pushbackPanelH+(n-1)*svgPanelGap)/2
-	s.f(`<text x="%.1f" y="%d" text-anchor="middle">seconds from the first delivery</text>`, svgLeft+plotW/2, height-10)
+	mid := svgTop + s.span()/2
+	s.f(`<text x="%.1f" y="%d" text-anchor="middle">seconds from the first delivery</text>`, svgLeft+plotW/2, s.height()-10)
 	s.f(`<text transform="translate(14 %d) rotate(-90)" text-anchor="middle" fill="%s">A delivered</text>`, mid, lanesColourA)
 	s.f(`<text transform="translate(%d %d) rotate(90)" text-anchor="middle" fill="%s">B delivered (of %d)</text>`, svgWidth-14, mid, lanesColourB, tk.B)
 	s.WriteString("</svg>\n")

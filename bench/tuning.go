@@ -101,7 +101,7 @@ func measureTuning(ctx context.Context, b *bench, sink *sink, caFile, id string,
 		"bucket: {capacity: 1000, max_queue_time: 1m}",
 		fmt.Sprintf("rate: {mode: leaky, limit: %v}", limit),
 		fmt.Sprintf("sink: {http: {url: %q, max_in_flight: 8, tls: {ca_file: %q}}}", sink.URL, caFile))
-	ch, err := b.startShaperEnv(id, pipelines, []string{"SHAPER_TUNING=" + row.Env})
+	ch, err := b.startShaper(id, pipelines, "SHAPER_TUNING="+row.Env)
 	if err != nil {
 		return PeerRun{}, err
 	}
