@@ -194,20 +194,24 @@ func (c SharedConfig) validate() error {
 //
 // What a replica strands it gives back. Every slot it lets pass, or drops
 // with a lease, is counted (Unused) and reported on its next call to
-// Redis, which keeps them as credit for a second (leaky mode). A lease
-// asked for while credit is kept may hold one slot of it: its slots go in
-// one interval less than the schedule would give them. Handing the slots
-// out again can only put more slots into a window than the schedule has,
-// so Redis spaces them: at most one every 100ms/(replicas − 1) of the
-// schedule, where replicas are those that called within the last second
-// (a fleet of one takes none). They add at most replicas − 1 to any 100ms
-// of the schedule, whose own slots are at most limit/10 + 1 there: the
-// bound limit/10 + replicas, before the seams' jitter and the catch-up
-// below. The fleet regains up to 10 × (replicas − 1) slots a second: the 9 slots a replica stopped every 400ms strands at 1000/s
-// come back to a fleet of three within the next few hundred
-// milliseconds. A fleet idle when it gives slots back may find them spent
-// a little above the rate within that second, never past limit + 10 ×
-// (replicas − 1) in it.
+// Redis, which keeps them as credit (leaky mode); so are the slots of a
+// gap under 20ms between the schedule's end and the next lease asked for
+// (every replica was late to ask; a longer gap is a fleet that wanted no
+// slot). A lease asked for while credit is kept may hold one slot of it:
+// its slots go in one interval less than the schedule would give them.
+// Handing the slots out again can only put more slots into a window than
+// the schedule has, so Redis spaces them: at most one every
+// 100ms/(replicas − 1) of the schedule, where replicas are those that
+// called within the last second (a fleet of one takes none). They add at
+// most replicas − 1 to any 100ms of the schedule, whose own slots are at
+// most limit/10 + 1 there: the bound limit/10 + replicas, before the
+// seams' jitter and the catch-up below. The fleet regains up to
+// 10 × (replicas − 1) slots a second: the 9 slots a replica stopped every
+// 400ms strands at 1000/s come back to a fleet of three within the next
+// few hundred milliseconds. Credit is kept for a second after the last
+// slot given back, and never more than a second's worth, 10 × (replicas −
+// 1): a second may hold that many more than limit, never more, also when a
+// fleet that had too few messages to use its slots gets more.
 //
 // Below 1000/s that cost is paid where the loss arises: a replica that
 // let a slot of its lease pass (it was stopped, or woke more than the

@@ -17,7 +17,8 @@
 -- The hash also holds, in leaky mode: seen:<id>, when each replica last
 -- called (server microseconds; dropped after a second without a call);
 -- credit, the slots given back and not yet handed out again, as of
--- credit_at (dropped a second after the last give-back); and extra_at, the
+-- credit_at (dropped a second after the last give-back; at most what the
+-- fleet hands out in a second, 10 * (replicas - 1)); and extra_at, the
 -- time of the last slot handed out again. A lease may take one slot of
 -- credit more than the schedule holds (want slots in want-1 intervals),
 -- at most one every 100ms/(replicas-1), so that any 100 ms holds at most
@@ -81,7 +82,14 @@ local tau = 0
 if token then
   tau = (burst - 1) * interval
 end
+-- A lease asked for a little after the schedule's end (every replica was
+-- late to ask, by less than 20 ms) finds slots nobody took; they count as
+-- given back. A longer gap is a fleet that wanted none.
+local seam = 0
 if tat < now then
+  if want >= 1 and now - tat <= 20000 then
+    seam = math.floor((now - tat) / interval)
+  end
   tat = now
 end
 -- GCRA applied want times at the same now: slot i goes at
@@ -108,8 +116,13 @@ if not token and id then
   end
   if now - creditAt > 1000000 then credit = 0 end
   given = tonumber(given)
-  if given and given >= 1 and given < math.huge then
-    credit = math.min(credit + math.floor(given), limit)
+  if not (given and given >= 0 and given < math.huge) then given = 0 end
+  given = math.floor(given) + seam
+  if given >= 1 then
+    -- At most what the fleet can hand out in a second: slots given back
+    -- by a fleet that had too few messages to use them must not make a
+    -- burst once it has more.
+    credit = math.min(credit + given, 10 * (replicas - 1))
     creditAt = now
   end
   if want >= 1 and credit >= 1 and replicas >= 2 and base - extraAt > 100000 / (replicas - 1) then
