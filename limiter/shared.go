@@ -194,15 +194,13 @@ func (c SharedConfig) validate() error {
 //
 // What a replica strands it gives back. Every slot it lets pass, or drops
 // with a lease, is counted (Unused) and reported on its next call to
-// Redis, which keeps them as credit (leaky mode); so are the slots of a
-// gap under 20ms between the schedule's end and the next lease asked for
-// (every replica was late to ask; a longer gap is a fleet that wanted no
-// slot). A lease asked for while credit is kept may hold one slot of it:
-// its slots go in one interval less than the schedule would give them.
-// Handing the slots out again can only put more slots into a window than
-// the schedule has, so Redis spaces them: at most one every
-// 100ms/(replicas − 1) of the schedule, where replicas are those that
-// called within the last second (a fleet of one takes none). They add at
+// Redis, which keeps them as credit (leaky mode). A lease asked for while
+// credit is kept may hold one slot of it: its slots go in one interval
+// less than the schedule would give them. Handing the slots out again can
+// only put more slots into a window than the schedule has, so Redis
+// spaces them: at most one every 100ms/(replicas − 1) of the schedule,
+// where replicas are those that called within the last second (a fleet
+// of one takes none). They add at
 // most replicas − 1 to any 100ms of the schedule, whose own slots are at
 // most limit/10 + 1 there: the bound limit/10 + replicas, before the
 // seams' jitter and the catch-up below. The fleet regains up to

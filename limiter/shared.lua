@@ -82,14 +82,7 @@ local tau = 0
 if token then
   tau = (burst - 1) * interval
 end
--- A lease asked for a little after the schedule's end (every replica was
--- late to ask, by less than 20 ms) finds slots nobody took; they count as
--- given back. A longer gap is a fleet that wanted none.
-local seam = 0
 if tat < now then
-  if want >= 1 and now - tat <= 20000 then
-    seam = math.floor((now - tat) / interval)
-  end
   tat = now
 end
 -- GCRA applied want times at the same now: slot i goes at
@@ -117,7 +110,7 @@ if not token and id then
   if now - creditAt > 1000000 then credit = 0 end
   given = tonumber(given)
   if not (given and given >= 0 and given < math.huge) then given = 0 end
-  given = math.floor(given) + seam
+  given = math.floor(given)
   if given >= 1 then
     -- At most what the fleet can hand out in a second: slots given back
     -- by a fleet that had too few messages to use them must not make a
