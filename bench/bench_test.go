@@ -310,3 +310,29 @@ func TestHostIPNamesDistinctLoopbackAddressesOutside127_0_0(t *testing.T) {
 		}
 	}
 }
+
+// A section's load line names what the host took (steal) beside what other
+// processes took, and marks the section load-affected by the two together.
+func TestLoadLineCountsTheHostsStealAsLoad(t *testing.T) {
+	tests := []struct {
+		name           string
+		load           Load
+		steal, flagged bool
+	}{
+		{name: "quiet", load: Load{ForeignPct: 0.5, StealPct: 0.2}},
+		{name: "steal alone", load: Load{ForeignPct: 0.5, StealPct: 7}, steal: true, flagged: true},
+		{name: "together over the bound", load: Load{ForeignPct: 3, StealPct: 3}, steal: true, flagged: true},
+		{name: "other processes alone", load: Load{ForeignPct: 6}, flagged: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			line := loadLine(tt.load)
+			if got := strings.Contains(line, "(steal)"); got != tt.steal {
+				t.Errorf("loadLine(%+v) = %q; names steal %v, want %v", tt.load, line, got, tt.steal)
+			}
+			if got := strings.Contains(line, "Load-affected"); got != tt.flagged {
+				t.Errorf("loadLine(%+v) = %q; load-affected %v, want %v", tt.load, line, got, tt.flagged)
+			}
+		})
+	}
+}

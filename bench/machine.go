@@ -139,28 +139,33 @@ func rusage(who int) time.Duration {
 func selfCPU() time.Duration { return rusage(syscall.RUSAGE_SELF) }
 
 // machineBusy returns the CPU time every process on the machine has used
-// (the non-idle fields of /proc/stat's cpu line).
-func machineBusy() time.Duration {
+// (the non-idle fields of /proc/stat's cpu line but steal), and the time
+// the virtual machine's host took from it (steal): both run other work
+// than the harness's on the same cores.
+func machineBusy() (busy, steal time.Duration) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	if len(f) < 8 || f[0] != "cpu" {
-		return 0
+		return 0, 0
 	}
-	var busy int64
+	var ticks, stolen int64
 	// user nice system idle iowait irq softirq steal ...: all but idle and
 	// iowait; guest time is already counted in user.
 	for i, v := range f[1:] {
-		if i == 3 || i == 4 || i >= 8 {
-			continue
-		}
 		n, _ := strconv.ParseInt(v, 10, 64)
-		busy += n
+		switch {
+		case i == 7:
+			stolen = n
+		case i == 3 || i == 4 || i > 7:
+		default:
+			ticks += n
+		}
 	}
-	return time.Duration(busy) * clockTick
+	return time.Duration(ticks) * clockTick, time.Duration(stolen) * clockTick
 }
 
 // loadProbe measures how much of the machine other work used while a
@@ -168,13 +173,14 @@ func machineBusy() time.Duration {
 // children's (the children are waited for within the section; a child
 // still running is counted by the caller through live).
 type loadProbe struct {
-	start              time.Time
-	busy, self, kids   time.Duration
-	loadStart, loadEnd float64
+	start                   time.Time
+	busy, steal, self, kids time.Duration
+	loadStart, loadEnd      float64
 }
 
 func startLoadProbe() *loadProbe {
-	return &loadProbe{start: time.Now(), busy: machineBusy(), self: selfCPU(), kids: rusage(syscall.RUSAGE_CHILDREN), loadStart: loadAverage()}
+	busy, steal := machineBusy()
+	return &loadProbe{start: time.Now(), busy: busy, steal: steal, self: selfCPU(), kids: rusage(syscall.RUSAGE_CHILDREN), loadStart: loadAverage()}
 }
 
 // Load is what else ran on the machine during a section.
@@ -182,18 +188,23 @@ type Load struct {
 	// ForeignPct is the CPU used by processes other than the harness and
 	// its children, as a percentage of the whole machine (all cores).
 	ForeignPct float64 `json:"foreign_cpu_pct"`
-	LoadStart  float64 `json:"load_start"`
-	LoadEnd    float64 `json:"load_end"`
-	Seconds    float64 `json:"seconds"`
+	// StealPct is the CPU the virtual machine's host took from it (steal),
+	// as a percentage of the whole machine.
+	StealPct  float64 `json:"steal_cpu_pct,omitempty"`
+	LoadStart float64 `json:"load_start"`
+	LoadEnd   float64 `json:"load_end"`
+	Seconds   float64 `json:"seconds"`
 }
 
 func (p *loadProbe) stop() Load {
 	elapsed := time.Since(p.start)
-	busy := machineBusy() - p.busy
+	busy, steal := machineBusy()
 	ours := selfCPU() - p.self + rusage(syscall.RUSAGE_CHILDREN) - p.kids
-	foreign := max(busy-ours, 0)
+	foreign := max(busy-p.busy-ours, 0)
+	machine := elapsed.Seconds() * float64(runtime.NumCPU())
 	return Load{
-		ForeignPct: 100 * foreign.Seconds() / (elapsed.Seconds() * float64(runtime.NumCPU())),
+		ForeignPct: 100 * foreign.Seconds() / machine,
+		StealPct:   100 * (steal - p.steal).Seconds() / machine,
 		LoadStart:  p.loadStart,
 		LoadEnd:    loadAverage(),
 		Seconds:    elapsed.Seconds(),

@@ -27,7 +27,7 @@ func (r *Report) markdown() string {
 	p("| OS | %s |", m.Kernel)
 	p("| Go | %s |", m.Go)
 	p("| load average (1 min) | %.2f at the start, %.2f at the end |\n", m.LoadStart, m.LoadEnd)
-	p("Everything runs on this one machine: the brokers (an embedded nats-server, kfake), the HTTP sink on 127.0.0.1 and shaper share its cores. Each section says how much CPU *other* processes took while it ran (the machine's busy time minus the harness's and its children's); above %.0f%% its figures are marked as load-affected.\n", loadAffected)
+	p("Everything runs on this one machine: the brokers (an embedded nats-server, kfake), the HTTP sink on 127.0.0.1 and shaper share its cores. Each section says how much CPU *other* processes took while it ran (the machine's busy time minus the harness's and its children's), and the virtual machine's host (steal); above %.0f%% together its figures are marked as load-affected.\n", loadAffected)
 
 	if len(r.Failures) > 0 {
 		p("## Sections that failed\n")
@@ -191,9 +191,12 @@ func loadLine(l Load) string {
 	if l.ForeignPct < 1 {
 		used = "under 1%" // /proc/stat counts in 10ms ticks: finer is noise
 	}
+	if l.StealPct >= 1 {
+		used += fmt.Sprintf(" and the virtual machine's host took %.1f%% (steal)", l.StealPct)
+	}
 	s := fmt.Sprintf("*Load: other processes used %s of the machine's CPU during this section (%.0f s; load average %.2f → %.2f).*",
 		used, l.Seconds, l.LoadStart, l.LoadEnd)
-	if l.ForeignPct > loadAffected {
+	if l.ForeignPct+l.StealPct > loadAffected {
 		s += " **Load-affected: re-run on a quiet machine before quoting these figures.**"
 	}
 	return s
