@@ -2,6 +2,7 @@ package shaper_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -513,6 +514,39 @@ func testARateChangeMovesEachDestinationsCeiling(t *testing.T, how string) {
 		got := lims[0].ceilings
 		if len(got) != 2 || got[0] != 50 || got[1] != 200 {
 			t.Errorf("ceilings told to the destination's limiter = %v; want [50 200] (rate.limit, then the new one)", got)
+		}
+	})
+}
+
+// With a shared limit, the bucket's capacity follows the fleet's limit in
+// force within a tick, not only this replica's rate changes: a replica that
+// kept the capacity of a higher limit after another replica lowered it
+// would hold messages until they expire instead of leaving them in the
+// source.
+func TestTheBucketCapacityFollowsTheFleetsLimitOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(0)
+		fleet := &fleetLimiter{limit: 50}
+		f.lim = func(l *limiter.Limiter) shaper.Limiter {
+			fleet.Limiter = l
+			return fleet
+		}
+		var got []int
+		runFake(t, f, func(p *config.Pipeline) {
+			p.Rate.Limit = 50
+			p.Bucket.Capacity = 10_000
+			p.Bucket.MaxQueueTime = 10 * time.Second
+		}, func(p *shaper.Pipeline) {
+			got = append(got, p.Status().Capacity)
+			for _, limit := range []float64{10, 200, 2000} {
+				fleet.set(limit) // another replica's rate change
+				elapse(500 * time.Millisecond)
+				got = append(got, p.Status().Capacity)
+			}
+		})
+		// limit × max_queue_time, at most bucket.capacity.
+		if want := []int{500, 100, 2000, 10_000}; !slices.Equal(got, want) {
+			t.Errorf("capacity at limits 50 (configured), then 10, 200, 2000 set by another replica = %v; want %v", got, want)
 		}
 	})
 }

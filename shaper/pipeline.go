@@ -282,11 +282,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		"max_in_flight", p.cfg.Delivery.MaxInFlight, "dead_letter", p.deadLetter != nil)
 	// The summary log's last counts go out once every message is settled.
 	defer p.summary.flush()
-	var wg sync.WaitGroup // the fetcher, the drain timer, expiry, the adaptive rate, attempts and settlements
+	var wg sync.WaitGroup // the fetcher, the drain timer, expiry, the adaptive rate, the fleet's limit, attempts and settlements
 	wg.Go(func() { p.fetch(fetchCtx) })
 	wg.Go(func() { p.expireOnTime(ctx, schedCtx, &wg) })
 	if p.cfg.Rate.Adaptive != nil {
 		wg.Go(func() { p.adapt(schedCtx) })
+	}
+	if fr, shared := p.lim.(FallbackReporter); shared {
+		wg.Go(func() { p.followFleet(schedCtx, fr) })
 	}
 	wg.Go(func() {
 		select {

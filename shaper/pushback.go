@@ -602,8 +602,37 @@ func (p *Pipeline) adaptDestinations(now time.Time) {
 func (p *Pipeline) applyLimitLocked(limit float64) {
 	p.lim.SetRate(limit, *p.rate.Burst)
 	p.alarm.Ring()
-	p.bucket.SetCapacity(effectiveCapacity(p.settings.Load().bucket, limit))
-	p.m.capacity.Set(float64(p.bucket.Capacity()))
+	p.fitCapacityLocked(limit)
+}
+
+// fitCapacityLocked makes the bucket's capacity what limit lets depart
+// within max_queue_time (capped by bucket.capacity). It requires that p.mu
+// is held.
+func (p *Pipeline) fitCapacityLocked(limit float64) {
+	capacity := effectiveCapacity(p.settings.Load().bucket, limit)
+	if capacity == p.bucket.Capacity() {
+		return
+	}
+	p.bucket.SetCapacity(capacity)
+	p.m.capacity.Set(float64(capacity))
+}
+
+// followFleet fits the bucket's capacity to a shared limit in force every
+// adaptEvery until ctx ends: another replica moves it (a rate change
+// through its admin API, its adaptive rate at a push-back) without this
+// one's SetRate, and a replica that kept the capacity of a higher limit
+// would hold messages until they expire instead of leaving them in the
+// source. While the limiter has fallen back the capacity stays: the
+// fallback limit lasts only until Redis answers again.
+func (p *Pipeline) followFleet(ctx context.Context, fr FallbackReporter) {
+	for sleep(ctx, p.clock, adaptEvery) {
+		if fr.Fallback() {
+			continue
+		}
+		p.mu.Lock()
+		p.fitCapacityLocked(p.lim.Limit(p.clock.Now()))
+		p.mu.Unlock()
+	}
 }
 
 // Pause holds every departure until Resume; requests in flight finish.

@@ -209,7 +209,6 @@ func (p *Pipeline) setRateLocked(limit float64, burst int) {
 	if p.adaptive != nil {
 		p.adaptive.setCeiling(limit) // the adaptive rate starts again from the new limit
 	}
-	p.bucket.SetCapacity(effectiveCapacity(p.settings.Load().bucket, limit))
-	p.m.capacity.Set(float64(p.bucket.Capacity()))
+	p.fitCapacityLocked(limit)
 	p.log.Info("rate changed", "limit", limit, "burst", burst, "old_limit", old.Limit, "old_burst", *old.Burst, "capacity", p.bucket.Capacity())
 }
