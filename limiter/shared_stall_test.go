@@ -39,12 +39,19 @@ func (s stall) until(t time.Time) time.Time {
 // of the stop, like a process that SIGSTOP held, and sends a slot that
 // came meanwhile late. It returns every send time of each limiter once
 // halt is closed, and for each stop that held a slot of a limiter, how
-// many slots its first Reserve after the stop let pass (Unused).
-func departures(lims []*limiter.Shared, stalls []stall, halt <-chan struct{}) (sent [][]time.Time, stranded [][]int64) {
+// many slots its first Reserve after the stop let pass (Unused; a limiter
+// without it, a local one, strands none).
+func departures[L interface{ Reserve(time.Time) time.Time }](lims []L, stalls []stall, halt <-chan struct{}) (sent [][]time.Time, stranded [][]int64) {
 	sent = make([][]time.Time, len(lims))
 	stranded = make([][]int64, len(lims))
 	var wg sync.WaitGroup
 	for i, l := range lims {
+		unused := func() int64 {
+			if u, ok := any(l).(interface{ Unused() int64 }); ok {
+				return u.Unused()
+			}
+			return 0
+		}
 		wg.Go(func() {
 			st := stalls[i]
 			timer := time.NewTimer(time.Hour)
@@ -77,11 +84,11 @@ func departures(lims []*limiter.Shared, stalls []stall, halt <-chan struct{}) (s
 				}
 				slot := l.Reserve(now)
 				if unusedBefore >= 0 {
-					stranded[i] = append(stranded[i], l.Unused()-unusedBefore)
+					stranded[i] = append(stranded[i], unused()-unusedBefore)
 					unusedBefore = -1
 				}
 				if !st.until(slot).Equal(slot) {
-					unusedBefore = l.Unused()
+					unusedBefore = unused()
 				}
 				if now, ok = sleep(slot); !ok {
 					return
@@ -208,24 +215,78 @@ func TestSharedFleetDeliversTheLimitWhileAReplicaStalls(t *testing.T) {
 // limit: it asks for the next lease before this one ends, and sends the
 // slots of a late wake-up at once instead of letting them pass. Letting
 // them pass, one replica delivered 30% of 5000/s.
+//
+// An ideal sender runs beside it (paced), so that a busy machine, whose
+// late wake-ups cost both, weighs on them alike: the shared limiter is
+// held to what the ideal sender sent, and to the limit only loosely.
 func TestSharedReplicaThatWakesLateStillSendsTheLimit(t *testing.T) {
 	addr := redistest.Start(t).Addr
 	for _, limit := range []float64{1000, 5000} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
-			cfg := limiter.SharedConfig{Key: fmt.Sprintf("shaper:late:%v", limit), Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: limit, Timeout: loadedTimeout}
-			lims, _ := replicas(t, addr, 1, cfg)
-			start := time.Now()
-			halt := make(chan struct{})
-			time.AfterFunc(2500*time.Millisecond, func() { close(halt) })
-			sent, _ := departures(lims, make([]stall, 1), halt)
-			r := measure(sent, start.Add(300*time.Millisecond), start.Add(2400*time.Millisecond))
-			t.Logf("one replica at %v/s: %.1f/s (%.1f%%), most in 100ms %d, unused %d", limit, r.rate, 100*r.rate/limit, r.most, lims[0].Unused())
-			if r.rate < 0.85*limit || r.rate > 1.01*limit {
-				t.Errorf("rate = %.1f/s; want %v -15%% +1%%", r.rate, limit)
+			// A burst of the host's steal can starve Redis's process
+			// alone, which an ideal sender does not need: the rate
+			// must hold in one of three tries. Letting late slots pass
+			// fails all three.
+			var failed []string
+			for try := range 3 {
+				cfg := limiter.SharedConfig{Key: fmt.Sprintf("shaper:late:%v:%d", limit, try), Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: limit, Timeout: loadedTimeout}
+				lims, _ := replicas(t, addr, 1, cfg)
+				start := time.Now()
+				halt := make(chan struct{})
+				time.AfterFunc(2500*time.Millisecond, func() { close(halt) })
+				var sent [][]time.Time
+				var ideal []time.Time
+				var wg sync.WaitGroup
+				wg.Go(func() { sent, _ = departures(lims, make([]stall, 1), halt) })
+				wg.Go(func() { ideal = paced(limit, start, halt) })
+				wg.Wait()
+				from, to := start.Add(300*time.Millisecond), start.Add(2400*time.Millisecond)
+				r, base := measure(sent, from, to), measure([][]time.Time{ideal}, from, to)
+				t.Logf("one replica at %v/s: %.1f/s (%.1f%%), most in 100ms %d, unused %d; an ideal sender beside it %.1f/s (%.1f%%)",
+					limit, r.rate, 100*r.rate/limit, r.most, lims[0].Unused(), base.rate, 100*base.rate/limit)
+				// The 100ms bound holds in every try.
+				if bound := int(limit/10) + 1 + int(math.Ceil(limit*0.002)); r.most > bound {
+					t.Errorf("most slots in any 100ms = %d; want <= %d (limit/10 + 1 + limit × 2ms of catch-up)", r.most, bound)
+				}
+				if r.rate > 1.01*limit {
+					t.Errorf("rate = %.1f/s; want at most %v +1%%", r.rate, limit)
+				}
+				if r.rate >= 0.85*base.rate {
+					return
+				}
+				failed = append(failed, fmt.Sprintf("%.1f/s of the ideal sender's %.1f/s", r.rate, base.rate))
 			}
-			if bound := int(limit/10) + 1 + int(math.Ceil(limit*0.002)); r.most > bound {
-				t.Errorf("most slots in any 100ms = %d; want <= %d (limit/10 + 1 + limit × 2ms of catch-up)", r.most, bound)
-			}
+			t.Errorf("rate in three tries: %v; want at least 85%% of an ideal sender's beside it in one", failed)
 		})
+	}
+}
+
+// paced returns the slots an ideal sender at limit sends on this machine
+// from start until halt is closed: it sleeps until each slot, sends those
+// that came while it slept at once if they are at most 2ms late (the
+// limiters' catch-up), and lets older ones pass.
+func paced(limit float64, start time.Time, halt <-chan struct{}) []time.Time {
+	interval := time.Duration(float64(time.Second) / limit)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var sent []time.Time
+	for next := start; ; next = next.Add(interval) {
+		if d := time.Until(next); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-halt:
+				return sent
+			}
+		}
+		select {
+		case <-halt:
+			return sent
+		default:
+		}
+		if late := time.Since(next) - 2*time.Millisecond; late > 0 {
+			next = next.Add(late / interval * interval) // the slots let pass
+		}
+		sent = append(sent, next)
 	}
 }
