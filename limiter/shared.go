@@ -361,14 +361,17 @@ type Shared struct {
 
 	mu sync.Mutex
 	// limit and burst are the shared rate as last heard from Redis, or as
-	// last set by SetRate while pending.
-	limit float64
-	burst int
-	// pending means SetRate's rate is not yet written to Redis; pendSeq
-	// counts SetRate calls, so that a reply can tell whether it wrote the
-	// latest one.
-	pending bool
-	pendSeq uint64
+	// last set by SetRate or Adapt while pending; ceiling is the fleet's
+	// rate.limit, the most limit may be, as last heard or set by SetRate.
+	limit   float64
+	burst   int
+	ceiling float64
+	// pending means SetRate's or Adapt's rate is not yet written to
+	// Redis, and pendCeiling that it holds a SetRate's ceiling; pendSeq
+	// counts SetRate and Adapt calls, so that a reply can tell whether it
+	// wrote the latest one.
+	pending, pendCeiling bool
+	pendSeq              uint64
 	// lease is the run of slots being handed out; ahead is the next one,
 	// asked for before lease ran out (see prefetchLocked), or empty.
 	lease, ahead lease
@@ -438,12 +441,13 @@ type call struct {
 	cut       bool
 	stalled   bool
 
-	// Set when the call starts: the rate it sends, whether it overwrites
-	// the stored one (SetRate), and which SetRate that is.
-	limit float64
-	burst int
-	set   bool
-	seq   uint64
+	// Set when the call starts: the rate and ceiling it sends, whether it
+	// overwrites the stored rate (SetRate, Adapt) and ceiling (SetRate),
+	// and which SetRate or Adapt that is.
+	limit, ceiling  float64
+	burst           int
+	set, setCeiling bool
+	seq             uint64
 	// given is how many slots the call gives back (Shared.givenBack).
 	given int64
 }
@@ -455,6 +459,8 @@ type reply struct {
 	limit float64
 	burst int
 	extra int // slots of credit the lease holds beyond the schedule: 0 or 1
+	// ceiling is the fleet's rate.limit, the most limit may be.
+	ceiling float64
 }
 
 // NewShared returns a Shared limiter on cfg.Key through client, whose
@@ -556,6 +562,7 @@ func newShared(client redis.UniversalClient, cfg SharedConfig, now time.Time) (*
 		wake:          make(chan struct{}, 1),
 		quit:          make(chan struct{}),
 		limit:         cfg.Limit,
+		ceiling:       cfg.Limit,
 		burst:         cfg.Burst,
 	}
 	if cfg.Mode == Token {
@@ -767,7 +774,9 @@ func (s *Shared) signal() {
 // it; while Redis cannot be reached it is kept and written when Redis
 // answers again. In Redis, slots owed at the time of the change keep their
 // number and are re-spaced at the new interval, as Limiter.SetRate does.
-// The fallback limit follows: min(FallbackLimit, limit).
+// The fallback limit follows: min(FallbackLimit, limit). The limit is
+// also the fleet's ceiling, the most Adapt may set: the configured
+// rate.limit until a rate change at run time.
 //
 // SetRate ignores values that ValidateRate rejects.
 func (s *Shared) SetRate(limit float64, burst int) {
@@ -776,12 +785,40 @@ func (s *Shared) SetRate(limit float64, burst int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.limit, s.burst = limit, burst
+	s.limit, s.burst, s.ceiling = limit, burst, limit
+	s.pending, s.pendCeiling = true, true
+	s.pendSeq++
+	s.dropLeaseLocked()
+	s.syncLocalLocked()
+	s.signal()
+}
+
+// Adapt changes the shared limit in force for every replica, as SetRate
+// does, but not the ceiling, and never above it: the adaptive rate moves
+// the limit below the fleet's rate.limit, and a rise computed on one
+// replica never undoes another replica's SetRate to a lower rate. Adapt
+// ignores a limit that ValidateRate rejects.
+func (s *Shared) Adapt(limit float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ValidateRate(limit, s.burst) != nil {
+		return
+	}
+	s.limit = min(limit, s.ceiling)
 	s.pending = true
 	s.pendSeq++
 	s.dropLeaseLocked()
 	s.syncLocalLocked()
 	s.signal()
+}
+
+// Ceiling returns the fleet's rate.limit, the most the limit in force may
+// be: the configured limit, or the last SetRate on any replica, as last
+// heard from Redis.
+func (s *Shared) Ceiling() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ceiling
 }
 
 // Limit returns the limit in force: the shared one as last heard from
@@ -881,8 +918,8 @@ func (s *Shared) nextLocked(now time.Time) (*call, time.Duration) {
 		return nil, 0
 	}
 	op.started = true
-	op.limit, op.burst = s.limit, s.burst
-	op.set, op.seq = s.pending, s.pendSeq
+	op.limit, op.burst, op.ceiling = s.limit, s.burst, s.ceiling
+	op.set, op.setCeiling, op.seq = s.pending, s.pendCeiling, s.pendSeq
 	op.given, s.givenBack = s.givenBack, 0
 	s.calls++
 	return op, 0
@@ -897,10 +934,14 @@ func (s *Shared) probeGap() time.Duration {
 // do makes one call of the script, a probe's preceded by its dial, and
 // applies the result.
 func (s *Shared) do(ctx context.Context, op *call) {
-	set := "0"
-	if op.set {
-		set = "1"
+	write := "keep:"
+	switch {
+	case op.setCeiling:
+		write = "ceiling:"
+	case op.set:
+		write = "limit:"
 	}
+	write += strconv.FormatFloat(op.ceiling, 'g', -1, 64)
 	start := time.Now()
 	deadline := start.Add(s.timeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
@@ -915,7 +956,7 @@ func (s *Shared) do(ctx context.Context, op *call) {
 	}
 	if err == nil {
 		vals, err = sharedScript.Run(ctx, s.client, s.keys,
-			op.want, s.modeArg, strconv.FormatFloat(op.limit, 'g', -1, 64), op.burst, set, s.id+":"+strconv.FormatInt(op.given, 10)).Slice()
+			op.want, s.modeArg, strconv.FormatFloat(op.limit, 'g', -1, 64), op.burst, write, s.id+":"+strconv.FormatInt(op.given, 10)).Slice()
 	}
 	recv := time.Now()
 	cancel()
@@ -984,15 +1025,15 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 		// the limiter back since, with a newer reply. Only its write of
 		// the rate counts.
 		if op.set && op.seq == s.pendSeq {
-			s.pending = false
+			s.pending, s.pendCeiling = false, false
 		}
 		return
 	}
 	// A SetRate made while the call ran is newer than what it read.
 	newer := s.pending && !(op.set && op.seq == s.pendSeq)
 	if !newer {
-		s.pending = false
-		s.limit, s.burst = r.limit, r.burst
+		s.pending, s.pendCeiling = false, false
+		s.limit, s.burst, s.ceiling = r.limit, r.burst, r.ceiling
 		s.syncLocalLocked()
 	}
 	if s.fallback {
@@ -1160,30 +1201,32 @@ func (s *Shared) syncLocalLocked() {
 // parseReply checks and decodes the script's reply.
 func parseReply(vals []any) (reply, error) {
 	var r reply
-	if len(vals) != 6 {
+	if len(vals) != 7 {
 		return r, fmt.Errorf("unexpected script reply %v", vals)
 	}
-	var strs [4]string
-	for i := range strs {
+	// Every value but burst and extra travels as a string.
+	strs := make([]string, 0, 5)
+	for _, i := range []int{0, 1, 2, 3, 6} {
 		s, ok := vals[i].(string)
 		if !ok {
 			return r, fmt.Errorf("unexpected script reply %v", vals)
 		}
-		strs[i] = s
+		strs = append(strs, s)
 	}
 	sec, err1 := strconv.ParseInt(strs[0], 10, 64)
 	usec, err2 := strconv.ParseInt(strs[1], 10, 64)
 	base, err3 := strconv.ParseFloat(strs[2], 64)
 	limit, err4 := strconv.ParseFloat(strs[3], 64)
+	ceiling, err5 := strconv.ParseFloat(strs[4], 64)
 	burst, ok := vals[4].(int64)
 	extra, ok2 := vals[5].(int64)
-	if err := errors.Join(err1, err2, err3, err4); err != nil || !ok || !ok2 || extra < 0 || extra > 1 {
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || !ok || !ok2 || extra < 0 || extra > 1 {
 		return r, fmt.Errorf("unexpected script reply %v", vals)
 	}
-	if ValidateRate(limit, int(burst)) != nil || math.IsNaN(base) || math.IsInf(base, 0) {
-		return r, fmt.Errorf("script reply holds a bad rate: limit %v, burst %d, base %v", limit, burst, base)
+	if ValidateRate(limit, int(burst)) != nil || ValidateRate(ceiling, 1) != nil || math.IsNaN(base) || math.IsInf(base, 0) {
+		return r, fmt.Errorf("script reply holds a bad rate: limit %v, burst %d, ceiling %v, base %v", limit, burst, ceiling, base)
 	}
 	r.now = float64(sec*1_000_000 + usec)
-	r.base, r.limit, r.burst, r.extra = base, limit, int(burst), int(extra)
+	r.base, r.limit, r.burst, r.extra, r.ceiling = base, limit, int(burst), int(extra), ceiling
 	return r, nil
 }

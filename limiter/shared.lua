@@ -2,13 +2,19 @@
 -- atomically. See Shared in shared.go for the model.
 --
 -- KEYS[1]  the hash: tat (theoretical arrival time, server microseconds),
---          limit (slots per second), burst (slots)
+--          limit (slots per second, the limit in force), burst (slots),
+--          ceiling (the fleet's rate.limit: the most limit may be)
 -- ARGV[1]  want: how many consecutive slots to reserve (0 reads and
 --          initialises only)
 -- ARGV[2]  "1" for token mode (tolerance (burst-1)/limit), "0" for leaky
 --          (no tolerance)
 -- ARGV[3]  limit and ARGV[4] burst: written when the hash holds none, or
---          always when ARGV[5] is "1" (a SetRate)
+--          when ARGV[5] says so
+-- ARGV[5]  "<what>:<c>", c the caller's ceiling: written when the hash
+--          holds none. What the call writes: "keep", nothing; "limit",
+--          ARGV[3] as the limit in force, at most the ceiling
+--          (Shared.Adapt); "ceiling", c as the ceiling and ARGV[3], at
+--          most c, as the limit (a SetRate, perhaps followed by an Adapt)
 -- ARGV[6]  "<id>:<given>": the caller's id, and how many leased slots it
 --          let pass unused since its last call, given back (leaky mode
 --          only). One argument: Redis refuses a command of more than ten
@@ -24,7 +30,7 @@
 -- at most one every 100ms/(replicas-1), so that any 100 ms holds at most
 -- limit/10 + replicas; a fleet of one takes none.
 --
--- Returns {seconds, microseconds, base, limit, burst, extra}: the server
+-- Returns {seconds, microseconds, base, limit, burst, extra, ceiling}: the server
 -- time from TIME, base in server microseconds and extra (0 or 1) such that
 -- slot i of the want reserved goes at max(now, base + i*span/want), where
 -- span is (want-extra)*1e6/limit. Floats travel as strings, because Redis
@@ -35,7 +41,13 @@ local want = tonumber(ARGV[1])
 if not want or want < 0 then want = 0 end
 if want > 100000 then want = 100000 end
 local token = ARGV[2] == '1'
-local setrate = ARGV[5] == '1'
+local what, newceiling = string.match(ARGV[5] or '', '^(%a+):(.+)$')
+newceiling = tonumber(newceiling)
+if not (newceiling and newceiling > 0 and newceiling < math.huge and
+    (what == 'keep' or what == 'limit' or what == 'ceiling')) then
+  return redis.error_reply('ERR shaper limiter: bad write argument ' .. tostring(ARGV[5]))
+end
+local setrate = what ~= 'keep'
 local newlimit = tonumber(ARGV[3])
 local newburst = tonumber(ARGV[4])
 if not (newlimit and newlimit > 0 and newlimit < math.huge) then
@@ -52,10 +64,11 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- HMGET fails with WRONGTYPE if someone stored something else at key; the
 -- error reaches the caller, which falls back.
-local st = redis.call('HMGET', key, 'tat', 'limit', 'burst')
+local st = redis.call('HMGET', key, 'tat', 'limit', 'burst', 'ceiling')
 local tat = tonumber(st[1])
 local limit = tonumber(st[2])
 local burst = tonumber(st[3])
+local ceiling = tonumber(st[4])
 
 -- Comparisons are written so that nil and NaN fail them: a field that is
 -- missing or garbage counts as absent.
@@ -63,7 +76,16 @@ local valid = limit and limit > 0 and limit < math.huge and burst and burst >= 1
 if not (tat and tat > -math.huge and tat < math.huge) then
   tat = now
 end
+if what == 'ceiling' then
+  ceiling = newceiling
+elseif not (ceiling and ceiling > 0 and ceiling < math.huge) then
+  -- First writer wins: only a hash without a ceiling takes the caller's,
+  -- or the limit it holds when higher (written without a ceiling).
+  ceiling = newceiling
+  if valid then ceiling = math.max(limit, newceiling) end
+end
 if setrate then
+  newlimit = math.min(newlimit, ceiling)
   -- Slots still owed at now keep their number and are re-spaced at the new
   -- interval, as Limiter.SetRate does locally. A tat in the past means a
   -- full bucket at any rate.
@@ -130,11 +152,12 @@ tat = tat + (want - extra) * interval
 redis.call('HSET', key,
   'tat', string.format('%.17g', tat),
   'limit', string.format('%.17g', limit),
-  'burst', string.format('%d', burst))
+  'burst', string.format('%d', burst),
+  'ceiling', string.format('%.17g', ceiling))
 -- Keep the key while slots are owed plus longer than a full refill, and at
 -- least ten seconds: an expired key is a full bucket, which is only right
 -- once a full refill has passed.
 local ttl = (tat - now) + math.max(2 * burst * interval, 10000000)
 redis.call('PEXPIRE', key, math.min(math.ceil(ttl / 1000), 100000000000))
 
-return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), burst, extra}
+return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), burst, extra, string.format('%.17g', ceiling)}

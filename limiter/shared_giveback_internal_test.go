@@ -51,7 +51,7 @@ func TestTheScriptHandsGivenBackSlotsOutAgainSpacedByTheFleet(t *testing.T) {
 					given = tt.given // every replica has called once
 				}
 				vals, err := sharedScript.Run(context.Background(), client, []string{key},
-					want, mode, "1000", 1, "0", fmt.Sprintf("%s:%d", tt.ids[i%len(tt.ids)], given)).Slice()
+					want, mode, "1000", 1, "keep:1000", fmt.Sprintf("%s:%d", tt.ids[i%len(tt.ids)], given)).Slice()
 				if err != nil {
 					t.Fatalf("call %d: %v", i, err)
 				}

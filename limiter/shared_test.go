@@ -807,3 +807,64 @@ func TestSharedCountsTheLeasedSlotsItLetPassAsUnused(t *testing.T) {
 		t.Errorf("Fallback() after Close = false; want true")
 	}
 }
+
+// The adaptive rate moves the shared limit in force below the fleet's
+// rate.limit, its ceiling; a rate change at run time moves the ceiling.
+// So a rise computed on one replica never undoes another replica's
+// lowered rate.limit, and a first writer that adapts sets its configured
+// limit as the ceiling, not the limit it adapted to.
+func TestSharedAdaptStaysUnderTheCeilingThatSetRateMoves(t *testing.T) {
+	addr := redistest.Start(t).Addr
+	admin := newClient(t, &redis.Options{Addr: addr})
+	client := newClient(t, &redis.Options{Addr: addr})
+	ctx := context.Background()
+	cfg := limiter.SharedConfig{Key: "shaper:adapt", Mode: limiter.Leaky, Limit: 100, Burst: 1, FallbackLimit: 10, Timeout: loadedTimeout}
+	a := newShared(t, client, cfg, nil)
+	b := newShared(t, client, cfg, nil)
+	// stored waits until Redis holds limit and ceiling, and b has heard
+	// of them (each Reserve may make the call that brings them).
+	stored := func(step string, limit, ceiling string) {
+		t.Helper()
+		if _, ok := waitFor(2*time.Second, func() bool {
+			b.Reserve(time.Now())
+			f := admin.HMGet(ctx, cfg.Key, "limit", "ceiling").Val()
+			return f[0] == limit && f[1] == ceiling &&
+				fmt.Sprint(b.Limit(time.Now())) == limit && fmt.Sprint(b.Ceiling()) == ceiling
+		}); !ok {
+			t.Errorf("%s: Redis holds limit, ceiling = %v, the other replica Limit() %v, Ceiling() %v; want %s, %s",
+				step, admin.HMGet(ctx, cfg.Key, "limit", "ceiling").Val(), b.Limit(time.Now()), b.Ceiling(), limit, ceiling)
+		}
+	}
+
+	stored("at start", "100", "100")
+	a.Adapt(40)
+	stored("a push-back on a", "40", "100")
+	a.SetRate(50, 1)
+	stored("a rate change on a", "50", "50")
+	b.Adapt(100) // b's rise towards its configured limit
+	stored("a rise on b above the ceiling", "50", "50")
+	b.Adapt(30)
+	stored("a push-back on b", "30", "50")
+	a.SetRate(80, 1)
+	stored("a rate raised on a", "80", "80")
+	if got := a.Ceiling(); got != 80 {
+		t.Errorf("a.Ceiling() after its SetRate(80) = %v; want 80", got)
+	}
+
+	// A first writer that adapts before its first call sets its
+	// configured limit as the ceiling.
+	fresh := cfg
+	fresh.Key = "shaper:adapt:fresh"
+	c := newShared(t, client, fresh, nil)
+	if err := admin.Del(ctx, fresh.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Adapt(20)
+	if _, ok := waitFor(2*time.Second, func() bool {
+		c.Reserve(time.Now())
+		f := admin.HMGet(ctx, fresh.Key, "limit", "ceiling").Val()
+		return f[0] == "20" && f[1] == "100"
+	}); !ok {
+		t.Errorf("after Adapt(20) on an empty key: limit, ceiling = %v; want 20, 100", admin.HMGet(ctx, fresh.Key, "limit", "ceiling").Val())
+	}
+}

@@ -550,3 +550,85 @@ func TestTheBucketCapacityFollowsTheFleetsLimitOnAFakeClock(t *testing.T) {
 		}
 	})
 }
+
+// ceilingFleet is a fleet's shared limit as limiter.Shared keeps it in
+// Redis: the limit in force, which Adapt on any replica moves but never
+// above the ceiling, and the ceiling, the fleet's rate.limit, which
+// SetRate on any replica moves.
+type ceilingFleet struct {
+	*limiter.Limiter
+	mu             sync.Mutex
+	limit, ceiling float64
+}
+
+func (l *ceilingFleet) Limit(time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit
+}
+
+func (l *ceilingFleet) Ceiling() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ceiling
+}
+
+func (l *ceilingFleet) SetRate(limit float64, _ int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limit, l.ceiling = limit, limit
+}
+
+func (l *ceilingFleet) Adapt(limit float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limit = min(limit, l.ceiling)
+}
+
+func (l *ceilingFleet) Fallback() bool { return false }
+
+var _ shaper.Adapter = (*ceilingFleet)(nil)
+
+// With rate.adaptive moving a shared rate.limit, a rate lowered on another
+// replica stays lowered: this replica's adaptive rate rises no higher than
+// the fleet's rate.limit, and its own rate.limit follows it. Before, its
+// rise towards its configured limit was written for the whole fleet and
+// undid the change within seconds.
+func TestARateLoweredOnAnotherReplicaStaysLoweredUnderTheAdaptiveRateOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(0)
+		fleet := &ceilingFleet{limit: 100, ceiling: 100}
+		f.lim = func(l *limiter.Limiter) shaper.Limiter {
+			fleet.Limiter = l
+			return fleet
+		}
+		f.adaptsLimiter = true
+		type seen struct{ limit, now float64 }
+		var got []seen
+		runFake(t, f, func(p *config.Pipeline) {
+			p.Rate.Limit = 100
+			p.Rate.Adaptive = &shaper.AdaptiveConfig{Min: 5}
+		}, func(p *shaper.Pipeline) {
+			look := func() {
+				s := p.Status()
+				got = append(got, seen{s.Limit, s.LimitNow})
+			}
+			elapse(time.Second)
+			fleet.SetRate(50, 1) // another replica's rate change
+			elapse(10 * time.Second)
+			look()
+			fleet.Adapt(30) // another replica's push-back
+			elapse(10 * time.Second)
+			look()
+			fleet.SetRate(150, 1)
+			elapse(time.Second)
+			look()
+		})
+		// After the push-back this replica's rise brings the limit back to
+		// the fleet's rate.limit, 50, not its own configured 100.
+		want := []seen{{50, 50}, {50, 50}, {150, 150}}
+		if !slices.Equal(got, want) {
+			t.Errorf("(limit, limit_now) after another replica's rate change to 50, its push-back to 30 and a rate change to 150 = %v; want %v", got, want)
+		}
+	})
+}

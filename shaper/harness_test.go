@@ -313,6 +313,9 @@ type fakes struct {
 	reg     *prometheus.Registry                                  // the pipeline's metrics; nil: a registry of its own
 	// destLimiter makes each destination's limiter; nil: the config's.
 	destLimiter func(name string, now time.Time) shaper.Limiter
+	// adaptsLimiter gives the pipeline no destination limiters, as
+	// cmd/shaper does when rate.adaptive moves a shared rate.limit.
+	adaptsLimiter bool
 	// lim wraps the pipeline's limiter; nil: the config's as it is.
 	lim func(*limiter.Limiter) shaper.Limiter
 }
@@ -460,6 +463,9 @@ func runFake(t *testing.T, f *fakes, mutate func(*config.Pipeline), body func(p 
 	parts.DestinationLimiter = pc.Rate.DestinationLimiter()
 	if f.destLimiter != nil {
 		parts.DestinationLimiter = f.destLimiter
+	}
+	if f.adaptsLimiter {
+		parts.DestinationLimiter = nil // the adaptive rate moves the pipeline's limit (a shared one, with a fixed url)
 	}
 	p := shaper.New(pc.Core(), parts)
 	done := make(chan error, 1)

@@ -196,6 +196,18 @@ type CeilingSetter interface {
 	SetCeiling(limit float64)
 }
 
+// Adapter is implemented by a limiter whose limit in force a fleet of
+// replicas shares under a ceiling, the fleet's rate.limit
+// (limiter.Shared): the adaptive rate moves the limit in force with Adapt,
+// never above the ceiling, and SetRate, a rate change at run time on any
+// replica, moves the ceiling.
+type Adapter interface {
+	// Adapt sets the limit in force, at most the ceiling, for the fleet.
+	Adapt(limit float64)
+	// Ceiling returns the fleet's rate.limit as last heard.
+	Ceiling() float64
+}
+
 // UnusedReporter is implemented by limiters that lease slots of a shared
 // schedule ahead of use (limiter.Shared). The pipeline exports the count as
 // shaper_limiter_unused_total.

@@ -597,10 +597,15 @@ func (p *Pipeline) adaptDestinations(now time.Time) {
 }
 
 // applyLimitLocked puts a limit in force from now without changing the
-// configured rate: the limiter, a scheduler waiting under the old limit,
-// and the bucket capacity, which follows it. It requires that p.mu is held.
+// configured rate: the limiter (a shared one under the fleet's rate.limit),
+// a scheduler waiting under the old limit, and the bucket capacity, which
+// follows it. It requires that p.mu is held.
 func (p *Pipeline) applyLimitLocked(limit float64) {
-	p.lim.SetRate(limit, *p.rate.Burst)
+	if a, ok := p.lim.(Adapter); ok {
+		a.Adapt(limit)
+	} else {
+		p.lim.SetRate(limit, *p.rate.Burst)
+	}
 	p.alarm.Ring()
 	p.fitCapacityLocked(limit)
 }
@@ -617,19 +622,30 @@ func (p *Pipeline) fitCapacityLocked(limit float64) {
 	p.m.capacity.Set(float64(capacity))
 }
 
-// followFleet fits the bucket's capacity to a shared limit in force every
-// adaptEvery until ctx ends: another replica moves it (a rate change
-// through its admin API, its adaptive rate at a push-back) without this
-// one's SetRate, and a replica that kept the capacity of a higher limit
-// would hold messages until they expire instead of leaving them in the
-// source. While the limiter has fallen back the capacity stays: the
-// fallback limit lasts only until Redis answers again.
+// followFleet follows what other replicas change in a shared limit, every
+// adaptEvery until ctx ends: the fleet's rate.limit (a rate change through
+// another replica's admin API) becomes this pipeline's, and the adaptive
+// rate's ceiling; and the bucket's capacity fits the limit in force (which
+// another replica's adaptive rate moves too): a replica that kept the
+// capacity of a higher limit would hold messages until they expire
+// instead of leaving them in the source. While the limiter has fallen back
+// nothing changes: the fallback limit lasts only until Redis answers
+// again.
 func (p *Pipeline) followFleet(ctx context.Context, fr FallbackReporter) {
 	for sleep(ctx, p.clock, adaptEvery) {
 		if fr.Fallback() {
 			continue
 		}
 		p.mu.Lock()
+		if a, ok := p.lim.(Adapter); ok {
+			if limit := a.Ceiling(); limit != p.rate.Limit {
+				p.log.Info("rate changed on another replica", "limit", limit, "old_limit", p.rate.Limit)
+				p.rate.Limit = limit
+				if p.adaptive != nil {
+					p.adaptive.setCeilingIfChanged(limit)
+				}
+			}
+		}
 		p.fitCapacityLocked(p.lim.Limit(p.clock.Now()))
 		p.mu.Unlock()
 	}

@@ -19,9 +19,10 @@ type Status struct {
 	// expired than requests were sent (NotReady says more).
 	State string `json:"state"`
 	Mode  string `json:"mode"`
-	// Limit is the configured rate; LimitNow the rate in force (they differ
-	// during warm-up, a shared limiter's fallback, and while the adaptive
-	// rate holds it lower).
+	// Limit is rate.limit: the configured rate, or the last rate change
+	// (with a shared limiter, through any replica); LimitNow the rate in
+	// force (they differ during warm-up, a shared limiter's fallback, and
+	// while the adaptive rate holds it lower).
 	Limit    float64 `json:"limit"`
 	LimitNow float64 `json:"limit_now"`
 	Burst    int     `json:"burst"`
