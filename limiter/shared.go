@@ -273,6 +273,13 @@ func (c SharedConfig) validate() error {
 // replica to call writes the limit it last knew, which includes a SetRate
 // made on any replica it heard from.
 //
+// Beside the limit in force Redis keeps the fleet's ceiling, the limit
+// SetRate last set (or the first writer's configured limit). Adapt, the
+// adaptive rate's move, writes the limit in force only, and never above
+// the ceiling: a rise computed on one replica cannot undo a lower rate
+// set on another, and Ceiling tells every replica the rate.limit the
+// fleet runs under.
+//
 // # Fallback
 //
 // Each Redis call runs under Timeout. On any failure (connection refused,
