@@ -432,31 +432,6 @@ func (c *ceilingLimiter) SetCeiling(limit float64) {
 
 var _ shaper.CeilingSetter = (*ceilingLimiter)(nil)
 
-// fleetLimiter is a pipeline's limiter shared with other replicas: its
-// limit in force is the fleet's, which a rate change on another replica
-// moves (set).
-type fleetLimiter struct {
-	*limiter.Limiter
-	mu    sync.Mutex
-	limit float64
-}
-
-func (l *fleetLimiter) Limit(time.Time) float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
-}
-
-func (l *fleetLimiter) set(limit float64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.limit = limit
-}
-
-func (l *fleetLimiter) Fallback() bool { return false }
-
-var _ shaper.FallbackReporter = (*fleetLimiter)(nil)
-
 // A rate change at run time moves the ceiling of each destination's own
 // limit: a destination's limiter that caps its rate (a shared one, in
 // Redis) is told the new rate.limit within a tick of the adaptive rate,
@@ -475,12 +450,9 @@ func testARateChangeMovesEachDestinationsCeiling(t *testing.T, how string) {
 		f.sink = destSink{fakeSink{f}}
 		var mu sync.Mutex
 		var lims []*ceilingLimiter
-		fleet := &fleetLimiter{limit: 50}
+		var fleet *fleetLimiter
 		if how == "another replica" {
-			f.lim = func(l *limiter.Limiter) shaper.Limiter {
-				fleet.Limiter = l
-				return fleet
-			}
+			fleet = f.joinFleet(50)
 		}
 		runFake(t, f, func(p *config.Pipeline) {
 			messageURLs(p)
@@ -526,11 +498,7 @@ func testARateChangeMovesEachDestinationsCeiling(t *testing.T, how string) {
 func TestTheBucketCapacityFollowsTheFleetsLimitOnAFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakes(0)
-		fleet := &fleetLimiter{limit: 50}
-		f.lim = func(l *limiter.Limiter) shaper.Limiter {
-			fleet.Limiter = l
-			return fleet
-		}
+		fleet := f.joinFleet(50)
 		var got []int
 		runFake(t, f, func(p *config.Pipeline) {
 			p.Rate.Limit = 50
@@ -551,43 +519,50 @@ func TestTheBucketCapacityFollowsTheFleetsLimitOnAFakeClock(t *testing.T) {
 	})
 }
 
-// ceilingFleet is a fleet's shared limit as limiter.Shared keeps it in
+// fleetLimiter is a fleet's shared limit as limiter.Shared keeps it in
 // Redis: the limit in force, which Adapt on any replica moves but never
 // above the ceiling, and the ceiling, the fleet's rate.limit, which
-// SetRate on any replica moves.
-type ceilingFleet struct {
+// SetRate on any replica moves (set: another replica's rate change).
+type fleetLimiter struct {
 	*limiter.Limiter
 	mu             sync.Mutex
 	limit, ceiling float64
 }
 
-func (l *ceilingFleet) Limit(time.Time) float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
+// joinFleet makes the pipeline f runs use a fleet's shared limit, at limit.
+func (f *fakes) joinFleet(limit float64) *fleetLimiter {
+	fleet := &fleetLimiter{limit: limit, ceiling: limit}
+	f.lim = func(l *limiter.Limiter) shaper.Limiter {
+		fleet.Limiter = l
+		return fleet
+	}
+	return fleet
 }
 
-func (l *ceilingFleet) Ceiling() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ceiling
+func (l *fleetLimiter) Limit(time.Time) float64 { return l.get(&l.limit) }
+func (l *fleetLimiter) Ceiling() float64        { return l.get(&l.ceiling) }
+func (l *fleetLimiter) SetRate(limit float64, _ int) {
+	l.do(func() { l.limit, l.ceiling = limit, limit })
+}
+func (l *fleetLimiter) Adapt(limit float64) { l.do(func() { l.limit = min(limit, l.ceiling) }) }
+func (l *fleetLimiter) Fallback() bool      { return false }
+func (l *fleetLimiter) set(limit float64)   { l.SetRate(limit, 1) }
+
+func (l *fleetLimiter) get(v *float64) (f float64) {
+	l.do(func() { f = *v })
+	return f
 }
 
-func (l *ceilingFleet) SetRate(limit float64, _ int) {
+func (l *fleetLimiter) do(f func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.limit, l.ceiling = limit, limit
+	f()
 }
 
-func (l *ceilingFleet) Adapt(limit float64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.limit = min(limit, l.ceiling)
-}
-
-func (l *ceilingFleet) Fallback() bool { return false }
-
-var _ shaper.Adapter = (*ceilingFleet)(nil)
+var (
+	_ shaper.Adapter          = (*fleetLimiter)(nil)
+	_ shaper.FallbackReporter = (*fleetLimiter)(nil)
+)
 
 // With rate.adaptive moving a shared rate.limit, a rate lowered on another
 // replica stays lowered: this replica's adaptive rate rises no higher than
@@ -597,11 +572,7 @@ var _ shaper.Adapter = (*ceilingFleet)(nil)
 func TestARateLoweredOnAnotherReplicaStaysLoweredUnderTheAdaptiveRateOnAFakeClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakes(0)
-		fleet := &ceilingFleet{limit: 100, ceiling: 100}
-		f.lim = func(l *limiter.Limiter) shaper.Limiter {
-			fleet.Limiter = l
-			return fleet
-		}
+		fleet := f.joinFleet(100)
 		f.adaptsLimiter = true
 		type seen struct{ limit, now float64 }
 		var got []seen
@@ -614,13 +585,13 @@ func TestARateLoweredOnAnotherReplicaStaysLoweredUnderTheAdaptiveRateOnAFakeCloc
 				got = append(got, seen{s.Limit, s.LimitNow})
 			}
 			elapse(time.Second)
-			fleet.SetRate(50, 1) // another replica's rate change
+			fleet.set(50) // another replica's rate change
 			elapse(10 * time.Second)
 			look()
 			fleet.Adapt(30) // another replica's push-back
 			elapse(10 * time.Second)
 			look()
-			fleet.SetRate(150, 1)
+			fleet.set(150)
 			elapse(time.Second)
 			look()
 		})
