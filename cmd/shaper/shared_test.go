@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -137,14 +139,15 @@ func TestThreeReplicasWithASharedAdaptiveRateSettleWithinTheSinksCapacity(t *tes
 	natsURL := startJetStream(t, 5000)
 	sink := sinktest.Start(t, sinktest.Admitting(sinktest.Quota(admits)))
 	redis := redistest.Start(t)
-	config := childtest.WriteConfig(t, childtest.Pipeline{
+	const token = "adaptive-test-token-0123456789"
+	config := childtest.WriteConfig(t, strings.Replace(childtest.Pipeline{
 		Drain:  time.Second,
 		Source: natsSource(natsURL),
 		Bucket: "{capacity: 200, max_queue_time: 5m}",
 		Rate: fmt.Sprintf(`{limit: 100, adaptive: {min: 5}, shared: {redis: {addr: "%s"}, key: "shaper:test:adaptive", fallback_limit: 30}}`,
 			redis.Addr),
 		Sink: httpSink(sink.URL, 4),
-	}.YAML())
+	}.YAML(), `admin: {listen: "127.0.0.1:0"}`, `admin: {listen: "127.0.0.1:0", token: "`+token+`"}`, 1))
 	var admins []string
 	for range 3 {
 		admins = append(admins, startChild(t, config).Admin())
@@ -183,17 +186,20 @@ func TestThreeReplicasWithASharedAdaptiveRateSettleWithinTheSinksCapacity(t *tes
 	// pushes back, so a look may also catch the shared one on its way up
 	// past the capacity (it did: 61 of 60): the looks go on until one
 	// finds the replicas agreeing at most half again above it.
-	var limits []float64
-	agreed := testwait.Until(10*time.Second, func() bool {
-		limits = limits[:0]
+	var limits, configured []float64
+	look := func() {
+		limits, configured = limits[:0], configured[:0]
 		for _, admin := range admins {
 			code, body, err := childtest.Get(admin, "/v1/pipelines")
 			var list []shaper.Status
 			if err != nil || code != http.StatusOK || json.Unmarshal([]byte(body), &list) != nil || len(list) != 1 {
 				t.Fatalf("GET /v1/pipelines = %d %s, %v", code, body, err)
 			}
-			limits = append(limits, list[0].LimitNow)
+			limits, configured = append(limits, list[0].LimitNow), append(configured, list[0].Limit)
 		}
+	}
+	agreed := testwait.Until(10*time.Second, func() bool {
+		look()
 		lo, hi := slices.Min(limits), slices.Max(limits)
 		return hi-lo <= 1e-9*hi && hi <= 3*admits/2
 	})
@@ -201,4 +207,30 @@ func TestThreeReplicasWithASharedAdaptiveRateSettleWithinTheSinksCapacity(t *tes
 	if !agreed || slices.Max(limits) > 3*admits/2 {
 		t.Errorf("limits in force %v (the last of 10s of looks); want one shared limit on every replica, near the sink's %d/s (not 100, not one per replica)", limits, admits)
 	}
+
+	// A rate lowered through one replica's API is every replica's
+	// rate.limit, and stays the most the limit in force is: the others'
+	// adaptive rates rise to it, not to their configured 100.
+	const lowered = 20
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, "http://"+admins[0]+"/v1/pipelines/psp/rate",
+		strings.NewReader(fmt.Sprintf(`{"limit": %d}`, lowered)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT rate %d = %d; want 200", lowered, resp.StatusCode)
+	}
+	under := func() bool {
+		look()
+		return slices.Max(limits) <= lowered && slices.Min(configured) == lowered && slices.Max(configured) == lowered
+	}
+	if !testwait.Until(5*time.Second, under) {
+		t.Errorf("5s after PUT rate %d on replica 0: rate.limit %v, in force %v; want %d and at most %d on every replica", lowered, configured, limits, lowered, lowered)
+	} else if !testwait.Holds(4*time.Second, under) {
+		t.Errorf("within 4s after every replica took PUT rate %d: rate.limit %v, in force %v; want %d and at most %d on every replica throughout", lowered, configured, limits, lowered, lowered)
+	}
+	t.Logf("after PUT rate %d on replica 0: rate.limit %v, in force %v", lowered, configured, limits)
 }
