@@ -519,8 +519,10 @@ func TestFleetKeepsTheSharedRateWhenAReplicaLosesRedisAndItFallsBack(t *testing.
 	if bound := fallback + 1 + slack; most1sCut > bound {
 		t.Errorf("replica 0 sent %d requests within 1 s on its fallback limit; want at most fallback_limit + 1 + %d = %d", most1sCut, slack, bound)
 	}
-	if bound := fleetLimit + fallback + fleetSize + slack; most1s > bound {
-		t.Errorf("the fleet sent %d requests within 1 s with replica 0 on its fallback; want at most limit + fallback_limit + replicas + %d = %d", most1s, slack, bound)
+	// Slots replicas 1 and 2 let pass are handed out again, as in the
+	// stalled fleet: a second may hold 10 × (replicas − 1) more.
+	if bound := fleetLimit + fallback + fleetSize + 10*(fleetSize-1) + slack; most1s > bound {
+		t.Errorf("the fleet sent %d requests within 1 s with replica 0 on its fallback; want at most limit + fallback_limit + replicas + 10 × (replicas − 1) + %d = %d", most1s, slack, bound)
 	}
 	if rs[0] < 0.7*fallback || rs[0] > 1.1*fallback {
 		t.Errorf("replica 0 sent %.1f/s cut off from Redis; want its fallback_limit %d (-30%% +10%%)", rs[0], fallback)
