@@ -200,10 +200,9 @@ func (c SharedConfig) validate() error {
 // only put more slots into a window than the schedule has, so Redis
 // spaces them: at most one every 100ms/(replicas − 1) of the schedule,
 // where replicas are those that called within the last second (a fleet
-// of one takes none). They add at
-// most replicas − 1 to any 100ms of the schedule, whose own slots are at
-// most limit/10 + 1 there: the bound limit/10 + replicas, before the
-// seams' jitter and the catch-up below. The fleet regains up to
+// of one takes none). They add at most replicas − 1 to any 100ms of the
+// schedule, whose own slots are at most limit/10 + 1 there: the bound
+// limit/10 + replicas, before the seams' jitter and the catch-up below. The fleet regains up to
 // 10 × (replicas − 1) slots a second: the 9 slots a replica stopped every
 // 400ms strands at 1000/s come back to a fleet of three within the next
 // few hundred milliseconds. Credit is kept for a second after the last
@@ -252,8 +251,9 @@ func (c SharedConfig) validate() error {
 //
 // The price of leases is elsewhere. A replica that stops asking strands
 // the rest of its lease and of the one ahead (up to 10ms of the global
-// rate each) until it calls again and gives them back; a busy replica holds slots that others cannot take for that long;
-// and after SetRate lowers the rate, leases already taken keep their old
+// rate each) until it calls again and gives them back; a busy replica
+// holds slots that others cannot take for that long; and after SetRate
+// lowers the rate, leases already taken keep their old
 // spacing, so right after a change the global rate can exceed the new
 // limit by up to two leases per replica (up to 20ms of slots at the old
 // rate). Bigger leases would mean fewer calls and more of all three.
@@ -793,11 +793,8 @@ func (s *Shared) SetRate(limit float64, burst int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limit, s.burst, s.ceiling = limit, burst, limit
-	s.pending, s.pendCeiling = true, true
-	s.pendSeq++
-	s.dropLeaseLocked()
-	s.syncLocalLocked()
-	s.signal()
+	s.pendCeiling = true
+	s.rateChangedLocked()
 }
 
 // Adapt changes the shared limit in force for every replica, as SetRate
@@ -812,6 +809,13 @@ func (s *Shared) Adapt(limit float64) {
 		return
 	}
 	s.limit = min(limit, s.ceiling)
+	s.rateChangedLocked()
+}
+
+// rateChangedLocked puts a rate set by SetRate or Adapt in force here and
+// has the limiter's goroutine write it to Redis. It requires that s.mu is
+// held.
+func (s *Shared) rateChangedLocked() {
 	s.pending = true
 	s.pendSeq++
 	s.dropLeaseLocked()
@@ -1211,22 +1215,21 @@ func parseReply(vals []any) (reply, error) {
 	if len(vals) != 7 {
 		return r, fmt.Errorf("unexpected script reply %v", vals)
 	}
-	// Every value but burst and extra travels as a string.
-	strs := make([]string, 0, 5)
-	for _, i := range []int{0, 1, 2, 3, 6} {
+	var strs [5]string
+	for i := range strs {
 		s, ok := vals[i].(string)
 		if !ok {
 			return r, fmt.Errorf("unexpected script reply %v", vals)
 		}
-		strs = append(strs, s)
+		strs[i] = s
 	}
 	sec, err1 := strconv.ParseInt(strs[0], 10, 64)
 	usec, err2 := strconv.ParseInt(strs[1], 10, 64)
 	base, err3 := strconv.ParseFloat(strs[2], 64)
 	limit, err4 := strconv.ParseFloat(strs[3], 64)
 	ceiling, err5 := strconv.ParseFloat(strs[4], 64)
-	burst, ok := vals[4].(int64)
-	extra, ok2 := vals[5].(int64)
+	burst, ok := vals[5].(int64)
+	extra, ok2 := vals[6].(int64)
 	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || !ok || !ok2 || extra < 0 || extra > 1 {
 		return r, fmt.Errorf("unexpected script reply %v", vals)
 	}

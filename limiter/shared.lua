@@ -30,11 +30,11 @@
 -- at most one every 100ms/(replicas-1), so that any 100 ms holds at most
 -- limit/10 + replicas; a fleet of one takes none.
 --
--- Returns {seconds, microseconds, base, limit, burst, extra, ceiling}: the server
--- time from TIME, base in server microseconds and extra (0 or 1) such that
--- slot i of the want reserved goes at max(now, base + i*span/want), where
--- span is (want-extra)*1e6/limit. Floats travel as strings, because Redis
--- truncates Lua numbers in replies to integers.
+-- Returns {seconds, microseconds, base, limit, ceiling, burst, extra}: the
+-- server time from TIME, base in server microseconds and extra (0 or 1)
+-- such that slot i of the want reserved goes at max(now, base +
+-- i*span/want), where span is (want-extra)*1e6/limit. Floats travel as
+-- strings, because Redis truncates Lua numbers in replies to integers.
 
 local key = KEYS[1]
 local want = tonumber(ARGV[1])
@@ -160,4 +160,4 @@ redis.call('HSET', key,
 local ttl = (tat - now) + math.max(2 * burst * interval, 10000000)
 redis.call('PEXPIRE', key, math.min(math.ceil(ttl / 1000), 100000000000))
 
-return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), burst, extra, string.format('%.17g', ceiling)}
+return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), string.format('%.17g', ceiling), burst, extra}

@@ -632,22 +632,31 @@ func (p *Pipeline) fitCapacityLocked(limit float64) {
 // nothing changes: the fallback limit lasts only until Redis answers
 // again.
 func (p *Pipeline) followFleet(ctx context.Context, fr FallbackReporter) {
+	fleet, ceilinged := p.lim.(Adapter)
 	for sleep(ctx, p.clock, adaptEvery) {
 		if fr.Fallback() {
 			continue
 		}
 		p.mu.Lock()
-		if a, ok := p.lim.(Adapter); ok {
-			if limit := a.Ceiling(); limit != p.rate.Limit {
-				p.log.Info("rate changed on another replica", "limit", limit, "old_limit", p.rate.Limit)
-				p.rate.Limit = limit
-				if p.adaptive != nil {
-					p.adaptive.setCeilingIfChanged(limit)
-				}
-			}
+		if ceilinged {
+			p.followCeilingLocked(fleet.Ceiling())
 		}
 		p.fitCapacityLocked(p.lim.Limit(p.clock.Now()))
 		p.mu.Unlock()
+	}
+}
+
+// followCeilingLocked makes limit, the fleet's rate.limit, this pipeline's
+// rate.limit and its adaptive rate's ceiling. It requires that p.mu is
+// held.
+func (p *Pipeline) followCeilingLocked(limit float64) {
+	if limit == p.rate.Limit {
+		return
+	}
+	p.log.Info("rate changed on another replica", "limit", limit, "old_limit", p.rate.Limit)
+	p.rate.Limit = limit
+	if p.adaptive != nil {
+		p.adaptive.setCeilingIfChanged(limit)
 	}
 }
 

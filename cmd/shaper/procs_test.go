@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -32,20 +30,6 @@ func TestGOMAXPROCSFollowsThePipelinesTotalRateUnlessTuningIsOff(t *testing.T) {
 			return m.Sum("go_sched_gomaxprocs_threads") == want
 		})
 	}
-	setRate := func(c *childtest.Process, limit int) {
-		t.Helper()
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, "http://"+c.Admin()+"/v1/pipelines/psp/rate",
-			strings.NewReader(fmt.Sprintf(`{"limit": %d}`, limit)))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("PUT rate %d = %d; want 200", limit, resp.StatusCode)
-		}
-	}
 
 	above := tuning.OneProcRate * 2
 	config := childtest.WriteConfig(t, configText(above))
@@ -57,9 +41,9 @@ func TestGOMAXPROCSFollowsThePipelinesTotalRateUnlessTuningIsOff(t *testing.T) {
 	})
 	t.Logf("the runtime's default here: GOMAXPROCS %v", byDefault)
 
-	setRate(c, tuning.OneProcRate)
+	putRate(t, c.Admin(), token, tuning.OneProcRate)
 	procsOf(c, 1, "after PUT rate "+fmt.Sprint(tuning.OneProcRate))
-	setRate(c, above)
+	putRate(t, c.Admin(), token, above)
 	procsOf(c, byDefault, "after PUT rate "+fmt.Sprint(above))
 	reload(t, c, config, configText(100), "GOMAXPROCS set for the pipelines' total rate\" gomaxprocs=1 total_limit=100")
 	procsOf(c, 1, "after a reload to 100/s")

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"syscall"
@@ -43,6 +45,23 @@ func startChild(t testing.TB, config string) *childtest.Process {
 func startShaper(t testing.TB, env []string, args ...string) *childtest.Process {
 	t.Helper()
 	return childtest.Start(t, childtest.Config{Bin: os.Args[0], Args: args, Env: append([]string{"SHAPER_TEST_MAIN=1"}, env...)})
+}
+
+// putRate sets pipeline psp's rate.limit to limit through the admin API
+// at admin, which token guards.
+func putRate(t *testing.T, admin, token string, limit int) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, "http://"+admin+"/v1/pipelines/psp/rate",
+		strings.NewReader(fmt.Sprintf(`{"limit": %d}`, limit)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT rate %d = %d; want 200", limit, resp.StatusCode)
+	}
 }
 
 // natsRun is startJetStream's stream of n messages, a sink that answers

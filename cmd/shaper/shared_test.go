@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -212,17 +211,7 @@ func TestThreeReplicasWithASharedAdaptiveRateSettleWithinTheSinksCapacity(t *tes
 	// rate.limit, and stays the most the limit in force is: the others'
 	// adaptive rates rise to it, not to their configured 100.
 	const lowered = 20
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, "http://"+admins[0]+"/v1/pipelines/psp/rate",
-		strings.NewReader(fmt.Sprintf(`{"limit": %d}`, lowered)))
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("PUT rate %d = %d; want 200", lowered, resp.StatusCode)
-	}
+	putRate(t, admins[0], token, lowered)
 	under := func() bool {
 		look()
 		return slices.Max(limits) <= lowered && slices.Min(configured) == lowered && slices.Max(configured) == lowered
