@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,11 +24,29 @@ var keysScript = redis.NewScript(keysLua)
 // SharedKeys holds each key's own limit (a pipeline's rate.per_key, or
 // each destination's adaptive limit) in Redis, one hash per key under a
 // common prefix, so that every replica with the same prefix holds a key to
-// one limit together. Unlike Shared it leases nothing: a pipeline takes a
-// key's slot only at the moment it sends, after its other key's turns and
-// the pipeline's own limit, so a slot leased ahead would mostly come too
-// late to use. Each Allow is one Redis call, made by the caller, and Next
-// answers from what the last call said, without one.
+// one limit together.
+//
+// A key's slots are leased as the pipeline's are (see Shared), by the
+// same rule for the size: a call takes up to 10ms of the key's schedule,
+// at most 10 slots, so a key at up to 100/s takes one slot per call and a
+// key at 1000/s ten. A pipeline takes a key's slot only at the moment it
+// sends, after the key's lane had its turn and the pipeline's own limit
+// gave a slot, so a key's lease differs from the pipeline's in two ways:
+// a call leases only once the key's next slot is due within a lease's span
+// (it never holds slots ahead of a full lease), and it asks for no lease
+// ahead of the one it holds: when the lease runs out, the next Allow
+// calls. A reply that took more than 2ms keeps only its first slot:
+// mapped from its arrival, the rest could fall on the slots of the leases
+// after it. A leased slot goes at its time or up to 2ms late (maxCatchUp);
+// one that passed unused is let pass and counted (Unused). Two leases in
+// a row of which less than half was used (the key's lane gets its turns
+// less often than its slots come: other keys or the pipeline's limit hold
+// it) make the key lease one slot at a time on this replica for 2 seconds
+// (leaseShortFor): such a key costs a call per slot, as it would without
+// leases, and strands none. A replica stopped now and then (a CPU quota)
+// strands the rest of one lease per stop, and keeps its leases. A key's
+// slots let pass are not given back: a lease of a key strands at most its
+// 10ms.
 //
 // Each key's rate lives in its hash beside its state, and every call uses
 // the one stored there: Limit at first, and after a SetRate on any
@@ -37,17 +56,18 @@ var keysScript = redis.NewScript(keysLua)
 // lower rate always wins; a higher one is written only while the key
 // still holds the rate it was computed from, so that a rise computed from
 // a rate already stale never undoes another replica's decrease. A rate
-// never exceeds Limit, or the ceiling SetCeiling set since. A key expires
-// as its state does (once idle for a full refill and a second); the next
-// caller writes the rate it last heard, so a rate set lives as long as
-// some replica remembers it.
+// never exceeds Limit, or the ceiling SetCeiling set since. SetRate drops
+// the rest of the key's lease on this replica. A key expires as its state
+// does (once idle for a full refill and a second); the next caller writes
+// the rate it last heard, so a rate set lives as long as some replica
+// remembers it.
 //
 // With AtLimitEvery, a key whose rate is Limit and that has no SetRate to
-// carry calls Redis at most once per AtLimitEvery and otherwise takes its
-// slots from a limiter of its own at Limit, on this replica: for keys whose
-// Limit another shared limit already holds (a destination's ceiling under
-// the pipeline's rate.limit), so that only a key whose rate was lowered
-// costs a Redis call per slot.
+// carry calls Redis at most once per AtLimitEvery, for one slot, and
+// otherwise takes its slots from a limiter of its own at Limit, on this
+// replica: for keys whose Limit another shared limit already holds (a
+// destination's ceiling under the pipeline's rate.limit), so that only a
+// key whose rate was lowered costs Redis calls.
 //
 // While Redis fails (an error, or no answer within Timeout), every key
 // falls back to a limiter of its own at FallbackLimit (or its rate, if
@@ -73,6 +93,15 @@ type SharedKeys struct {
 	// down is when Redis last failed, and retry when the next Allow may
 	// try it again; both zero while it answers.
 	down, retry time.Time
+
+	// unused counts the keys' leased slots let pass or dropped.
+	unused atomic.Int64
+}
+
+// Unused returns how many leased slots of its keys this replica has let
+// pass or dropped since it started (see SharedKeys).
+func (s *SharedKeys) Unused() int64 {
+	return s.unused.Load()
 }
 
 // NewSharedKeys returns the per-key limits of cfg through client, which
@@ -145,6 +174,77 @@ type SharedKey struct {
 	pending   bool
 	set, from float64
 	seq       uint64
+	// lease holds the slots the last call leased that are still to use;
+	// thin counts the leases in a row that ran out less than half used,
+	// and shortUntil is when the key may lease more than one slot again.
+	lease      keyLease
+	thin       int
+	shortUntil time.Time
+}
+
+// keyLease is a run of a key's slots: slot i comes at start + at(i), for i
+// from next to n; used of them were taken.
+type keyLease struct {
+	start         time.Time
+	first, step   float64 // microseconds: slot i at first + i*step, or 0 if that is less
+	next, n, used int
+}
+
+func (l *keyLease) slot(i int) time.Time {
+	return l.start.Add(time.Duration(math.Ceil(max(l.first+float64(i)*l.step, 0) * 1e3)))
+}
+
+// takeLocked takes the key's next leased slot if it has come by now, and
+// reports whether it did, and whether the lease still holds one to wait
+// for. A slot more than maxCatchUp past is let pass. The second lease in a
+// row to run out less than half used makes the key lease one slot at a
+// time (see SharedKeys). It requires that k.mu is held.
+func (k *SharedKey) takeLocked(now time.Time) (taken, waiting bool) {
+	l := &k.lease
+	for l.next < l.n {
+		at := l.slot(l.next)
+		if at.After(now) {
+			return false, true
+		}
+		l.next++
+		if now.Sub(at) <= time.Duration(maxCatchUp) {
+			l.used++
+			return true, false
+		}
+		k.keys.unused.Add(1)
+	}
+	if l.n > 1 {
+		if 2*l.used >= l.n {
+			k.thin = 0
+		} else if k.thin++; k.thin >= 2 {
+			k.shortUntil = now.Add(leaseShortFor)
+		}
+		l.n = 0 // counted once
+	}
+	return false, false
+}
+
+// dropLeaseLocked gives up the rest of the lease, counting it as unused.
+// It requires that k.mu is held.
+func (k *SharedKey) dropLeaseLocked() {
+	if n := k.lease.n - k.lease.next; n > 0 {
+		k.keys.unused.Add(int64(n))
+	}
+	k.lease = keyLease{}
+}
+
+// leaseLocked returns how many slots a call at now leases at rate, and
+// how long before its time the first may be leased (see SharedKeys). It
+// requires that k.mu is held.
+func (k *SharedKey) leaseLocked(now time.Time, rate float64) (want int, ahead time.Duration) {
+	if k.own != nil && rate >= k.keys.ceiling() || now.Before(k.shortUntil) {
+		return 1, 0
+	}
+	want = int(min(math.Ceil(rate*leaseSpanMax.Seconds()), leaseSlots))
+	if want <= 1 {
+		return 1, 0
+	}
+	return want, leaseSpanMax
 }
 
 // Next returns when the key's slot comes, as the last Allow heard from
@@ -158,6 +258,9 @@ func (k *SharedKey) Next(now time.Time) time.Time {
 	defer k.mu.Unlock()
 	if k.ownTurnLocked(now) {
 		return k.own.Next(now)
+	}
+	if l := &k.lease; l.next < l.n {
+		return later(now, l.slot(l.next))
 	}
 	return later(now, k.next)
 }
@@ -181,10 +284,13 @@ func (k *SharedKey) ownTurnLocked(now time.Time) bool {
 	return true
 }
 
-// Allow takes the key's slot in Redis if it has come by now, for every
+// Allow takes the key's next slot if it has come by now, for every
 // replica, and reports whether it did; when it has not, Next tells when it
-// comes. It waits for Redis at most Timeout, and carries a SetRate made
-// since the last call. While Redis fails the fallback limiter answers.
+// comes. A slot comes from the key's lease on this replica, and with the
+// lease used up from a call to Redis, which may lease more (see
+// SharedKeys). Allow waits for Redis at most Timeout, and carries a
+// SetRate made since the last call. While Redis fails the fallback limiter
+// answers.
 func (k *SharedKey) Allow(now time.Time) bool {
 	s := k.keys
 	if !s.tryRedis(now) {
@@ -199,6 +305,13 @@ func (k *SharedKey) Allow(now time.Time) bool {
 		}
 		return ok
 	}
+	if taken, waiting := k.takeLocked(now); taken || waiting {
+		k.mu.Unlock()
+		if taken {
+			k.took(now)
+		}
+		return taken
+	}
 	ceiling := s.ceiling()
 	rate, from, seq := min(k.rate, ceiling), "", k.seq
 	if rate == 0 {
@@ -207,36 +320,64 @@ func (k *SharedKey) Allow(now time.Time) bool {
 	if k.pending {
 		rate, from = k.set, strconv.FormatFloat(k.from, 'g', -1, 64)
 	}
+	want, ahead := k.leaseLocked(now, rate)
 	k.asked = now
 	k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	start := time.Now()
 	vals, err := keysScript.Run(ctx, s.client, []string{k.redisKey},
-		strconv.FormatFloat(ceiling, 'g', -1, 64), s.burst, s.modeArg, strconv.FormatFloat(rate, 'g', -1, 64), from).Slice()
+		strconv.FormatFloat(ceiling, 'g', -1, 64), s.burst, s.modeArg, strconv.FormatFloat(rate, 'g', -1, 64), from,
+		want, ahead.Microseconds()).Slice()
 	cancel()
-	ok, wait, limit, err := parseKeyReply(vals, err)
-	if err == nil && time.Since(start) > s.timeout {
-		err = fmt.Errorf("redis at %s answered after %v, past the timeout %v", s.target, time.Since(start).Round(time.Millisecond), s.timeout)
+	took := time.Since(start)
+	r, err := parseKeyReply(vals, err)
+	if err == nil && took > s.timeout {
+		err = fmt.Errorf("redis at %s answered after %v, past the timeout %v", s.target, took.Round(time.Millisecond), s.timeout)
 	}
 	if err != nil {
 		s.failed(now, err)
 		return k.local.Allow(now)
 	}
 	s.answered(now)
+	// The reply's times count from the server's now, which came somewhere
+	// within the call: mapped from its end, no slot goes before its time.
+	arrived := now.Add(took)
 	k.mu.Lock()
-	k.next, k.rate = now.Add(wait), limit
+	k.rate = r.limit
 	if k.pending && k.seq == seq {
 		k.pending = false
 	}
-	k.mu.Unlock()
-	k.syncLocal(limit)
-	if ok {
-		k.local.Allow(now) // the fallback, if it comes, goes on from here
-		if k.own != nil {
-			k.own.Allow(now)
-		}
+	k.next = arrived.Add(r.wait)
+	if r.n == 0 {
+		// Back once the slot is due within a lease's span, to lease it.
+		k.next = arrived.Add(max(r.first-ahead, 0))
 	}
-	return ok
+	k.lease = keyLease{start: arrived, first: float64(r.first) / 1e3, step: 1e6 / r.limit, n: r.n}
+	if took > time.Duration(maxCatchUp) && r.n > 1 {
+		// A reply this slow would place the lease late, onto slots of
+		// the leases after it: only its first slot is kept.
+		k.keys.unused.Add(int64(r.n - 1))
+		k.lease.n = 1
+	}
+	taken := false
+	if r.n > 0 && r.first <= 0 {
+		k.lease.next, taken = 1, true // the first slot has come: it is this caller's
+	}
+	k.mu.Unlock()
+	k.syncLocal(r.limit)
+	if taken {
+		k.took(now)
+	}
+	return taken
+}
+
+// took keeps the fallback limiter, and the own one, going on from a slot
+// taken from Redis at now.
+func (k *SharedKey) took(now time.Time) {
+	k.local.Allow(now) // the fallback, if it comes, goes on from here
+	if k.own != nil {
+		k.own.Allow(now)
+	}
 }
 
 // SetRate sets the key's rate for every replica: the next Allow carries it
@@ -269,6 +410,7 @@ func (k *SharedKey) SetRate(limit float64, _ int) {
 	}
 	k.pending, k.set = true, limit
 	k.seq++
+	k.dropLeaseLocked()
 	k.mu.Unlock()
 	k.syncLocal(limit)
 }
@@ -375,23 +517,39 @@ func probePause() time.Duration {
 	return probeGapMin + time.Duration(rand.Int64N(int64(probeGapMax-probeGapMin)))
 }
 
+// keyReply is keys.lua's reply: n slots leased, the first of them (or,
+// with none, the next slot) first from the server's now, the slot after
+// them wait from it, and the key's rate in force.
+type keyReply struct {
+	n           int
+	first, wait time.Duration
+	limit       float64
+}
+
 // parseKeyReply decodes keys.lua's reply.
-func parseKeyReply(vals []any, err error) (ok bool, wait time.Duration, limit float64, _ error) {
+func parseKeyReply(vals []any, err error) (keyReply, error) {
 	if err != nil {
-		return false, 0, 0, err
+		return keyReply{}, err
 	}
-	if len(vals) != 3 {
-		return false, 0, 0, fmt.Errorf("unexpected script reply %v", vals)
+	bad := fmt.Errorf("unexpected script reply %v", vals)
+	if len(vals) != 4 {
+		return keyReply{}, bad
 	}
-	taken, ok1 := vals[0].(int64)
-	str, ok2 := vals[1].(string)
-	lim, ok3 := vals[2].(string)
-	us, perr := strconv.ParseFloat(str, 64)
-	limit, lerr := strconv.ParseFloat(lim, 64)
-	if !ok1 || !ok2 || !ok3 || perr != nil || lerr != nil || !(us >= 0) || math.IsInf(us, 0) || !(limit > 0) || math.IsInf(limit, 0) {
-		return false, 0, 0, fmt.Errorf("unexpected script reply %v", vals)
+	n, ok := vals[0].(int64)
+	var f [3]float64
+	for i := range f {
+		str, isStr := vals[i+1].(string)
+		v, perr := strconv.ParseFloat(str, 64)
+		if !isStr || perr != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+			return keyReply{}, bad
+		}
+		f[i] = v
 	}
-	return taken == 1, time.Duration(math.Ceil(us * 1e3)), limit, nil
+	if !ok || n < 0 || n > maxLease || f[1] < 0 || !(f[2] > 0) {
+		return keyReply{}, bad
+	}
+	us := func(v float64) time.Duration { return time.Duration(math.Ceil(v * 1e3)) }
+	return keyReply{n: int(n), first: us(f[0]), wait: us(f[1]), limit: f[2]}, nil
 }
 
 func later(a, b time.Time) time.Time {

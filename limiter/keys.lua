@@ -1,6 +1,7 @@
 -- One key's own limit (rate.per_key, or a destination's adaptive limit)
--- shared by every replica: GCRA with Allow's semantics, the state in one
--- hash per key. See SharedKeys in keys.go.
+-- shared by every replica: GCRA, the state in one hash per key, and a
+-- caller may lease the slots of up to a short span ahead. See SharedKeys
+-- in keys.go.
 --
 -- KEYS[1]  the key's hash: tat (theoretical arrival time, server
 --          microseconds) and limit (the key's rate in force, slots per
@@ -16,20 +17,30 @@
 --          only while the hash still holds that rate (or none), so that a
 --          rise computed from a stale rate never undoes another replica's
 --          push-back
+-- ARGV[6]  want: how many slots to lease, at least 1
+-- ARGV[7]  ahead: how many microseconds before its time the first of them
+--          may be leased; 0 takes a slot only once it has come
 --
--- Returns {1, wait, limit} when the slot had come and is taken, with wait
--- the microseconds until the next one comes, or {0, wait, limit} with wait
--- the microseconds until it comes; limit is the rate in force. Numbers as
--- strings, because Redis truncates Lua numbers in replies to integers.
+-- Returns {n, first, wait, limit}. n is the slots leased, 0 when the next
+-- slot comes more than ahead from now; slot i (0 <= i < n) comes first +
+-- i * 1e6/limit microseconds from now, or now if that is earlier. wait is
+-- the microseconds until the slot after them comes; limit the rate in
+-- force. Numbers as strings, because Redis truncates Lua numbers in
+-- replies to integers.
 
 local ceiling = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local rate = tonumber(ARGV[4])
 local from = tonumber(ARGV[5])
+local want = tonumber(ARGV[6])
+local ahead = tonumber(ARGV[7])
 if not (ceiling and ceiling > 0 and ceiling < math.huge and burst and burst >= 1 and burst < math.huge
-    and rate and rate > 0 and rate < math.huge) then
-  return redis.error_reply('ERR shaper limiter: bad per-key rate ' .. tostring(ARGV[1]) .. ' ' .. tostring(ARGV[2]) .. ' ' .. tostring(ARGV[4]))
+    and rate and rate > 0 and rate < math.huge and want and want >= 1 and want <= 1000
+    and ahead and ahead >= 0 and ahead <= 1e6) then
+  return redis.error_reply('ERR shaper limiter: bad per-key call ' .. tostring(ARGV[1]) .. ' ' .. tostring(ARGV[2]) .. ' ' ..
+    tostring(ARGV[4]) .. ' ' .. tostring(ARGV[6]) .. ' ' .. tostring(ARGV[7]))
 end
+want = math.floor(want)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local st = redis.call('HMGET', KEYS[1], 'tat', 'limit')
@@ -58,17 +69,19 @@ if ARGV[3] == '1' then
   tau = (math.floor(burst) - 1) * interval
 end
 local lim = string.format('%.17g', limit)
-if tat - tau > now then
+local first = tat - tau - now
+if first > ahead then
   if limit ~= stored then
     redis.call('HSET', KEYS[1], 'limit', lim)
     redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now + tau) / 1000) + 1000)
   end
-  return {0, string.format('%.17g', tat - tau - now), lim}
+  local f = string.format('%.17g', first)
+  return {0, f, f, lim}
 end
-tat = tat + interval
+tat = tat + want * interval
 redis.call('HSET', KEYS[1], 'tat', string.format('%.17g', tat), 'limit', lim)
 -- Kept until the key's limiter is as new (a full refill), and a second
 -- more: an expired key is a new one, whose first caller writes the rate it
 -- last heard.
 redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now + tau) / 1000) + 1000)
-return {1, string.format('%.17g', math.max(tat - tau - now, 0)), lim}
+return {want, string.format('%.17g', first), string.format('%.17g', math.max(tat - tau - now, 0)), lim}

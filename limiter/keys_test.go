@@ -2,8 +2,10 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/shaper-dev/shaper/internal/logtest"
 	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/internal/testwait"
+	"github.com/shaper-dev/shaper/internal/window"
 	"github.com/shaper-dev/shaper/limiter"
 	"github.com/shaper-dev/shaper/shaper"
 )
@@ -346,5 +349,124 @@ func TestSharedKeysSetCeilingMovesTheMostAKeysRateMayBe(t *testing.T) {
 	a0.SetCeiling(math.Inf(1))
 	if got := a0.Limit(time.Now()); got != 50 {
 		t.Errorf("Limit after SetCeiling(0) and SetCeiling(+Inf) = %v; want 50, both ignored", got)
+	}
+}
+
+// A key above 100/s is leased as the pipeline's limit is: three replicas
+// sending one key at 1000/s call Redis for a lease of up to ten slots, not
+// for every slot, and together still send the key's limit, no 100ms
+// holding more than limit/10 + replicas and a catch-up's 2ms of slots. A
+// key at 100/s still takes one slot per call, only once it has come: the
+// replicas waiting for it each call for it.
+func TestSharedKeysLeaseTheSlotsOfAFastKey(t *testing.T) {
+	rs := redistest.Start(t)
+	admin := newClient(t, &redis.Options{Addr: rs.Addr})
+	for _, c := range []struct {
+		limit          float64
+		most           int     // in any 100ms
+		callsPerSlotAt float64 // the most
+	}{
+		{limit: 1000, most: 100 + 3 + 2, callsPerSlotAt: 0.5},
+		{limit: 100, most: 10 + 3, callsPerSlotAt: 3.5},
+	} {
+		reps := keyReplicas(t, rs.Addr, 3, limiter.SharedConfig{Key: fmt.Sprintf("shaper:test:lease%v:", c.limit), Mode: limiter.Leaky,
+			Limit: c.limit, Burst: 1, FallbackLimit: c.limit / 3, Timeout: loadedTimeout}, &logtest.Buffer{})
+		var a []shaper.Limiter
+		for _, r := range reps {
+			a = append(a, r.For("A", time.Now()))
+		}
+		const d = 2 * time.Second
+		before := redistest.ScriptCalls(t, admin)
+		taken := sendAsFastAsAllowed(a, d)
+		calls := redistest.ScriptCalls(t, admin) - before
+		slices.SortFunc(taken, time.Time.Compare)
+		most := window.Most(taken, 100*time.Millisecond)
+		var unused int64
+		for _, r := range reps {
+			unused += r.Unused()
+		}
+		perSlot := float64(calls) / float64(len(taken))
+		t.Logf("key A at %v/s on 3 replicas for %v: %d slots, most in 100ms %d, %d Redis calls (%.3f per slot), %d let pass",
+			c.limit, d, len(taken), most, calls, perSlot, unused)
+		want := c.limit * d.Seconds()
+		if n := float64(len(taken)); n < 0.75*want || n > want+3+c.limit*0.002 {
+			t.Errorf("%v/s: %d slots in %v; want %.0f, at least 75%% of it (timers on a loaded machine wake late) and never more than a slot per replica and a catch-up",
+				c.limit, len(taken), d, want)
+		}
+		if most > c.most {
+			t.Errorf("%v/s: %d slots in some 100ms; want at most %d", c.limit, most, c.most)
+		}
+		if perSlot > c.callsPerSlotAt {
+			t.Errorf("%v/s: %.3f Redis calls per slot; want at most %v", c.limit, perSlot, c.callsPerSlotAt)
+		}
+	}
+}
+
+// The slots of a key's lease that pass unused are counted (Unused), and
+// so is the rest of a lease that SetRate drops. A key whose lane has its
+// turns too rarely to use its leases (two in a row less than half used)
+// takes its slots one per Redis call.
+func TestSharedKeysCountTheLeasedSlotsTheyLetPass(t *testing.T) {
+	rs := redistest.Start(t)
+	admin := newClient(t, &redis.Options{Addr: rs.Addr})
+	keys := keyReplicas(t, rs.Addr, 1, limiter.SharedConfig{Key: "shaper:test:letpass:", Mode: limiter.Leaky,
+		Limit: 1000, Burst: 1, FallbackLimit: 100, Timeout: loadedTimeout}, &logtest.Buffer{})[0]
+	// leased returns a fresh key that holds a lease of ten at now: a reply
+	// slower than 2ms (a loaded machine, the race detector) keeps only its
+	// first slot, so it tries a few keys.
+	leased := func(name string, now time.Time) *limiter.SharedKey {
+		t.Helper()
+		for i := range 5 {
+			k := keys.For(fmt.Sprint(name, i), now)
+			u := keys.Unused()
+			if !k.Allow(now) {
+				t.Fatal("the first Allow of a fresh key took no slot")
+			}
+			if keys.Unused() == u && k.Next(now).Sub(now) < 2*time.Millisecond {
+				return k
+			}
+			now = time.Now()
+		}
+		t.Fatal("no fresh key got its first reply from Redis within 2ms in five tries")
+		return nil
+	}
+
+	now := time.Now()
+	a := leased("A", now)
+	u := keys.Unused()
+	a.Allow(now.Add(30 * time.Millisecond)) // the lease's other nine slots passed 20ms and more ago
+	if got := keys.Unused() - u; got != 9 {
+		t.Errorf("Unused() rose by %d after coming 30ms late to a lease of 10; want 9", got)
+	}
+
+	b := leased("B", time.Now())
+	u = keys.Unused()
+	b.SetRate(500, 1)
+	if got := keys.Unused() - u; got != 9 {
+		t.Errorf("Unused() rose by %d with SetRate right after a lease of 10 began; want 9, the rest of the lease", got)
+	}
+
+	// A lane that gets a turn only every 5ms uses two slots of a lease of
+	// ten: after two such leases the key takes its slots one per call.
+	c := keys.For("C", time.Now())
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	u = keys.Unused()
+	before := redistest.ScriptCalls(t, admin)
+	took := 0
+	for range 100 {
+		<-tick.C
+		if c.Allow(time.Now()) {
+			took++
+		}
+	}
+	calls := redistest.ScriptCalls(t, admin) - before
+	unused := keys.Unused() - u
+	t.Logf("a turn every 5ms, 100 turns, at 1000/s: %d slots taken, %d let pass, %d Redis calls", took, unused, calls)
+	if unused > 30 {
+		t.Errorf("%d slots let pass by a key whose lane had a turn every 5ms for 500ms; want at most 30 (the first leases)", unused)
+	}
+	if calls < took-10 {
+		t.Errorf("%d Redis calls for %d slots of a key whose lane had a turn every 5ms; want about one per slot after the first leases", calls, took)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -143,21 +144,44 @@ func (r RedisConfig) Client(timeout time.Duration) (redis.UniversalClient, error
 }
 
 // OwnedShared is a Shared together with the Redis client it made and
-// owns; Close closes both.
+// owns, and the per-key limits it made on that client; Close closes the
+// limiter and the client.
 type OwnedShared struct {
 	*Shared
 	client redis.UniversalClient
+
+	mu   sync.Mutex
+	keys []*SharedKeys
 }
 
 // Close stops the limiter and closes its Redis client.
-func (s OwnedShared) Close() error {
+func (s *OwnedShared) Close() error {
 	return errors.Join(s.Shared.Close(), s.client.Close())
 }
 
 // Keys returns per-key limits of cfg (see NewSharedKeys) through s's Redis
 // client.
-func (s OwnedShared) Keys(cfg SharedConfig) (*SharedKeys, error) {
-	return NewSharedKeys(s.client, cfg)
+func (s *OwnedShared) Keys(cfg SharedConfig) (*SharedKeys, error) {
+	k, err := NewSharedKeys(s.client, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = append(s.keys, k)
+	return k, nil
+}
+
+// Unused returns the slots the limiter and the per-key limits made by
+// Keys have let pass or given back unused since they started.
+func (s *OwnedShared) Unused() int64 {
+	n := s.Shared.Unused()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.keys {
+		n += k.Unused()
+	}
+	return n
 }
 
 // NewSharedFrom connects to Redis as o says and returns the shared limiter
@@ -176,5 +200,5 @@ func NewSharedFrom(o SharedOptions, local Config, log *slog.Logger, now time.Tim
 		_ = client.Close() // the config error is what matters
 		return nil, err
 	}
-	return &OwnedShared{s, client}, nil
+	return &OwnedShared{Shared: s, client: client}, nil
 }

@@ -209,7 +209,8 @@ type Adapter interface {
 }
 
 // UnusedReporter is implemented by limiters that lease slots of a shared
-// schedule ahead of use (limiter.Shared). The pipeline exports the count as
+// schedule ahead of use (limiter.Shared; limiter.OwnedShared counts its
+// per-key limits' too). The pipeline exports the count as
 // shaper_limiter_unused_total.
 type UnusedReporter interface {
 	// Unused returns how many leased slots the limiter has given back or

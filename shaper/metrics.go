@@ -144,7 +144,7 @@ func newLiveCollector() *liveCollector {
 		fallback: prometheus.NewDesc("shaper_limiter_fallback",
 			"1 while the shared limiter has fallen back to its local fallback_limit, else 0.", []string{"pipeline"}, nil),
 		unused: prometheus.NewDesc("shaper_limiter_unused_total",
-			"Slots the shared limiter leased and then gave back or let pass unused (a replica that stalled, or woke too late for them).", []string{"pipeline"}, nil),
+			"Slots the shared limiter and the shared per-key limits leased and then gave back or let pass unused (a replica that stalled, or woke too late for them).", []string{"pipeline"}, nil),
 		expired: prometheus.NewDesc("shaper_expired_per_second",
 			"Messages expired per second over the last 10s; above the requests sent the pipeline is stalled (not ready).", []string{"pipeline"}, nil),
 		lag: prometheus.NewDesc("shaper_source_lag",
