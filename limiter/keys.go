@@ -31,20 +31,23 @@ var keysScript = redis.NewScript(keysLua)
 // at most 10 slots, so a key at up to 100/s takes one slot per call and a
 // key at 1000/s ten. A pipeline takes a key's slot only at the moment it
 // sends, after the key's lane had its turn and the pipeline's own limit
-// gave a slot, so a key's lease differs from the pipeline's in two ways:
-// a call leases only once the key's next slot is due within a lease's span
-// (it never holds slots ahead of a full lease), and it asks for no lease
-// ahead of the one it holds: when the lease runs out, the next Allow
-// calls. A reply that took more than 2ms keeps only its first slot:
-// mapped from its arrival, the rest could fall on the slots of the leases
-// after it. A leased slot goes at its time or up to 2ms late (maxCatchUp);
-// one that passed unused is let pass and counted (Unused). Two leases in
-// a row of which less than half was used (the key's lane gets its turns
-// less often than its slots come: other keys or the pipeline's limit hold
-// it) make the key lease one slot at a time on this replica for 2 seconds
-// (leaseShortFor): such a key costs a call per slot, as it would without
-// leases, and strands none. A replica stopped now and then (a CPU quota)
-// strands the rest of one lease per stop, and keeps its leases. A key's
+// gave a slot, so a key's lease differs from the pipeline's in three
+// ways. A call leases only once the key's next slot is due within a
+// lease's span (it never holds slots ahead of a full lease), and asks for
+// no lease ahead of the one it holds: when the lease runs out, the next
+// Allow calls. A leased slot goes at its time or up to a lease's span
+// (10ms, keyCatchUp) late, not 2ms: the lane's turn, the pipeline's slot
+// and the calls to Redis all come between the key's slot and the
+// departure. So any 100ms holds at most limit/10 + replicas, and up to
+// 10ms of the key's slots more when replicas come late for them. A slot
+// later than that is let pass and counted (Unused). And a lease is as
+// long as the last one's use: as many slots as the last lease used when
+// some passed, one more when it used them all, at most the full size, so
+// a key whose lane gets its turns less often than its slots come (other
+// keys or the pipeline's limit hold it) leases about as many as it uses. A reply that took longer than keyCatchUp
+// keeps only its first slot: mapped from its arrival, the rest could
+// fall on the slots of the leases after it. A replica stopped now and
+// then (a CPU quota) strands the rest of one lease per stop. A key's
 // slots let pass are not given back: a lease of a key strands at most its
 // 10ms.
 //
@@ -175,12 +178,14 @@ type SharedKey struct {
 	set, from float64
 	seq       uint64
 	// lease holds the slots the last call leased that are still to use;
-	// thin counts the leases in a row that ran out less than half used,
-	// and shortUntil is when the key may lease more than one slot again.
-	lease      keyLease
-	thin       int
-	shortUntil time.Time
+	// size is how many the next call leases (0: the full size).
+	lease keyLease
+	size  int
 }
+
+// keyCatchUp is how late a key's leased slot may still be taken: a
+// lease's span (see SharedKeys).
+const keyCatchUp = leaseSpanMax
 
 // keyLease is a run of a key's slots: slot i comes at start + at(i), for i
 // from next to n; used of them were taken.
@@ -196,9 +201,9 @@ func (l *keyLease) slot(i int) time.Time {
 
 // takeLocked takes the key's next leased slot if it has come by now, and
 // reports whether it did, and whether the lease still holds one to wait
-// for. A slot more than maxCatchUp past is let pass. The second lease in a
-// row to run out less than half used makes the key lease one slot at a
-// time (see SharedKeys). It requires that k.mu is held.
+// for. A slot more than keyCatchUp past is let pass. A lease run out sets
+// the size of the next: one more if it was all used, else as many as it
+// used. It requires that k.mu is held.
 func (k *SharedKey) takeLocked(now time.Time) (taken, waiting bool) {
 	l := &k.lease
 	for l.next < l.n {
@@ -207,17 +212,16 @@ func (k *SharedKey) takeLocked(now time.Time) (taken, waiting bool) {
 			return false, true
 		}
 		l.next++
-		if now.Sub(at) <= time.Duration(maxCatchUp) {
+		if now.Sub(at) <= keyCatchUp {
 			l.used++
 			return true, false
 		}
 		k.keys.unused.Add(1)
 	}
-	if l.n > 1 {
-		if 2*l.used >= l.n {
-			k.thin = 0
-		} else if k.thin++; k.thin >= 2 {
-			k.shortUntil = now.Add(leaseShortFor)
+	if l.n > 0 {
+		k.size = l.used // some passed: as many as it used
+		if l.used == l.n {
+			k.size++ // all used: one more
 		}
 		l.n = 0 // counted once
 	}
@@ -233,16 +237,17 @@ func (k *SharedKey) dropLeaseLocked() {
 	k.lease = keyLease{}
 }
 
-// leaseLocked returns how many slots a call at now leases at rate, and
-// how long before its time the first may be leased (see SharedKeys). It
-// requires that k.mu is held.
-func (k *SharedKey) leaseLocked(now time.Time, rate float64) (want int, ahead time.Duration) {
-	if k.own != nil && rate >= k.keys.ceiling() || now.Before(k.shortUntil) {
+// leaseLocked returns how many slots a call leases at rate, and how long
+// before its time the first may be leased (see SharedKeys). It requires
+// that k.mu is held.
+func (k *SharedKey) leaseLocked(rate float64) (want int, ahead time.Duration) {
+	full := int(min(math.Ceil(rate*leaseSpanMax.Seconds()), leaseSlots))
+	if k.own != nil && rate >= k.keys.ceiling() || full <= 1 {
 		return 1, 0
 	}
-	want = int(min(math.Ceil(rate*leaseSpanMax.Seconds()), leaseSlots))
-	if want <= 1 {
-		return 1, 0
+	want = full
+	if k.size > 0 {
+		want = min(k.size, full)
 	}
 	return want, leaseSpanMax
 }
@@ -320,7 +325,7 @@ func (k *SharedKey) Allow(now time.Time) bool {
 	if k.pending {
 		rate, from = k.set, strconv.FormatFloat(k.from, 'g', -1, 64)
 	}
-	want, ahead := k.leaseLocked(now, rate)
+	want, ahead := k.leaseLocked(rate)
 	k.asked = now
 	k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
@@ -353,7 +358,7 @@ func (k *SharedKey) Allow(now time.Time) bool {
 		k.next = arrived.Add(max(r.first-ahead, 0))
 	}
 	k.lease = keyLease{start: arrived, first: float64(r.first) / 1e3, step: 1e6 / r.limit, n: r.n}
-	if took > time.Duration(maxCatchUp) && r.n > 1 {
+	if took > keyCatchUp && r.n > 1 {
 		// A reply this slow would place the lease late, onto slots of
 		// the leases after it: only its first slot is kept.
 		k.keys.unused.Add(int64(r.n - 1))
@@ -361,7 +366,7 @@ func (k *SharedKey) Allow(now time.Time) bool {
 	}
 	taken := false
 	if r.n > 0 && r.first <= 0 {
-		k.lease.next, taken = 1, true // the first slot has come: it is this caller's
+		k.lease.next, k.lease.used, taken = 1, 1, true // the first slot has come: it is this caller's
 	}
 	k.mu.Unlock()
 	k.syncLocal(r.limit)

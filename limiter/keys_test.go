@@ -355,7 +355,8 @@ func TestSharedKeysSetCeilingMovesTheMostAKeysRateMayBe(t *testing.T) {
 // A key above 100/s is leased as the pipeline's limit is: three replicas
 // sending one key at 1000/s call Redis for a lease of up to ten slots, not
 // for every slot, and together still send the key's limit, no 100ms
-// holding more than limit/10 + replicas and a catch-up's 2ms of slots. A
+// holding more than limit/10 + replicas and a lease's 10ms of slots (a
+// replica may take a key's slot up to that late). A
 // key at 100/s still takes one slot per call, only once it has come: the
 // replicas waiting for it each call for it.
 func TestSharedKeysLeaseTheSlotsOfAFastKey(t *testing.T) {
@@ -365,9 +366,10 @@ func TestSharedKeysLeaseTheSlotsOfAFastKey(t *testing.T) {
 		limit          float64
 		most           int     // in any 100ms
 		callsPerSlotAt float64 // the most
+		least          float64 // of the limit: timers on a loaded machine wake late
 	}{
-		{limit: 1000, most: 100 + 3 + 2, callsPerSlotAt: 0.5},
-		{limit: 100, most: 10 + 3, callsPerSlotAt: 3.5},
+		{limit: 1000, most: 100 + 1 + 3 + 10, callsPerSlotAt: 0.5, least: 0.6}, // the schedule's limit/10 + 1, a seam per replica, a lease late
+		{limit: 100, most: 10 + 1 + 3, callsPerSlotAt: 3.5, least: 0.5},
 	} {
 		reps := keyReplicas(t, rs.Addr, 3, limiter.SharedConfig{Key: fmt.Sprintf("shaper:test:lease%v:", c.limit), Mode: limiter.Leaky,
 			Limit: c.limit, Burst: 1, FallbackLimit: c.limit / 3, Timeout: loadedTimeout}, &logtest.Buffer{})
@@ -389,9 +391,9 @@ func TestSharedKeysLeaseTheSlotsOfAFastKey(t *testing.T) {
 		t.Logf("key A at %v/s on 3 replicas for %v: %d slots, most in 100ms %d, %d Redis calls (%.3f per slot), %d let pass",
 			c.limit, d, len(taken), most, calls, perSlot, unused)
 		want := c.limit * d.Seconds()
-		if n := float64(len(taken)); n < 0.75*want || n > want+3+c.limit*0.002 {
-			t.Errorf("%v/s: %d slots in %v; want %.0f, at least 75%% of it (timers on a loaded machine wake late) and never more than a slot per replica and a catch-up",
-				c.limit, len(taken), d, want)
+		if n := float64(len(taken)); n < c.least*want || n > want+3+c.limit*0.01 {
+			t.Errorf("%v/s: %d slots in %v; want %.0f, at least %.0f%% of it and never more than a slot per replica and a lease",
+				c.limit, len(taken), d, want, 100*c.least)
 		}
 		if most > c.most {
 			t.Errorf("%v/s: %d slots in some 100ms; want at most %d", c.limit, most, c.most)
@@ -404,15 +406,15 @@ func TestSharedKeysLeaseTheSlotsOfAFastKey(t *testing.T) {
 
 // The slots of a key's lease that pass unused are counted (Unused), and
 // so is the rest of a lease that SetRate drops. A key whose lane has its
-// turns too rarely to use its leases (two in a row less than half used)
-// takes its slots one per Redis call.
+// turns too rarely to use a full lease leases about as many slots as it
+// uses.
 func TestSharedKeysCountTheLeasedSlotsTheyLetPass(t *testing.T) {
 	rs := redistest.Start(t)
 	admin := newClient(t, &redis.Options{Addr: rs.Addr})
 	keys := keyReplicas(t, rs.Addr, 1, limiter.SharedConfig{Key: "shaper:test:letpass:", Mode: limiter.Leaky,
 		Limit: 1000, Burst: 1, FallbackLimit: 100, Timeout: loadedTimeout}, &logtest.Buffer{})[0]
 	// leased returns a fresh key that holds a lease of ten at now: a reply
-	// slower than 2ms (a loaded machine, the race detector) keeps only its
+	// slower than 10ms (a loaded machine, the race detector) keeps only its
 	// first slot, so it tries a few keys.
 	leased := func(name string, now time.Time) *limiter.SharedKey {
 		t.Helper()
@@ -427,7 +429,7 @@ func TestSharedKeysCountTheLeasedSlotsTheyLetPass(t *testing.T) {
 			}
 			now = time.Now()
 		}
-		t.Fatal("no fresh key got its first reply from Redis within 2ms in five tries")
+		t.Fatal("no fresh key got its first reply from Redis within 10ms in five tries")
 		return nil
 	}
 
@@ -446,8 +448,9 @@ func TestSharedKeysCountTheLeasedSlotsTheyLetPass(t *testing.T) {
 		t.Errorf("Unused() rose by %d with SetRate right after a lease of 10 began; want 9, the rest of the lease", got)
 	}
 
-	// A lane that gets a turn only every 5ms uses two slots of a lease of
-	// ten: after two such leases the key takes its slots one per call.
+	// A lane that gets a turn only every 5ms uses three slots of a lease
+	// of ten at 1000/s (the fourth is more than 10ms late): its leases
+	// shrink to about what it uses, so few slots pass.
 	c := keys.For("C", time.Now())
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -463,10 +466,10 @@ func TestSharedKeysCountTheLeasedSlotsTheyLetPass(t *testing.T) {
 	calls := redistest.ScriptCalls(t, admin) - before
 	unused := keys.Unused() - u
 	t.Logf("a turn every 5ms, 100 turns, at 1000/s: %d slots taken, %d let pass, %d Redis calls", took, unused, calls)
-	if unused > 30 {
-		t.Errorf("%d slots let pass by a key whose lane had a turn every 5ms for 500ms; want at most 30 (the first leases)", unused)
+	if unused > 40 {
+		t.Errorf("%d slots let pass by a key whose lane had a turn every 5ms for 500ms; want at most 40 (leases of ten: over a hundred)", unused)
 	}
-	if calls < took-10 {
-		t.Errorf("%d Redis calls for %d slots of a key whose lane had a turn every 5ms; want about one per slot after the first leases", calls, took)
+	if calls > took*2/3 {
+		t.Errorf("%d Redis calls for %d slots of a key whose lane had a turn every 5ms; want at most two for three slots (leases of about three)", calls, took)
 	}
 }
