@@ -34,6 +34,12 @@
 // back to a local Limiter at its own fallback limit, never unlimited. It
 // runs one goroutine that schedules its Redis calls (each call on a
 // goroutine of its own, at most two at once), which Close stops.
+//
+// SharedKeys does the same for each key's own limit (rate.per_key, or a
+// destination's adaptive limit), one Redis hash per key: a key is taken
+// at the moment its request departs, with a call for each slot up to
+// 100/s and for a lease of up to 10ms of its slots above. It has no
+// goroutine: each call is its caller's.
 package limiter
 
 import (
