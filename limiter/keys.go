@@ -26,30 +26,29 @@ var keysScript = redis.NewScript(keysLua)
 // common prefix, so that every replica with the same prefix holds a key to
 // one limit together.
 //
-// A key's slots are leased as the pipeline's are (see Shared), by the
-// same rule for the size: a call takes up to 10ms of the key's schedule,
-// at most 10 slots, so a key at up to 100/s takes one slot per call and a
-// key at 1000/s ten. A pipeline takes a key's slot only at the moment it
-// sends, after the key's lane had its turn and the pipeline's own limit
-// gave a slot, so a key's lease differs from the pipeline's in three
-// ways. A call leases only once the key's next slot is due within a
-// lease's span (it never holds slots ahead of a full lease), and asks for
-// no lease ahead of the one it holds: when the lease runs out, the next
-// Allow calls. A leased slot goes at its time or up to a lease's span
-// (10ms, keyCatchUp) late, not 2ms: the lane's turn, the pipeline's slot
-// and the calls to Redis all come between the key's slot and the
-// departure. So any 100ms holds at most limit/10 + replicas, and up to
-// 10ms of the key's slots more when replicas come late for them. A slot
-// later than that is let pass and counted (Unused). And a lease is as
-// long as the last one's use: as many slots as the last lease used when
-// some passed, one more when it used them all, at most the full size, so
-// a key whose lane gets its turns less often than its slots come (other
-// keys or the pipeline's limit hold it) leases about as many as it uses. A reply that took longer than keyCatchUp
-// keeps only its first slot: mapped from its arrival, the rest could
-// fall on the slots of the leases after it. A replica stopped now and
-// then (a CPU quota) strands the rest of one lease per stop. A key's
-// slots let pass are not given back: a lease of a key strands at most its
-// 10ms.
+// A key's slots are leased as the pipeline's are (see Shared), by the same
+// rule for the size: a call takes up to 10ms of the key's schedule, at most
+// 10 slots, so a key at up to 100/s takes one slot per call and a key at
+// 1000/s ten. A pipeline takes a key's slot only at the moment it sends,
+// after the key's lane had its turn and the pipeline's own limit gave a
+// slot, so a key's lease differs from the pipeline's in three ways. A call
+// leases only once the key's next slot is due within a lease's span (it
+// never holds slots ahead of a full lease), and asks for no lease ahead of
+// the one it holds: when the lease runs out, the next Allow calls. A leased
+// slot goes at its time or up to a lease's span (10ms, keyCatchUp) late,
+// not 2ms: the lane's turn, the pipeline's slot and the calls to Redis all
+// come between the key's slot and the departure. So any 100ms holds at most
+// limit/10 + replicas, and up to 10ms of the key's slots more when replicas
+// come late for them. A slot later than that is let pass and counted
+// (Unused). And a lease is as long as the last one's use: as many slots as
+// the last lease used (at least one) when some passed, one more when it
+// used them all, at most the full size, so a key whose lane gets its turns less often than
+// its slots come (other keys or the pipeline's limit hold it) leases about
+// as many as it uses. A reply that took longer than keyCatchUp keeps only
+// its first slot: mapped from its arrival, the rest could fall on the slots
+// of the leases after it. A replica stopped now and then (a CPU quota)
+// strands the rest of one lease per stop. A key's slots let pass are not
+// given back: a lease of a key strands at most its 10ms.
 //
 // Each key's rate lives in its hash beside its state, and every call uses
 // the one stored there: Limit at first, and after a SetRate on any
@@ -187,8 +186,8 @@ type SharedKey struct {
 // lease's span (see SharedKeys).
 const keyCatchUp = leaseSpanMax
 
-// keyLease is a run of a key's slots: slot i comes at start + at(i), for i
-// from next to n; used of them were taken.
+// keyLease is a run of a key's slots, next to n of them still to take;
+// used of them were taken.
 type keyLease struct {
 	start         time.Time
 	first, step   float64 // microseconds: slot i at first + i*step, or 0 if that is less
@@ -219,7 +218,7 @@ func (k *SharedKey) takeLocked(now time.Time) (taken, waiting bool) {
 		k.keys.unused.Add(1)
 	}
 	if l.n > 0 {
-		k.size = l.used // some passed: as many as it used
+		k.size = max(l.used, 1) // some passed: as many as it used
 		if l.used == l.n {
 			k.size++ // all used: one more
 		}
