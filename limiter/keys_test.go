@@ -413,35 +413,35 @@ func TestSharedKeysCountTheLeasedSlotsTheyLetPass(t *testing.T) {
 	admin := newClient(t, &redis.Options{Addr: rs.Addr})
 	keys := keyReplicas(t, rs.Addr, 1, limiter.SharedConfig{Key: "shaper:test:letpass:", Mode: limiter.Leaky,
 		Limit: 1000, Burst: 1, FallbackLimit: 100, Timeout: loadedTimeout}, &logtest.Buffer{})[0]
-	// leased returns a fresh key that holds a lease of ten at now: a reply
-	// slower than 10ms (a loaded machine, the race detector) keeps only its
-	// first slot, so it tries a few keys.
-	leased := func(name string, now time.Time) *limiter.SharedKey {
+	// leased returns a fresh key that holds a lease of ten from about now,
+	// and that now: a reply slower than 5ms (a loaded machine, the race
+	// detector) would shift the lease that late, and one slower than 10ms
+	// keeps only its first slot, so it tries a few keys.
+	leased := func(name string) (*limiter.SharedKey, time.Time) {
 		t.Helper()
 		for i := range 5 {
+			now := time.Now()
 			k := keys.For(fmt.Sprint(name, i), now)
 			u := keys.Unused()
 			if !k.Allow(now) {
 				t.Fatal("the first Allow of a fresh key took no slot")
 			}
-			if keys.Unused() == u && k.Next(now).Sub(now) < 2*time.Millisecond {
-				return k
+			if keys.Unused() == u && k.Next(now).Sub(now) < 6*time.Millisecond {
+				return k, now
 			}
-			now = time.Now()
 		}
-		t.Fatal("no fresh key got its first reply from Redis within 10ms in five tries")
-		return nil
+		t.Fatal("no fresh key got its first reply from Redis within 5ms in five tries")
+		return nil, time.Time{}
 	}
 
-	now := time.Now()
-	a := leased("A", now)
+	a, now := leased("A")
 	u := keys.Unused()
-	a.Allow(now.Add(30 * time.Millisecond)) // the lease's other nine slots passed 20ms and more ago
+	a.Allow(now.Add(30 * time.Millisecond)) // the lease's other nine slots passed 15ms and more ago
 	if got := keys.Unused() - u; got != 9 {
 		t.Errorf("Unused() rose by %d after coming 30ms late to a lease of 10; want 9", got)
 	}
 
-	b := leased("B", time.Now())
+	b, _ := leased("B")
 	u = keys.Unused()
 	b.SetRate(500, 1)
 	if got := keys.Unused() - u; got != 9 {

@@ -41,8 +41,8 @@ const (
 	leaseSpanMax = 10 * time.Millisecond
 	leaseSpanMin = 2 * time.Millisecond
 	// leaseShortFor is how long a replica that let a leased slot pass
-	// because it was stopped (it came stallLate or more after the slot)
-	// holds as little ahead as it may: it asks for no lease ahead, and
+	// because it was stopped (it came stallLate or more after the slot to
+	// take it, not to ask for the next: see takeLocked) holds as little ahead as it may: it asks for no lease ahead, and
 	// below 1000/s it leases leaseSpanMin of the schedule (1 or 2 slots)
 	// instead of leaseSpanMax. A replica stopped again and again (a CPU
 	// quota) then strands one lease per stop, of one or two slots below
@@ -211,10 +211,12 @@ func (c SharedConfig) validate() error {
 // fleet that had too few messages to use its slots gets more.
 //
 // Below 1000/s that cost is paid where the loss arises: a replica that
-// let a slot of its lease pass (it was stopped, or woke more than the
-// 2ms below late) leases as little as it may for the next 2 seconds,
+// came 10ms or more late to take a slot of its lease (Reserve or Allow:
+// it was stopped) leases as little as it may for the next 2 seconds,
 // limit × 2ms rounded up (1 slot at 300/s, 2 at 600/s), one Redis call per
-// lease. A replica stopped every 400ms then strands one or two slots per
+// lease. Slots that Next finds passed went by while no request waited for
+// one: idle time, which keeps the leases long (a replica whose requests
+// come in bursts would otherwise call Redis for every one). A replica stopped every 400ms then strands one or two slots per
 // stop instead of 10ms of them, and calls Redis up to once per slot while
 // it keeps stalling; the others keep their long leases. From 1000/s a
 // lease stays 10 slots, so a stop there strands up to 10 slots.
@@ -698,7 +700,10 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 		}
 		s.unused++
 		s.givenBack++
-		if now.Sub(at) >= stallLate {
+		if now.Sub(at) >= stallLate && how != peek {
+			// A caller came that late to take a slot: this replica was
+			// stopped. Slots that Next finds passed went by while no
+			// request waited for one: idle time, not a stop.
 			s.shortUntil = now.Add(leaseShortFor)
 		}
 	}

@@ -868,3 +868,49 @@ func TestSharedAdaptStaysUnderTheCeilingThatSetRateMoves(t *testing.T) {
 		t.Errorf("after Adapt(20) on an empty key: limit, ceiling = %v; want 20, 100", admin.HMGet(ctx, fresh.Key, "limit", "ceiling").Val())
 	}
 }
+
+// A replica whose requests come in bursts (five every 20ms, 250/s on
+// average, under a limit of 500/s) lets the slots between bursts pass
+// while no request waits: idle time, not a stop. Its leases stay 10ms
+// long, one Redis call for each burst or so; taken for stops, they would
+// shrink to a slot each, a call per request and more.
+func TestSharedKeepsItsLeasesAcrossIdleTime(t *testing.T) {
+	rs := redistest.Start(t)
+	admin := newClient(t, &redis.Options{Addr: rs.Addr})
+	s, err := limiter.NewShared(newClient(t, &redis.Options{Addr: rs.Addr}), limiter.SharedConfig{
+		Key: "shaper:idle", Mode: limiter.Leaky, Limit: 500, Burst: 1, FallbackLimit: 100, Timeout: loadedTimeout,
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	before := redistest.ScriptCalls(t, admin)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	taken := 0
+	for range 100 {
+		<-tick.C
+		for range 5 { // as the pipeline's scheduler does: Next, sleep, Allow
+			for {
+				now := time.Now()
+				if next := s.Next(now); next.After(now) {
+					timer.Reset(next.Sub(now))
+					<-timer.C
+					continue
+				}
+				if s.Allow(now) {
+					taken++
+					break
+				}
+			}
+		}
+	}
+	calls := redistest.ScriptCalls(t, admin) - before
+	perSlot := float64(calls) / float64(taken)
+	t.Logf("bursts of 5 every 20ms under 500/s: %d slots, %d Redis calls (%.3f per slot), %d let pass", taken, calls, perSlot, s.Unused())
+	if perSlot > 0.6 {
+		t.Errorf("%.3f Redis calls per slot; want at most 0.6 (about one lease of 5 per burst)", perSlot)
+	}
+}
