@@ -27,28 +27,28 @@ var keysScript = redis.NewScript(keysLua)
 // one limit together.
 //
 // A key's slots are leased as the pipeline's are (see Shared), by the same
-// rule for the size: a call takes up to 10ms of the key's schedule, at most
-// 10 slots, so a key at up to 100/s takes one slot per call and a key at
-// 1000/s ten. A pipeline takes a key's slot only at the moment it sends,
-// after the key's lane had its turn and the pipeline's own limit gave a
-// slot, so a key's lease differs from the pipeline's in three ways. A call
-// leases only once the key's next slot is due within a lease's span (it
-// never holds slots ahead of a full lease), and asks for no lease ahead of
-// the one it holds: when the lease runs out, the next Allow calls. A leased
-// slot goes at its time or up to a lease's span (10ms, keyCatchUp) late,
-// not 2ms: the lane's turn, the pipeline's slot and the calls to Redis all
-// come between the key's slot and the departure. So any 100ms holds at most
-// limit/10 + replicas, and up to 10ms of the key's slots more when replicas
-// come late for them. A slot later than that is let pass and counted
-// (Unused). And a lease is as long as the last one's use: as many slots as
-// the last lease used (at least one) when some passed, one more when it
-// used them all, at most the full size, so a key whose lane gets its turns less often than
-// its slots come (other keys or the pipeline's limit hold it) leases about
-// as many as it uses. A reply that took longer than keyCatchUp keeps only
-// its first slot: mapped from its arrival, the rest could fall on the slots
-// of the leases after it. A replica stopped now and then (a CPU quota)
-// strands the rest of one lease per stop. A key's slots let pass are not
-// given back: a lease of a key strands at most its 10ms.
+// rule for the size: a call takes up to 10ms of the key's schedule, at most 10
+// slots, so a key at up to 100/s takes one slot per call and a key at 1000/s
+// ten. A pipeline takes a key's slot only at the moment it sends, after the
+// key's lane had its turn and the pipeline's own limit gave a slot, so a key's
+// lease differs from the pipeline's in three ways. A call leases only once the
+// key's next slot is due within a lease's span (it never holds slots ahead of
+// a full lease), and asks for no lease ahead of the one it holds: when the
+// lease runs out, the next Allow calls. A leased slot goes at its time or up
+// to a lease's span (10ms, keyCatchUp) late, not 2ms: the lane's turn, the
+// pipeline's slot and the calls to Redis all come between the key's slot and
+// the departure. So any 100ms holds at most limit/10 + replicas, and up to
+// 10ms of the key's slots more when replicas come late for them. A slot later
+// than that is let pass and counted (Unused). And a lease is as long as the
+// last one's use: as many slots as the last lease used (at least one) when
+// some passed, one more when it used them all, at most the full size, so a key
+// whose lane gets its turns less often than its slots come (other keys or the
+// pipeline's limit hold it) leases about as many as it uses. A reply that took
+// longer than keyCatchUp keeps only its first slot: mapped from its arrival,
+// the rest could fall on the slots of the leases after it. A replica stopped
+// now and then (a CPU quota) strands the rest of one lease per stop. A key's
+// slots let pass are not given back: a lease of a key strands at most its
+// 10ms.
 //
 // Each key's rate lives in its hash beside its state, and every call uses
 // the one stored there: Limit at first, and after a SetRate on any
@@ -176,27 +176,16 @@ type SharedKey struct {
 	pending   bool
 	set, from float64
 	seq       uint64
-	// lease holds the slots the last call leased that are still to use;
-	// size is how many the next call leases (0: the full size).
-	lease keyLease
-	size  int
+	// lease holds the slots the last call leased (lease.slot maps them as
+	// Shared's), used how many of them were taken, and size how many the
+	// next call leases (0: the full size).
+	lease      lease
+	used, size int
 }
 
 // keyCatchUp is how late a key's leased slot may still be taken: a
 // lease's span (see SharedKeys).
 const keyCatchUp = leaseSpanMax
-
-// keyLease is a run of a key's slots, next to n of them still to take;
-// used of them were taken.
-type keyLease struct {
-	start         time.Time
-	first, step   float64 // microseconds: slot i at first + i*step, or 0 if that is less
-	next, n, used int
-}
-
-func (l *keyLease) slot(i int) time.Time {
-	return l.start.Add(time.Duration(math.Ceil(max(l.first+float64(i)*l.step, 0) * 1e3)))
-}
 
 // takeLocked takes the key's next leased slot if it has come by now, and
 // reports whether it did, and whether the lease still holds one to wait
@@ -212,14 +201,14 @@ func (k *SharedKey) takeLocked(now time.Time) (taken, waiting bool) {
 		}
 		l.next++
 		if now.Sub(at) <= keyCatchUp {
-			l.used++
+			k.used++
 			return true, false
 		}
 		k.keys.unused.Add(1)
 	}
 	if l.n > 0 {
-		k.size = max(l.used, 1) // some passed: as many as it used
-		if l.used == l.n {
+		k.size = max(k.used, 1) // some passed: as many as it used
+		if k.used == l.n {
 			k.size++ // all used: one more
 		}
 		l.n = 0 // counted once
@@ -233,7 +222,7 @@ func (k *SharedKey) dropLeaseLocked() {
 	if n := k.lease.n - k.lease.next; n > 0 {
 		k.keys.unused.Add(int64(n))
 	}
-	k.lease = keyLease{}
+	k.lease = lease{}
 }
 
 // leaseLocked returns how many slots a call leases at rate, and how long
@@ -312,7 +301,7 @@ func (k *SharedKey) Allow(now time.Time) bool {
 	if taken, waiting := k.takeLocked(now); taken || waiting {
 		k.mu.Unlock()
 		if taken {
-			k.took(now)
+			k.tookSlot(now)
 		}
 		return taken
 	}
@@ -351,12 +340,12 @@ func (k *SharedKey) Allow(now time.Time) bool {
 	if k.pending && k.seq == seq {
 		k.pending = false
 	}
-	k.next = arrived.Add(r.wait)
+	next := r.wait
 	if r.n == 0 {
-		// Back once the slot is due within a lease's span, to lease it.
-		k.next = arrived.Add(max(r.first-ahead, 0))
+		next = max(r.first-ahead, 0) // back once the slot is due within a lease's span, to lease it
 	}
-	k.lease = keyLease{start: arrived, first: float64(r.first) / 1e3, step: 1e6 / r.limit, n: r.n}
+	k.next = arrived.Add(next)
+	k.lease, k.used = lease{at: arrived, off: float64(r.first) / 1e3, interval: 1e6 / r.limit, n: r.n}, 0
 	if took > keyCatchUp && r.n > 1 {
 		// A reply this slow would place the lease late, onto slots of
 		// the leases after it: only its first slot is kept.
@@ -365,19 +354,19 @@ func (k *SharedKey) Allow(now time.Time) bool {
 	}
 	taken := false
 	if r.n > 0 && r.first <= 0 {
-		k.lease.next, k.lease.used, taken = 1, 1, true // the first slot has come: it is this caller's
+		k.lease.next, k.used, taken = 1, 1, true // the first slot has come: it is this caller's
 	}
 	k.mu.Unlock()
 	k.syncLocal(r.limit)
 	if taken {
-		k.took(now)
+		k.tookSlot(now)
 	}
 	return taken
 }
 
-// took keeps the fallback limiter, and the own one, going on from a slot
-// taken from Redis at now.
-func (k *SharedKey) took(now time.Time) {
+// tookSlot keeps the fallback limiter, and the own one, going on from a
+// slot of the shared limit taken at now.
+func (k *SharedKey) tookSlot(now time.Time) {
 	k.local.Allow(now) // the fallback, if it comes, goes on from here
 	if k.own != nil {
 		k.own.Allow(now)

@@ -42,12 +42,12 @@ const (
 	leaseSpanMin = 2 * time.Millisecond
 	// leaseShortFor is how long a replica that let a leased slot pass
 	// because it was stopped (it came stallLate or more after the slot to
-	// take it, not to ask for the next: see takeLocked) holds as little ahead as it may: it asks for no lease ahead, and
-	// below 1000/s it leases leaseSpanMin of the schedule (1 or 2 slots)
-	// instead of leaseSpanMax. A replica stopped again and again (a CPU
-	// quota) then strands one lease per stop, of one or two slots below
-	// 1000/s. At 1000/s and above a lease stays 10 slots (0.1 calls per
-	// slot).
+	// take it, not to ask for the next: see takeLocked) holds as little
+	// ahead as it may: it asks for no lease ahead, and below 1000/s it
+	// leases leaseSpanMin of the schedule (1 or 2 slots) instead of
+	// leaseSpanMax. A replica stopped again and again (a CPU quota) then
+	// strands one lease per stop, of one or two slots below 1000/s. At
+	// 1000/s and above a lease stays 10 slots (0.1 calls per slot).
 	leaseShortFor = 2 * time.Second
 	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
@@ -197,29 +197,31 @@ func (c SharedConfig) validate() error {
 // Redis, which keeps them as credit (leaky mode). A lease asked for while
 // credit is kept may hold one slot of it: its slots go in one interval
 // less than the schedule would give them. Handing the slots out again can
-// only put more slots into a window than the schedule has, so Redis
-// spaces them: at most one every 100ms/(replicas − 1) of the schedule,
-// where replicas are those that called within the last second (a fleet
-// of one takes none). They add at most replicas − 1 to any 100ms of the
-// schedule, whose own slots are at most limit/10 + 1 there: the bound
-// limit/10 + replicas, before the seams' jitter and the catch-up below. The fleet regains up to
-// 10 × (replicas − 1) slots a second: the 9 slots a replica stopped every
-// 400ms strands at 1000/s come back to a fleet of three within the next
-// few hundred milliseconds. Credit is kept for a second after the last
-// slot given back, and never more than a second's worth, 10 × (replicas −
-// 1): a second may hold that many more than limit, never more, also when a
-// fleet that had too few messages to use its slots gets more.
+// only put more slots into a window than the schedule has, so Redis spaces
+// them: at most one every 100ms/(replicas − 1) of the schedule, where
+// replicas are those that called within the last second (a fleet of one
+// takes none). They add at most replicas − 1 to any 100ms of the schedule,
+// whose own slots are at most limit/10 + 1 there: the bound limit/10 +
+// replicas, before the seams' jitter and the catch-up below. The fleet
+// regains up to 10 × (replicas − 1) slots a second: the 9 slots a replica
+// stopped every 400ms strands at 1000/s come back to a fleet of three
+// within the next few hundred milliseconds. Credit is kept for a second
+// after the last slot given back, and never more than a second's worth,
+// 10 × (replicas − 1): a second may hold that many more than limit, never
+// more, also when a fleet that had too few messages to use its slots gets
+// more.
 //
-// Below 1000/s that cost is paid where the loss arises: a replica that
-// came 10ms or more late to take a slot of its lease (Reserve or Allow:
-// it was stopped) leases as little as it may for the next 2 seconds,
-// limit × 2ms rounded up (1 slot at 300/s, 2 at 600/s), one Redis call per
-// lease. Slots that Next finds passed went by while no request waited for
-// one: idle time, which keeps the leases long (a replica whose requests
-// come in bursts would otherwise call Redis for every one). A replica stopped every 400ms then strands one or two slots per
-// stop instead of 10ms of them, and calls Redis up to once per slot while
-// it keeps stalling; the others keep their long leases. From 1000/s a
-// lease stays 10 slots, so a stop there strands up to 10 slots.
+// Below 1000/s that cost is paid where the loss arises: a replica that came
+// 10ms or more late to take a slot of its lease (Reserve or Allow: it was
+// stopped) leases as little as it may for the next 2 seconds, limit × 2ms
+// rounded up (1 slot at 300/s, 2 at 600/s), one Redis call per lease. Slots
+// that Next finds passed went by while no request waited for one: idle time,
+// which keeps the leases long (a replica whose requests come in bursts would
+// otherwise call Redis for every one). A replica stopped every 400ms then
+// strands one or two slots per stop instead of 10ms of them, and calls Redis
+// up to once per slot while it keeps stalling; the others keep their long
+// leases. From 1000/s a lease stays 10 slots, so a stop there strands up to 10
+// slots.
 //
 // Slot times come from the server's clock. Each reply carries the
 // server's now, read somewhere within the round trip, so the local time
