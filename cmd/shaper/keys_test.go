@@ -176,10 +176,13 @@ func TestThreeReplicasHoldEachKeyToOneSharedPerKeyLimit(t *testing.T) {
 		perKey       float64
 		most         int     // in any 100ms
 		callsPerSlot float64 // the most, pipeline and keys together
+		least        float64 // of perKey: a busy machine under-sends
 	}{
-		{each: 60, limit: 100, perKey: 10, most: 2, callsPerSlot: 3.5},
-		// a lease's 10ms late: 3 more
-		{each: 600, limit: 1000, perKey: 300, most: 30 + 1 + 3 + 3, callsPerSlot: 0.8},
+		{each: 60, limit: 100, perKey: 10, most: 2, callsPerSlot: 3.5, least: 0.9},
+		// A lease's 10ms late: 3 more in 100ms. Three replicas sending
+		// 600/s on two cores beside the race detector's other packages
+		// sent 64% (CI).
+		{each: 600, limit: 1000, perKey: 300, most: 30 + 1 + 3 + 3, callsPerSlot: 0.8, least: 0.5},
 	} {
 		t.Run(fmt.Sprint(c.perKey), func(t *testing.T) {
 			natsURL := natstest.Start(t).ClientURL()
@@ -224,8 +227,8 @@ func TestThreeReplicasHoldEachKeyToOneSharedPerKeyLimit(t *testing.T) {
 				most := sinktest.MaxInWindow(at, 100*time.Millisecond)
 				t.Logf("key %s: %d requests from 3 replicas at %.2f/s together, at most %d in any 100ms", key, len(at), rate, most)
 				// Over-sending is the failure; a busy machine only under-sends.
-				if rate > c.perKey*1.05 || rate < c.perKey*0.7 {
-					t.Errorf("key %s at %.2f/s for the 3 replicas together; want %v/s +5%% -30%% (not 3×)", key, rate, c.perKey)
+				if rate > c.perKey*1.05 || rate < c.perKey*c.least {
+					t.Errorf("key %s at %.2f/s for the 3 replicas together; want %v/s, at most +5%% (not 3×), at least %.0f%%", key, rate, c.perKey, 100*c.least)
 				}
 				if most > c.most {
 					t.Errorf("key %s: %d requests in one 100ms window; want at most %d", key, most, c.most)
