@@ -181,8 +181,8 @@ func TestThreeReplicasHoldEachKeyToOneSharedPerKeyLimit(t *testing.T) {
 		{each: 60, limit: 100, perKey: 10, most: 2, callsPerSlot: 3.5, least: 0.9},
 		// A lease's 10ms late: 3 more in 100ms. Three replicas sending
 		// 600/s on two cores beside the race detector's other packages
-		// sent 64% (CI).
-		{each: 600, limit: 1000, perKey: 300, most: 30 + 1 + 3 + 3, callsPerSlot: 0.8, least: 0.5},
+		// sent 64% (CI), at 0.65 Redis calls per request.
+		{each: 600, limit: 1000, perKey: 300, most: 30 + 1 + 3 + 3, callsPerSlot: 1.0, least: 0.5},
 	} {
 		t.Run(fmt.Sprint(c.perKey), func(t *testing.T) {
 			natsURL := natstest.Start(t).ClientURL()
