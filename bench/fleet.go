@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -54,10 +55,12 @@ type FleetRun struct {
 }
 
 // FleetReplica is one replica over the window: the messages it completed
-// (shaper_messages_completed_total) and its CPU (/proc/<pid>/stat) per
+// (shaper_messages_completed_total), the slots it leased and did not use
+// (shaper_limiter_unused_total), and its CPU (/proc/<pid>/stat) per
 // message and as a share of one core.
 type FleetReplica struct {
 	Completed int64   `json:"completed"`
+	Unused    float64 `json:"unused_slots"`
 	CPUUs     float64 `json:"cpu_us_per_msg"`
 	CPUPct    float64 `json:"cpu_pct_of_core"`
 }
@@ -98,9 +101,14 @@ func runFleet(ctx context.Context, b *bench) (*FleetSection, error) {
 		return nil, err
 	}
 	defer redis.close()
+	made := 0
 	for _, limit := range limits {
 		for _, replicas := range fleets {
 			for _, stalled := range []bool{false, true} {
+				if len(b.o.fleetCases) > 0 && !b.o.fleetCases[fleetCase(replicas, limit, stalled)] {
+					continue
+				}
+				made++
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -108,13 +116,25 @@ func runFleet(ctx context.Context, b *bench) (*FleetSection, error) {
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", r.label(), err)
 				}
-				progress("fleet: %-44s %7.1f/s (%+.2f%%), most %d per 100 ms (≤ %d), %.3f Redis calls per request, %.0f unused, fallback %v",
-					r.label(), r.Rate, r.RateErrPct, r.Max100ms, r.Allowed100ms, r.CallsPerRequest, r.Unused, r.Fallback)
+				progress("fleet: %-44s %7.1f/s (%+.2f%%), most %d per 100 ms (≤ %d), %.3f Redis calls per request, %.0f unused (%s), fallback %v",
+					r.label(), r.Rate, r.RateErrPct, r.Max100ms, r.Allowed100ms, r.CallsPerRequest, r.Unused, r.eachReplica(func(p FleetReplica) string { return fmt.Sprintf("%.0f", p.Unused) }), r.Fallback)
 				sec.Runs = append(sec.Runs, r)
 			}
 		}
 	}
+	if made == 0 {
+		return nil, fmt.Errorf("-fleet-cases: no run named %v", slices.Collect(maps.Keys(b.o.fleetCases)))
+	}
 	return sec, nil
+}
+
+// fleetCase is the name -fleet-cases knows a run by: 3x1000, 3x1000-stalled.
+func fleetCase(replicas int, limit float64, stalled bool) string {
+	name := fmt.Sprintf("%dx%g", replicas, limit)
+	if stalled {
+		name += "-stalled"
+	}
+	return name
 }
 
 // fleetRun starts replicas on a new durable and a new Redis key, and
@@ -166,10 +186,10 @@ func (b *bench) fleetRun(ctx context.Context, redis *redisServer, sec *FleetSect
 	}
 	for i := range ds {
 		cpu := cpu1[i] - cpu0[i]
-		rep := FleetReplica{Completed: int64(m1[i][completedTotal] - m0[i][completedTotal]), CPUPct: 100 * cpu.Seconds() / r.Seconds}
+		rep := FleetReplica{Completed: int64(m1[i][completedTotal] - m0[i][completedTotal]), Unused: m1[i][unusedTotal] - m0[i][unusedTotal], CPUPct: 100 * cpu.Seconds() / r.Seconds}
 		rep.CPUUs = perMessage(cpu, rep.Completed)
 		r.Replica = append(r.Replica, rep)
-		r.Unused += m1[i][unusedTotal] - m0[i][unusedTotal]
+		r.Unused += rep.Unused
 		r.Fallback = r.Fallback || m0[i][fallbackGauge] > 0 || m1[i][fallbackGauge] > 0
 	}
 	return r, nil
@@ -214,6 +234,15 @@ func stall(pid int, stop, every time.Duration) (resume func()) {
 	}()
 	var once sync.Once
 	return func() { once.Do(func() { close(done); <-ended }) }
+}
+
+// eachReplica writes one figure of each replica, replica 0 first.
+func (r FleetRun) eachReplica(figure func(FleetReplica) string) string {
+	var each []string
+	for _, rep := range r.Replica {
+		each = append(each, figure(rep))
+	}
+	return strings.Join(each, " / ")
 }
 
 // label names the run in progress lines, errors and goals.
@@ -269,15 +298,11 @@ func (s *FleetSection) markdown(p func(string, ...any), r *Report) {
 		if run.Stalled {
 			replica0 = fmt.Sprintf("stopped %d ms every %d ms", s.StallMs, s.StallEveryMs)
 		}
-		var cpu []string
-		for _, rep := range run.Replica {
-			cpu = append(cpu, fmt.Sprintf("%.0f", rep.CPUUs))
-		}
 		p("| %d | %v/s | %s | %.1f/s | %s | %s | %s | %.0f | %s µs | %s |", run.Replicas, run.Limit, replica0, run.Rate,
 			mark(fmt.Sprintf("%+.2f%%", run.RateErrPct), math.Abs(run.RateErrPct) > 1),
 			mark(fmt.Sprintf("%d (%d)", run.Max100ms, run.Allowed100ms), run.Max100ms > run.Allowed100ms),
 			mark(fmt.Sprintf("%.3f", run.CallsPerRequest), run.Limit >= 1000 && run.CallsPerRequest > 0.1),
-			run.Unused, strings.Join(cpu, " / "), map[bool]string{true: "**yes**", false: "no"}[run.Fallback])
+			run.Unused, run.eachReplica(func(r FleetReplica) string { return fmt.Sprintf("%.0f", r.CPUUs) }), map[bool]string{true: "**yes**", false: "no"}[run.Fallback])
 	}
 	p("")
 }

@@ -54,6 +54,7 @@ type options struct {
 	cpuprofile string
 	shaper     string          // a prebuilt shaper binary for the children, instead of building ./cmd/shaper
 	peerCases  map[string]bool // the peers cases to run; empty: all
+	fleetCases map[string]bool // the fleet runs to make; empty: all
 	root       string          // the module's root directory
 	tmp        string          // configs, logs and the shaper binary of this run
 }
@@ -67,11 +68,12 @@ func realMain(ctx context.Context, args []string) error {
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the harness process (the in-process pipelines, the brokers, the sinks) to this file")
 	fs.StringVar(&o.shaper, "shaper", "", "use this shaper binary for the `shaper run` children instead of building ./cmd/shaper")
 	peerCases := fs.String("peer-cases", "", "with peers: comma-separated cases to run (default all): jetstream-1000, jetstream-100, kafka-1000, core-1000, jetstream-5000, jetstream-https-1000, jetstream-https-100")
+	fleetCases := fs.String("fleet-cases", "", "with fleet: comma-separated runs to make (default all), named replicas x limit, -stalled for the stall pattern: 3x1000, 3x1000-stalled, ...")
 	render := fs.String("render", "", "measure nothing: write benchmarks.md and the pictures again from this benchmarks.json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o.only, o.peerCases = set(*only), set(*peerCases)
+	o.only, o.peerCases, o.fleetCases = set(*only), set(*peerCases), set(*fleetCases)
 	for s := range o.only {
 		if !slices.Contains(sectionNames(), s) {
 			return fmt.Errorf("-only: unknown section %q (want %s)", s, strings.Join(sectionNames(), ", "))

@@ -218,11 +218,11 @@ func micros(us float64) string {
 
 // reproducible is a harness command line as a reader would run it again:
 // `go run ./bench` and the flags that choose what is measured (-only,
-// -peer-cases, -quick), without where the run wrote its files (-out,
+// -peer-cases, -fleet-cases, -quick), without where the run wrote its files (-out,
 // -cpuprofile), the binary it used (-shaper), or any words after the flags.
 func reproducible(command string) string {
-	keep := map[string]bool{"only": true, "peer-cases": true, "quick": true}
-	valued := map[string]bool{"only": true, "peer-cases": true, "out": true, "cpuprofile": true, "shaper": true, "render": true}
+	keep := map[string]bool{"only": true, "peer-cases": true, "fleet-cases": true, "quick": true}
+	valued := map[string]bool{"only": true, "peer-cases": true, "fleet-cases": true, "out": true, "cpuprofile": true, "shaper": true, "render": true}
 	out := []string{"go", "run", "./bench"}
 	fields, ok := strings.CutPrefix(strings.TrimSpace(command), "go run ./bench")
 	if !ok {
