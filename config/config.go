@@ -331,12 +331,17 @@ func (p *Pipeline) validateKey(path string) error {
 	return ps.Err()
 }
 
-// Pending is how many messages the source may have out, unsettled: the
-// bucket's capacity, or -1 (no bound) when full lanes hand messages back
-// to a JetStream source, which keeps them pending while other keys' messages
-// get past them. Shaper's memory stays bounded by the capacity either way.
+// Pending is how many messages a JetStream durable may have out, unsettled
+// (its MaxAckPending): the bucket's capacity, or -1 (no bound) in two cases.
+// When full lanes hand messages back, the source keeps them pending while
+// other keys' messages get past them. Under rate.shared, replicas share the
+// durable, and MaxAckPending counts the unsettled messages of all of them:
+// one bucket's worth for the fleet would leave most replicas a trickle, one
+// message per ack, and each would lease slots of the shared rate it has no
+// messages for. Shaper's memory stays bounded by the capacity either way:
+// each replica fetches no more than its bucket has room for.
 func (p Pipeline) Pending() int {
-	if p.lanes() != nil && p.Bucket.PerKeyCapacity < p.Bucket.Capacity {
+	if p.lanes() != nil && p.Bucket.PerKeyCapacity < p.Bucket.Capacity || p.Rate.Shared != nil {
 		return -1
 	}
 	return p.Bucket.Capacity

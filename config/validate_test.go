@@ -409,3 +409,29 @@ func TestValidatePushbackScopeAndThePerKeyCapacityDefault(t *testing.T) {
 		})
 	}
 }
+
+// A JetStream durable's MaxAckPending is the bucket's capacity for one
+// replica, and unbounded where that would starve someone: lanes that hand
+// messages back, and a fleet under rate.shared, whose replicas share the
+// durable and each fill a bucket of their own.
+func TestPendingIsTheCapacityUnlessLanesHandBackOrReplicasShareTheDurable(t *testing.T) {
+	tests := []struct {
+		name, from, to string
+		want           int
+	}{
+		{"one replica", "", "", 1000},
+		{"lanes that hand back", "    rate: {limit: 50}\n", "    rate: {limit: 50}\n    key: {from: header:Merchant}\n", -1},
+		{"rate.shared", "{limit: 50}", "{limit: 50, shared: {redis: {addr: 'cache:6379'}, fallback_limit: 5}}", -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(strings.Replace(minimal, tt.from, tt.to, 1)), env(nil))
+			if err != nil {
+				t.Fatalf("Parse = %v", err)
+			}
+			if got := cfg.Pipelines[0].Pending(); got != tt.want {
+				t.Errorf("Pending() = %d; want %d", got, tt.want)
+			}
+		})
+	}
+}

@@ -96,7 +96,9 @@ var _ shaper.Source = (*JetStream)(nil)
 // server hands out no more than the bucket holds, or -1 (no bound) for a
 // pipeline whose full lanes hand messages back (bucket.per_key_capacity):
 // those stay pending in JetStream, and other keys' messages must get past
-// them. name is the NATS client name.
+// them; and for replicas that share the durable (rate.shared), each with a
+// bucket of its own (config's Pipeline.Pending). name is the NATS client
+// name.
 //
 // A server that is down does not fail NewJetStream: the connection keeps
 // retrying in the background and Ready says why the source is not ready.

@@ -294,6 +294,32 @@ func TestJetStreamNeverHandsOutMoreThanCapacity(t *testing.T) {
 	}
 }
 
+// Replicas under rate.shared share one durable, and each fills a bucket of
+// its own: with MaxAckPending unbounded (config's Pending), the second
+// replica is handed messages while the first holds its bucket's worth
+// unsettled, and each gets no more than its Fetch asks for. With one
+// bucket's worth for the durable, the second got nothing until the first
+// settled a message, and then one per settled message.
+func TestJetStreamReplicasOnOneDurableEachFillTheirOwnBucket(t *testing.T) {
+	s, js := startJetStream(t)
+	publish(t, js, 0, 30, nil)
+	const room = 10 // each replica's bucket
+	first := newSource(t, jsConfig(s.ClientURL(), 30*time.Second), -1)
+	second := newSource(t, jsConfig(s.ClientURL(), 30*time.Second), -1)
+	a := fetchN(t, first, room, room) // never settled
+	b := fetchN(t, second, room, room)
+	seen := map[string]bool{}
+	for _, m := range append(a, b...) {
+		if seen[m.ID] {
+			t.Errorf("message %s handed to both replicas", m.ID)
+		}
+		seen[m.ID] = true
+	}
+	if info := consumerInfo(t, js); info.NumAckPending != 2*room || info.Config.MaxAckPending != -1 {
+		t.Errorf("ack pending %d, MaxAckPending %d; want %d (both buckets full), -1", info.NumAckPending, info.Config.MaxAckPending, 2*room)
+	}
+}
+
 func TestJetStreamMissingStreamIsReportedAndRecovers(t *testing.T) {
 	s := natstest.Start(t)
 	_, js := client(t, s)
