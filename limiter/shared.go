@@ -51,6 +51,12 @@ const (
 	leaseShortFor = 2 * time.Second
 	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
+	// takenFor is how long a lease that began later than the server's now
+	// (other replicas held the slots before it) says that the fleet's
+	// schedule is spoken for, so that leases follow the demand (see
+	// Demand): a moment when every replica waited for Redis at once does
+	// not end it.
+	takenFor = 100 * time.Millisecond
 	// prefetchLead is the least time before the end of its lease at which
 	// a replica asks for the next one (see prefetchLocked).
 	prefetchLead = 2 * time.Millisecond
@@ -210,6 +216,10 @@ func (c SharedConfig) validate() error {
 // 10 × (replicas − 1): a second may hold that many more than limit, never
 // more, also when a fleet that had too few messages to use its slots gets
 // more.
+//
+// A replica with few messages would strand most of every lease; told how
+// many wait (Demand), it leases no more than that while the fleet's
+// schedule is spoken for.
 //
 // Below 1000/s that cost is paid where the loss arises: a replica that came
 // 10ms or more late to take a slot of its lease (Reserve or Allow: it was
@@ -401,6 +411,12 @@ type Shared struct {
 	// shortUntil is when this replica may hold long leases and one ahead
 	// again after a stop let a slot pass (see leaseShortFor).
 	shortUntil time.Time
+	// waiting is how many messages wait for a slot, as the caller last
+	// told (Demand); 0 when it never did. takenUntil is when the fleet's
+	// schedule may no longer be spoken for: takenFor after a lease began
+	// later than the server's now. See Demand.
+	waiting    int
+	takenUntil time.Time
 	// op is the Redis call for the shared limit asked for or running,
 	// nil when none is. A probe is never op, nor is a call left running
 	// when the limiter fell back.
@@ -711,6 +727,26 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 	}
 }
 
+// Demand tells the limiter how many messages wait for a slot now, the one
+// the caller is about to ask Next or Reserve for included. While the
+// fleet's schedule is spoken for ahead of the server's now (a lease began
+// later than that within the last takenFor: other replicas held the slots
+// before it, and the shared limit is what holds the fleet back), a
+// lease is no longer than that, though at least limit × 2ms (2 slots at
+// 1000/s), and no lease is asked for ahead of one that holds enough slots
+// for them. A replica with few messages (a quiet partition) then leases
+// about what it can use, instead of a lease per message whose other slots
+// pass, lost to the replicas with a backlog until given back. While the
+// schedule is not spoken for, the fleet has slots to spare, and leases stay
+// whole: a replica whose messages arrive one by one at a high rate would
+// otherwise call Redis for each. A caller that never calls Demand leases
+// as if every message waited.
+func (s *Shared) Demand(waiting int) {
+	s.mu.Lock()
+	s.waiting = max(waiting, 1)
+	s.mu.Unlock()
+}
+
 // prefetchLocked asks for the next lease once the end of this one is
 // nearer than two round trips to Redis, but at least prefetchLead and at
 // most half of leaseSpanMax (a round trip that a stall drew out would
@@ -723,6 +759,9 @@ func (s *Shared) prefetchLocked(now time.Time) {
 	}
 	if l.next >= l.n {
 		return // the next caller asks, if one comes
+	}
+	if s.waiting > 0 && s.waiting-1 <= l.n-l.next {
+		return // this lease has a slot for every message waiting after this one
 	}
 	end := l.slot(l.n - 1).Add(time.Duration(l.interval * 1e3))
 	if end.Sub(now) <= min(max(prefetchLead, 2*s.rtt), leaseSpanMax/2) {
@@ -755,6 +794,9 @@ func (s *Shared) leaseSizeLocked(now time.Time) int {
 	k := math.Min(math.Ceil(s.limit*leaseSpanMax.Seconds()), leaseSlots)
 	if k < leaseSlots && now.Before(s.shortUntil) {
 		k = 1 // a slot passed unused lately: see leaseShortFor
+	}
+	if now.Before(s.takenUntil) && s.waiting > 0 {
+		k = math.Min(k, float64(s.waiting)) // see Demand
 	}
 	k = math.Max(k, math.Ceil(s.limit*leaseSpanMin.Seconds()))
 	return int(math.Max(1, math.Min(k, maxLease)))
@@ -1072,6 +1114,9 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 	at := s.mapLocked(r.now, recv, rtt)
 	s.rtt = rtt
 	if op.want > 0 && !newer && !s.closed && placeable {
+		if r.base-r.now > 1e6/r.limit {
+			s.takenUntil = recv.Add(takenFor) // see Demand
+		}
 		next := lease{
 			at:       at,
 			off:      r.base - r.now,

@@ -603,3 +603,44 @@ func TestARateLoweredOnAnotherReplicaStaysLoweredUnderTheAdaptiveRateOnAFakeCloc
 		}
 	})
 }
+
+// demandLimiter records what the pipeline tells a shared limiter about
+// its demand (shaper.Demander) before each slot.
+type demandLimiter struct {
+	*limiter.Limiter
+	mu   sync.Mutex
+	told []int
+}
+
+func (l *demandLimiter) Demand(waiting int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.told); n == 0 || l.told[n-1] != waiting {
+		l.told = append(l.told, waiting)
+	}
+}
+
+var _ shaper.Demander = (*demandLimiter)(nil)
+
+// Before it asks a shared limiter for a slot, the pipeline tells it how many
+// messages wait for one, the message it holds included: a backlog of five
+// is 5, 4, 3, 2, 1 as they go, so that the limiter leases no more slots
+// than they can use.
+func TestThePipelineTellsASharedLimiterHowManyMessagesWaitOnAFakeClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakes(5)
+		lim := &demandLimiter{}
+		f.lim = func(l *limiter.Limiter) shaper.Limiter {
+			lim.Limiter = l
+			return lim
+		}
+		runFake(t, f, func(p *config.Pipeline) { p.Rate.Limit = 10 }, func(*shaper.Pipeline) {
+			elapse(2 * time.Second)
+		})
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		if want := []int{5, 4, 3, 2, 1}; !slices.Equal(lim.told, want) {
+			t.Errorf("demand told, in order (repeats dropped) = %v; want %v", lim.told, want)
+		}
+	})
+}

@@ -218,6 +218,16 @@ type UnusedReporter interface {
 	Unused() int64
 }
 
+// Demander is implemented by limiters that lease slots of a shared
+// schedule ahead of use (limiter.Shared): before it asks for a slot, the
+// pipeline tells it how many messages wait for one, so that a replica with
+// few messages leases no more slots than it can use while the fleet's
+// schedule is spoken for.
+type Demander interface {
+	// Demand says how many messages wait for a slot, the caller's included.
+	Demand(waiting int)
+}
+
 // Revocable is implemented by receipts whose message the source can take
 // back before it is finished: a Kafka partition that a rebalance gave to
 // another member. The pipeline starts no attempt for a revoked message; it

@@ -555,8 +555,12 @@ func (p *Pipeline) departure(ctx, schedCtx context.Context, wg *sync.WaitGroup) 
 // While the operator has paused the pipeline it waits for the resumption,
 // and expires t at its deadline (plan decides which).
 func (p *Pipeline) depart(ctx, schedCtx context.Context, t *task, wg *sync.WaitGroup) (*task, bool) {
+	demand, _ := p.lim.(Demander)
 	for {
 		bucket := p.settings.Load().bucket
+		if demand != nil {
+			demand.Demand(p.bucket.Queued() + 1) // t and those behind it
+		}
 		now := p.clock.Now()
 		paused := p.paused.on()
 		at, expire := plan(now, t.queued.Add(bucket.MaxQueueTime), bucket.OnExpire != OnExpireDeliver, paused, p.lim.Next)

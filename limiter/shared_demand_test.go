@@ -1,0 +1,94 @@
+package limiter_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shaper-dev/shaper/internal/redistest"
+	"github.com/shaper-dev/shaper/limiter"
+)
+
+// A replica with one message now and then (a quiet Kafka partition, a
+// JetStream durable that hands it a message per ack) beside one with a
+// backlog: told how many messages wait (Demand), it leases about what it
+// can use while the fleet's slots are spoken for, instead of a whole lease
+// for each message, whose other slots pass and are lost to the replica with
+// the backlog (given back, at most 10 a second for a fleet of two).
+//
+// A replica with a backlog alone runs beside them on a key of its own, so
+// that a busy machine, whose late wake-ups cost both, weighs on them
+// alike: the pair is held to it.
+func TestSharedReplicaWithFewMessagesLeasesWhatItCanUse(t *testing.T) {
+	addr := redistest.Start(t).Addr
+	const (
+		limit   = 1000.0
+		runFor  = 3 * time.Second
+		warmUp  = 500 * time.Millisecond
+		trickle = 50 * time.Millisecond // the quiet replica's messages come this far apart
+	)
+	cfg := limiter.SharedConfig{Key: "shaper:demand:mixed", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: limit / 2, Timeout: loadedTimeout}
+	mixed, _ := replicas(t, addr, 2, cfg)
+	cfg.Key = "shaper:demand:busy"
+	alone, _ := replicas(t, addr, 1, cfg)
+
+	start := time.Now()
+	halt := make(chan struct{})
+	time.AfterFunc(runFor, func() { close(halt) })
+	sent := make([][]time.Time, 3)
+	var wg sync.WaitGroup
+	// send takes slots of l for messages that come every gap (0: a
+	// backlog, always one waiting), telling it how many wait, and sleeps
+	// until each slot.
+	send := func(i int, l *limiter.Shared, gap time.Duration) {
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		sleep := func(until time.Time) bool {
+			if d := time.Until(until); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-timer.C:
+				case <-halt:
+					return false
+				}
+			}
+			select {
+			case <-halt:
+				return false
+			default:
+				return true
+			}
+		}
+		for next := time.Now(); ; next = next.Add(gap) {
+			if gap > 0 && !sleep(next) {
+				return
+			}
+			waiting := 1000
+			if gap > 0 {
+				waiting = 1
+			}
+			l.Demand(waiting)
+			slot := l.Reserve(time.Now())
+			if !sleep(slot) {
+				return
+			}
+			sent[i] = append(sent[i], slot)
+		}
+	}
+	wg.Go(func() { send(0, mixed[0], 0) })
+	wg.Go(func() { send(1, mixed[1], trickle) })
+	wg.Go(func() { send(2, alone[0], 0) })
+	wg.Wait()
+
+	from, to := start.Add(warmUp), start.Add(runFor-50*time.Millisecond)
+	got, base := measure(sent[:2], from, to), measure(sent[2:], from, to)
+	t.Logf("at %v/s over %v: a backlog beside a message every %v %.1f/s (%.1f%%, per replica %v, unused %d / %d); a backlog alone %.1f/s (%.1f%%, unused %d)",
+		limit, to.Sub(from), trickle, got.rate, 100*got.rate/limit, got.per, mixed[0].Unused(), mixed[1].Unused(),
+		base.rate, 100*base.rate/limit, alone[0].Unused())
+	if got.rate < base.rate-0.04*limit {
+		t.Errorf("a backlog beside a replica with few messages = %.1f/s, a backlog alone = %.1f/s; want at most 4%% of the limit (%v) less", got.rate, base.rate, 0.04*limit)
+	}
+	if n := got.per[1]; n == 0 {
+		t.Errorf("the replica with few messages sent none; want one for each")
+	}
+}
