@@ -414,21 +414,35 @@ func raisedCapacity(t *testing.T, stepUp time.Duration) {
 	}
 }
 
+// told records what a pipeline tells a limiter, in order, each value once
+// until it changes.
+type told[T comparable] struct {
+	mu     sync.Mutex
+	values []T
+}
+
+func (t *told[T]) add(v T) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.values); n == 0 || t.values[n-1] != v {
+		t.values = append(t.values, v)
+	}
+}
+
+func (t *told[T]) get() []T {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.values)
+}
+
 // ceilingLimiter is a destination's limiter that records the ceilings the
 // pipeline tells it, as limiter.SharedKey keeps them.
 type ceilingLimiter struct {
 	shaper.Limiter
-	mu       sync.Mutex
-	ceilings []float64
+	ceilings told[float64]
 }
 
-func (c *ceilingLimiter) SetCeiling(limit float64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n := len(c.ceilings); n == 0 || c.ceilings[n-1] != limit {
-		c.ceilings = append(c.ceilings, limit)
-	}
-}
+func (c *ceilingLimiter) SetCeiling(limit float64) { c.ceilings.add(limit) }
 
 var _ shaper.CeilingSetter = (*ceilingLimiter)(nil)
 
@@ -483,7 +497,7 @@ func testARateChangeMovesEachDestinationsCeiling(t *testing.T, how string) {
 		if len(lims) != 1 {
 			t.Fatalf("%d destination limiters made; want 1", len(lims))
 		}
-		got := lims[0].ceilings
+		got := lims[0].ceilings.get()
 		if len(got) != 2 || got[0] != 50 || got[1] != 200 {
 			t.Errorf("ceilings told to the destination's limiter = %v; want [50 200] (rate.limit, then the new one)", got)
 		}
@@ -608,17 +622,10 @@ func TestARateLoweredOnAnotherReplicaStaysLoweredUnderTheAdaptiveRateOnAFakeCloc
 // its demand (shaper.Demander) before each slot.
 type demandLimiter struct {
 	*limiter.Limiter
-	mu   sync.Mutex
-	told []int
+	waiting told[int]
 }
 
-func (l *demandLimiter) Demand(waiting int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := len(l.told); n == 0 || l.told[n-1] != waiting {
-		l.told = append(l.told, waiting)
-	}
-}
+func (l *demandLimiter) Demand(waiting int) { l.waiting.add(waiting) }
 
 var _ shaper.Demander = (*demandLimiter)(nil)
 
@@ -637,10 +644,8 @@ func TestThePipelineTellsASharedLimiterHowManyMessagesWaitOnAFakeClock(t *testin
 		runFake(t, f, func(p *config.Pipeline) { p.Rate.Limit = 10 }, func(*shaper.Pipeline) {
 			elapse(2 * time.Second)
 		})
-		lim.mu.Lock()
-		defer lim.mu.Unlock()
-		if want := []int{5, 4, 3, 2, 1}; !slices.Equal(lim.told, want) {
-			t.Errorf("demand told, in order (repeats dropped) = %v; want %v", lim.told, want)
+		if got, want := lim.waiting.get(), []int{5, 4, 3, 2, 1}; !slices.Equal(got, want) {
+			t.Errorf("demand told, in order (repeats dropped) = %v; want %v", got, want)
 		}
 	})
 }
