@@ -417,6 +417,8 @@ type Shared struct {
 	// later than the server's now. See Demand.
 	waiting    int
 	takenUntil time.Time
+	// leaseEnd is the server time (µs) just past the last lease's slots.
+	leaseEnd float64
 	// op is the Redis call for the shared limit asked for or running,
 	// nil when none is. A probe is never op, nor is a call left running
 	// when the limiter fell back.
@@ -730,8 +732,9 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 // Demand tells the limiter how many messages wait for a slot now, the one
 // the caller is about to ask Next or Reserve for included. While the
 // fleet's schedule is spoken for ahead of the server's now (a lease began
-// later than that within the last takenFor: other replicas held the slots
-// before it, and the shared limit is what holds the fleet back), a
+// later than that, and than this replica's own lease before it, within the
+// last takenFor: other replicas held the slots before it, and the shared
+// limit is what holds the fleet back), a
 // lease is no longer than that, though at least limit × 2ms (2 slots at
 // 1000/s), and no lease is asked for ahead of one that holds enough slots
 // for them. A replica with few messages (a quiet partition) then leases
@@ -1114,15 +1117,18 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 	at := s.mapLocked(r.now, recv, rtt)
 	s.rtt = rtt
 	if op.want > 0 && !newer && !s.closed && placeable {
-		if r.base-r.now > 1e6/r.limit {
-			s.takenUntil = recv.Add(takenFor) // see Demand
-		}
 		next := lease{
 			at:       at,
 			off:      r.base - r.now,
 			interval: 1e6 / r.limit * float64(op.want-r.extra) / float64(op.want),
 			n:        op.want,
 		}
+		// Slots between the server's now, or the end of this replica's
+		// own lease, and this one are other replicas': see Demand.
+		if r.base-max(r.now, s.leaseEnd) > 1e6/r.limit {
+			s.takenUntil = recv.Add(takenFor)
+		}
+		s.leaseEnd = r.base + float64(next.n)*next.interval
 		if s.lease.next < s.lease.n {
 			s.ahead = next // asked for ahead (prefetchLocked)
 		} else {

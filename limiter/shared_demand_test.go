@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shaper-dev/shaper/internal/redistest"
 	"github.com/shaper-dev/shaper/limiter"
 )
@@ -90,5 +92,29 @@ func TestSharedReplicaWithFewMessagesLeasesWhatItCanUse(t *testing.T) {
 	}
 	if n := got.per[1]; n == 0 {
 		t.Errorf("the replica with few messages sent none; want one for each")
+	}
+}
+
+// A replica alone holds the fleet's schedule ahead of the server's now with
+// its own lease, which is not the schedule spoken for: with a few messages
+// waiting it leases whole leases (10 slots at 1000/s, 0.1 Redis calls per
+// slot), not one as long as its queue.
+func TestSharedReplicaAloneKeepsWholeLeases(t *testing.T) {
+	addr := redistest.Start(t).Addr
+	admin := newClient(t, &redis.Options{Addr: addr})
+	const limit = 1000.0
+	cfg := limiter.SharedConfig{Key: "shaper:demand:alone", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: limit, Timeout: loadedTimeout}
+	lims, _ := replicas(t, addr, 1, cfg)
+	l := lims[0]
+	callsBefore := redistest.ScriptCalls(t, admin)
+	slots := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); slots++ {
+		l.Demand(4) // a short queue that never runs dry
+		time.Sleep(time.Until(l.Reserve(time.Now())))
+	}
+	calls := redistest.ScriptCalls(t, admin) - callsBefore
+	t.Logf("one replica, 4 messages waiting, at %v/s: %d slots, %d Redis calls (%.3f per slot), unused %d", limit, slots, calls, float64(calls)/float64(slots), l.Unused())
+	if perSlot := float64(calls) / float64(slots); perSlot > 0.15 {
+		t.Errorf("%.3f Redis calls per slot; want about 0.1 (whole leases of 10)", perSlot)
 	}
 }
