@@ -26,10 +26,10 @@ var keysScript = redis.NewScript(keysLua)
 // common prefix, so that every replica with the same prefix holds a key to
 // one limit together.
 //
-// A key's slots are leased as the pipeline's are (see Shared), by the same
-// rule for the size: a call takes up to 10ms of the key's schedule, at most 10
-// slots, so a key at up to 100/s takes one slot per call and a key at 1000/s
-// ten. A pipeline takes a key's slot only at the moment it sends, after the
+// A key's slots are leased as the pipeline's are (see Shared), by a rule for
+// the size half as long: a call takes up to 10ms of the key's schedule, at
+// most 10 slots, so a key at up to 100/s takes one slot per call and a key at
+// 1000/s ten. A pipeline takes a key's slot only at the moment it sends, after the
 // key's lane had its turn and the pipeline's own limit gave a slot, so a key's
 // lease differs from the pipeline's in three ways. A call leases only once the
 // key's next slot is due within a lease's span (it never holds slots ahead of
@@ -183,9 +183,15 @@ type SharedKey struct {
 	used, size int
 }
 
-// keyCatchUp is how late a key's leased slot may still be taken: a
-// lease's span (see SharedKeys).
-const keyCatchUp = leaseSpanMax
+// A key's lease is keyLeaseSlots slots, or keyLeaseSpan of its schedule
+// where that is fewer: half the pipeline's, since a key's lease is taken
+// at its lane's turns (see SharedKeys). keyCatchUp is how late a key's
+// leased slot may still be taken: a lease's span.
+const (
+	keyLeaseSlots = 10
+	keyLeaseSpan  = 10 * time.Millisecond
+	keyCatchUp    = keyLeaseSpan
+)
 
 // takeLocked takes the key's next leased slot if it has come by now, and
 // reports whether it did, and whether the lease still holds one to wait
@@ -229,7 +235,7 @@ func (k *SharedKey) dropLeaseLocked() {
 // before its time the first may be leased (see SharedKeys). It requires
 // that k.mu is held.
 func (k *SharedKey) leaseLocked(rate float64) (want int, ahead time.Duration) {
-	full := int(min(math.Ceil(rate*leaseSpanMax.Seconds()), leaseSlots))
+	full := int(min(math.Ceil(rate*keyLeaseSpan.Seconds()), keyLeaseSlots))
 	if k.own != nil && rate >= k.keys.ceiling() || full <= 1 {
 		return 1, 0
 	}
@@ -237,7 +243,7 @@ func (k *SharedKey) leaseLocked(rate float64) (want int, ahead time.Duration) {
 	if k.size > 0 {
 		want = min(k.size, full)
 	}
-	return want, leaseSpanMax
+	return want, keyLeaseSpan
 }
 
 // Next returns when the key's slot comes, as the last Allow heard from

@@ -32,23 +32,28 @@ const (
 	// DefaultSharedTimeout is SharedConfig.Timeout when it is left zero.
 	DefaultSharedTimeout = 50 * time.Millisecond
 
-	// A lease is leaseSlots slots, the most a stall can strand at little
-	// cost to Redis (one call per leaseSlots slots, 0.1 per request), but
-	// never more than leaseSpanMax of the schedule, and at least
-	// leaseSpanMin of it, which caps the calls above 5000/s at 500 a
-	// second. See Leases.
-	leaseSlots   = 10
-	leaseSpanMax = 10 * time.Millisecond
+	// A lease is leaseSlots slots (0.05 Redis calls per request), but
+	// never more than leaseSpan of the schedule, and at least leaseSpanMin
+	// of it, which caps the calls above 10 000/s at 500 a second. See
+	// Leases.
+	leaseSlots   = 20
+	leaseSpan    = 20 * time.Millisecond
 	leaseSpanMin = 2 * time.Millisecond
 	// leaseShortFor is how long a replica that let a leased slot pass
 	// because it was stopped (it came stallLate or more after the slot to
 	// take it, not to ask for the next: see takeLocked) holds as little
-	// ahead as it may: it asks for no lease ahead, and below 1000/s it
-	// leases leaseSpanMin of the schedule (1 or 2 slots) instead of
-	// leaseSpanMax. A replica stopped again and again (a CPU quota) then
-	// strands one lease per stop, of one or two slots below 1000/s. At
-	// 1000/s and above a lease stays 10 slots (0.1 calls per slot).
+	// ahead as it may: it asks for no lease ahead, and leases shortSlots,
+	// or shortSpan of the schedule where that is fewer, and then below
+	// 1000/s leaseSpanMin of it (1 or 2 slots), at least leaseSpanMin. A
+	// replica stopped again and again (a CPU quota) then strands one short
+	// lease per stop: one or two slots below 1000/s, 5 from 1000/s (0.2
+	// calls per slot), 10 at 5000/s (2 ms).
 	leaseShortFor = 2 * time.Second
+	shortSlots    = 5
+	shortSpan     = 5 * time.Millisecond
+	// prefetchLeadMax is the most time before the end of its lease at
+	// which a replica asks for the next one (see prefetchLocked).
+	prefetchLeadMax = 5 * time.Millisecond
 	// maxLease caps a lease (above 500 000/s the span shrinks instead).
 	maxLease = 1000
 	// takenFor is how long a lease that began later than the server's now
@@ -174,29 +179,27 @@ func (c SharedConfig) validate() error {
 //
 // A Redis call costs a round trip (30–40µs on loopback, more across a
 // network), too much for every slot. So one call reserves a lease: k
-// consecutive slots of the global schedule, k = 10, or limit × 10ms
-// rounded up where that is less (1 at 100/s, 6 at 600/s), or limit × 2ms
-// where that is more (20 at 10 000/s; at most 1000). The replica hands the
+// consecutive slots of the global schedule, k = 20, or limit × 20ms
+// rounded up where that is less (2 at 100/s, 12 at 600/s), or limit × 2ms
+// where that is more (40 at 20 000/s; at most 1000). The replica hands the
 // lease out locally, slot i at its own time on the global schedule. It
 // asks for the next lease before this one runs out, once its end is
 // nearer than two round trips (2–5ms): a lease asked for only after the
 // last slot would begin at the server's now, a round trip past the end of
 // the schedule the replica held, and the slots of that round trip would
-// be lost to the whole fleet (at 5000/s a lease spans 2ms). So a busy
+// be lost to the whole fleet (at 10 000/s a lease spans 2ms). So a busy
 // replica holds one lease and at most one more ahead, and waits for Redis
-// only when it had no slot to ask for in time. Redis sees at most 100
-// calls a second from the whole fleet up to 1000/s while no replica lets
-// a slot pass, 0.1 per slot up to 5000/s, and 500 a second above.
+// only when it had no slot to ask for in time. Redis sees at most 50 calls
+// a second from the whole fleet up to 1000/s while no replica lets a slot
+// pass, 0.05 per slot up to 10 000/s, and 500 a second above.
 //
-// Why leases this short: a slot that passes in a lease that a replica
-// holds is lost to the fleet until it is given back, and a replica stopped
-// for longer than the span it holds ahead (a container throttled by its
-// CPU quota stops for 100ms) strands all of it. So the loss is kept small
-// where it arises, by holding few slots ahead: a stall strands at most the
-// lease and the one ahead, 10ms of slots each below 1000/s, 10 slots each
-// up to 5000/s. Ten slots is where Redis stays off the hot path (0.1
-// calls per request); shorter leases would strand less and cost a call
-// for every few requests.
+// Why leases no longer: a slot that passes in a lease that a replica holds
+// is lost to the fleet until it is given back, and a replica stopped for
+// longer than the span it holds ahead (a container throttled by its CPU
+// quota stops for 100ms) strands all of it. A replica that keeps running
+// strands nothing, and long leases keep Redis off its hot path; one that
+// stops leases short ones (below), so the loss is kept small where it
+// arises.
 //
 // What a replica strands it gives back. Every slot it lets pass, or drops
 // with a lease, is counted (Unused) and reported on its next call to
@@ -209,7 +212,7 @@ func (c SharedConfig) validate() error {
 // takes none). They add at most replicas − 1 to any 100ms of the schedule,
 // whose own slots are at most limit/10 + 1 there: the bound limit/10 +
 // replicas, before the seams' jitter and the catch-up below. The fleet
-// regains up to 10 × (replicas − 1) slots a second: the 9 slots a replica
+// regains up to 10 × (replicas − 1) slots a second: the 5 slots a replica
 // stopped every 400ms strands at 1000/s come back to a fleet of three
 // within the next few hundred milliseconds. Credit is kept for a second
 // after the last slot given back, and never more than a second's worth,
@@ -221,17 +224,18 @@ func (c SharedConfig) validate() error {
 // many wait (Demand), it leases no more than that while the fleet's
 // schedule is spoken for.
 //
-// Below 1000/s that cost is paid where the loss arises: a replica that came
-// 10ms or more late to take a slot of its lease (Reserve or Allow: it was
-// stopped) leases as little as it may for the next 2 seconds, limit × 2ms
-// rounded up (1 slot at 300/s, 2 at 600/s), one Redis call per lease. Slots
-// that Next finds passed went by while no request waited for one: idle time,
-// which keeps the leases long (a replica whose requests come in bursts would
-// otherwise call Redis for every one). A replica stopped every 400ms then
-// strands one or two slots per stop instead of 10ms of them, and calls Redis
-// up to once per slot while it keeps stalling; the others keep their long
-// leases. From 1000/s a lease stays 10 slots, so a stop there strands up to 10
-// slots.
+// A replica that stops pays for its stops itself: one that came 10ms or
+// more late to take a slot of its lease (Reserve or Allow: it was stopped)
+// asks for no lease ahead for the next 2 seconds, and leases 5 slots, or
+// below 1000/s as few as it may, limit × 2ms rounded up (1 slot at 300/s, 2
+// at 600/s), at least 2ms of the schedule (10 slots at 5000/s). Slots that
+// Next finds passed went by while no request waited for one: idle time,
+// which keeps the leases long (a replica whose requests come in bursts
+// would otherwise call Redis for every one). A replica stopped every 400ms
+// then strands one short lease per stop, and calls Redis up to once per
+// slot below 1000/s, once per 5 from 1000/s, while it keeps stalling; the
+// others keep their long leases. A fleet of three at 1000/s, one of them
+// stalling so, calls Redis about 0.06 times per request.
 //
 // Slot times come from the server's clock. Each reply carries the
 // server's now, read somewhere within the round trip, so the local time
@@ -264,12 +268,12 @@ func (c SharedConfig) validate() error {
 // section of docs/benchmarks.md).
 //
 // The price of leases is elsewhere. A replica that stops asking strands
-// the rest of its lease and of the one ahead (up to 10ms of the global
-// rate each) until it calls again and gives them back; a busy replica
-// holds slots that others cannot take for that long; and after SetRate
-// lowers the rate, leases already taken keep their old
+// the rest of its lease and of the one ahead (up to 20ms of the global
+// rate each, at its first stop) until it calls again and gives them back;
+// a busy replica holds slots that others cannot take for that long; and
+// after SetRate lowers the rate, leases already taken keep their old
 // spacing, so right after a change the global rate can exceed the new
-// limit by up to two leases per replica (up to 20ms of slots at the old
+// limit by up to two leases per replica (up to 40ms of slots at the old
 // rate). Bigger leases would mean fewer calls and more of all three.
 //
 // # The limit
@@ -752,7 +756,7 @@ func (s *Shared) Demand(waiting int) {
 
 // prefetchLocked asks for the next lease once the end of this one is
 // nearer than two round trips to Redis, but at least prefetchLead and at
-// most half of leaseSpanMax (a round trip that a stall drew out would
+// most prefetchLeadMax (a round trip that a stall drew out would
 // otherwise have every lease asked for at once); see Leases for why. It
 // requires that s.mu is held.
 func (s *Shared) prefetchLocked(now time.Time) {
@@ -767,7 +771,7 @@ func (s *Shared) prefetchLocked(now time.Time) {
 		return // this lease has a slot for every message waiting after this one
 	}
 	end := l.slot(l.n - 1).Add(time.Duration(l.interval * 1e3))
-	if end.Sub(now) <= min(max(prefetchLead, 2*s.rtt), leaseSpanMax/2) {
+	if end.Sub(now) <= min(max(prefetchLead, 2*s.rtt), prefetchLeadMax) {
 		s.requestLocked(s.leaseSizeLocked(now))
 	}
 }
@@ -794,9 +798,11 @@ func (s *Shared) Unused() int64 {
 // leaseSizeLocked returns how many slots to lease at the current limit,
 // at now. It requires that s.mu is held.
 func (s *Shared) leaseSizeLocked(now time.Time) int {
-	k := math.Min(math.Ceil(s.limit*leaseSpanMax.Seconds()), leaseSlots)
-	if k < leaseSlots && now.Before(s.shortUntil) {
-		k = 1 // a slot passed unused lately: see leaseShortFor
+	k := math.Min(math.Ceil(s.limit*leaseSpan.Seconds()), leaseSlots)
+	if now.Before(s.shortUntil) { // a stop let a slot pass lately: see leaseShortFor
+		if k = math.Min(math.Ceil(s.limit*shortSpan.Seconds()), shortSlots); k < shortSlots {
+			k = 1
+		}
 	}
 	if now.Before(s.takenUntil) && s.waiting > 0 {
 		k = math.Min(k, float64(s.waiting)) // see Demand
