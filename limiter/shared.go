@@ -32,16 +32,17 @@ const (
 	// DefaultSharedTimeout is SharedConfig.Timeout when it is left zero.
 	DefaultSharedTimeout = 50 * time.Millisecond
 
-	// A lease is leaseSlots slots (0.05 Redis calls per request), but
-	// never more than leaseSpan of the schedule, and at least leaseSpanMin
-	// of it, which caps the calls above 10 000/s at 500 a second. See
-	// Leases.
+	// A lease is leaseSlots slots (0.05 Redis calls per request) where
+	// leaseSpan of the schedule holds that many (from 1000/s), else half
+	// that span (below 1000/s a slot held ahead is one a late wake-up may
+	// let pass), and at least leaseSpanMin of it, which caps the calls
+	// above 10 000/s at 500 a second. See Leases.
 	leaseSlots   = 20
 	leaseSpan    = 20 * time.Millisecond
 	leaseSpanMin = 2 * time.Millisecond
-	// leaseShortFor is how long a replica that let a leased slot pass
-	// because it was stopped (it came stallLate or more after the slot to
-	// take it, not to ask for the next: see takeLocked) holds as little
+	// leaseShortFor is how long a replica of a fleet that let a leased
+	// slot pass because it was stopped (it came stallLate or more after the
+	// slot to take it, not to ask for the next: see takeLocked) holds as little
 	// ahead as it may: it asks for no lease ahead, and leases shortSlots,
 	// or shortSpan of the schedule where that is fewer, and then below
 	// 1000/s leaseSpanMin of it (1 or 2 slots), at least leaseSpanMin. A
@@ -179,9 +180,9 @@ func (c SharedConfig) validate() error {
 //
 // A Redis call costs a round trip (30–40µs on loopback, more across a
 // network), too much for every slot. So one call reserves a lease: k
-// consecutive slots of the global schedule, k = 20, or limit × 20ms
-// rounded up where that is less (2 at 100/s, 12 at 600/s), or limit × 2ms
-// where that is more (40 at 20 000/s; at most 1000). The replica hands the
+// consecutive slots of the global schedule, k = 20 from 1000/s, limit ×
+// 10ms rounded up below (1 at 100/s, 6 at 600/s), or limit × 2ms where
+// that is more (40 at 20 000/s; at most 1000). The replica hands the
 // lease out locally, slot i at its own time on the global schedule. It
 // asks for the next lease before this one runs out, once its end is
 // nearer than two round trips (2–5ms): a lease asked for only after the
@@ -189,9 +190,12 @@ func (c SharedConfig) validate() error {
 // the schedule the replica held, and the slots of that round trip would
 // be lost to the whole fleet (at 10 000/s a lease spans 2ms). So a busy
 // replica holds one lease and at most one more ahead, and waits for Redis
-// only when it had no slot to ask for in time. Redis sees at most 50 calls
-// a second from the whole fleet up to 1000/s while no replica lets a slot
-// pass, 0.05 per slot up to 10 000/s, and 500 a second above.
+// only when it had no slot to ask for in time. Redis sees at most 100
+// calls a second from the whole fleet below 1000/s while no replica lets a
+// slot pass, 0.05 per slot from 1000/s to 10 000/s, and 500 a second
+// above. Below 1000/s leases are shorter because a slot a replica holds
+// ahead is one that a late wake-up (beyond the catch-up below) lets pass,
+// and the interval there is longer than a wake-up is late.
 //
 // Why leases no longer: a slot that passes in a lease that a replica holds
 // is lost to the fleet until it is given back, and a replica stopped for
@@ -225,8 +229,10 @@ func (c SharedConfig) validate() error {
 // schedule is spoken for.
 //
 // A replica that stops pays for its stops itself: one that came 10ms or
-// more late to take a slot of its lease (Reserve or Allow: it was stopped)
-// asks for no lease ahead for the next 2 seconds, and leases 5 slots, or
+// more late to take a slot of its lease (Reserve or Allow: it was stopped),
+// and that is not alone (another replica called Redis within the last
+// second; a replica alone strands slots no one else could use), asks for
+// no lease ahead for the next 2 seconds, and leases 5 slots, or
 // below 1000/s as few as it may, limit × 2ms rounded up (1 slot at 300/s, 2
 // at 600/s), at least 2ms of the schedule (10 slots at 5000/s). Slots that
 // Next finds passed went by while no request waited for one: idle time,
@@ -423,6 +429,10 @@ type Shared struct {
 	takenUntil time.Time
 	// leaseEnd is the server time (µs) just past the last lease's slots.
 	leaseEnd float64
+	// alone is whether the last lease's reply counted no other replica
+	// that called Redis within a second: a stop then strands slots that no
+	// one else could have used, and leases stay long (see leaseShortFor).
+	alone bool
 	// op is the Redis call for the shared limit asked for or running,
 	// nil when none is. A probe is never op, nor is a call left running
 	// when the limiter fell back.
@@ -492,6 +502,9 @@ type reply struct {
 	limit float64
 	burst int
 	extra int // slots of credit the lease holds beyond the schedule: 0 or 1
+	// replicas is how many replicas called within a second, this one
+	// included; 0 when the script did not count them (token mode).
+	replicas int
 	// ceiling is the fleet's rate.limit, the most limit may be.
 	ceiling float64
 }
@@ -724,10 +737,11 @@ func (s *Shared) takeLocked(now time.Time, how use) (slot time.Time, taken, ok b
 		}
 		s.unused++
 		s.givenBack++
-		if now.Sub(at) >= stallLate && how != peek {
+		if now.Sub(at) >= stallLate && how != peek && !s.alone {
 			// A caller came that late to take a slot: this replica was
 			// stopped. Slots that Next finds passed went by while no
-			// request waited for one: idle time, not a stop.
+			// request waited for one: idle time, not a stop. A replica
+			// alone strands nothing another could have used.
 			s.shortUntil = now.Add(leaseShortFor)
 		}
 	}
@@ -799,6 +813,9 @@ func (s *Shared) Unused() int64 {
 // at now. It requires that s.mu is held.
 func (s *Shared) leaseSizeLocked(now time.Time) int {
 	k := math.Min(math.Ceil(s.limit*leaseSpan.Seconds()), leaseSlots)
+	if k < leaseSlots {
+		k = math.Ceil(s.limit * leaseSpan.Seconds() / 2) // below 1000/s
+	}
 	if now.Before(s.shortUntil) { // a stop let a slot pass lately: see leaseShortFor
 		if k = math.Min(math.Ceil(s.limit*shortSpan.Seconds()), shortSlots); k < shortSlots {
 			k = 1
@@ -1135,6 +1152,7 @@ func (s *Shared) applyLocked(op *call, r reply, recv time.Time, rtt time.Duratio
 			s.takenUntil = recv.Add(takenFor)
 		}
 		s.leaseEnd = r.base + float64(next.n)*next.interval
+		s.alone = r.replicas == 1
 		if s.lease.next < s.lease.n {
 			s.ahead = next // asked for ahead (prefetchLocked)
 		} else {
@@ -1276,7 +1294,7 @@ func (s *Shared) syncLocalLocked() {
 // parseReply checks and decodes the script's reply.
 func parseReply(vals []any) (reply, error) {
 	var r reply
-	if len(vals) != 7 {
+	if len(vals) != 8 {
 		return r, fmt.Errorf("unexpected script reply %v", vals)
 	}
 	var strs [5]string
@@ -1294,13 +1312,14 @@ func parseReply(vals []any) (reply, error) {
 	ceiling, err5 := strconv.ParseFloat(strs[4], 64)
 	burst, ok := vals[5].(int64)
 	extra, ok2 := vals[6].(int64)
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || !ok || !ok2 || extra < 0 || extra > 1 {
+	replicas, ok3 := vals[7].(int64)
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || !ok || !ok2 || !ok3 || extra < 0 || extra > 1 || replicas < 0 {
 		return r, fmt.Errorf("unexpected script reply %v", vals)
 	}
 	if ValidateRate(limit, int(burst)) != nil || ValidateRate(ceiling, 1) != nil || math.IsNaN(base) || math.IsInf(base, 0) {
 		return r, fmt.Errorf("script reply holds a bad rate: limit %v, burst %d, ceiling %v, base %v", limit, burst, ceiling, base)
 	}
 	r.now = float64(sec*1_000_000 + usec)
-	r.base, r.limit, r.burst, r.extra, r.ceiling = base, limit, int(burst), int(extra), ceiling
+	r.base, r.limit, r.burst, r.extra, r.ceiling, r.replicas = base, limit, int(burst), int(extra), ceiling, int(replicas)
 	return r, nil
 }

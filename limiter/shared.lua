@@ -30,11 +30,13 @@
 -- at most one every 100ms/(replicas-1), so that any 100 ms holds at most
 -- limit/10 + replicas; a fleet of one takes none.
 --
--- Returns {seconds, microseconds, base, limit, ceiling, burst, extra}: the
--- server time from TIME, base in server microseconds and extra (0 or 1)
--- such that slot i of the want reserved goes at max(now, base +
--- i*span/want), where span is (want-extra)*1e6/limit. Floats travel as
--- strings, because Redis truncates Lua numbers in replies to integers.
+-- Returns {seconds, microseconds, base, limit, ceiling, burst, extra,
+-- replicas}: the server time from TIME, base in server microseconds and
+-- extra (0 or 1) such that slot i of the want reserved goes at max(now,
+-- base + i*span/want), where span is (want-extra)*1e6/limit; and the
+-- replicas that called within a second, the caller included (0 in token
+-- mode or without an id: not counted). Floats travel as strings, because
+-- Redis truncates Lua numbers in replies to integers.
 
 local key = KEYS[1]
 local want = tonumber(ARGV[1])
@@ -111,11 +113,12 @@ end
 -- max(now, tat + i*interval - tau), and tat moves by want intervals, or by
 -- want-1 when the lease takes a slot given back.
 local base = tat - tau
-local extra = 0
+local extra, replicas = 0, 0
 local id, given = string.match(ARGV[6] or '', '^(.+):(%d+)$')
 if not token and id then
   local fields = redis.call('HGETALL', key)
-  local replicas, credit, creditAt, extraAt = 1, 0, 0, 0
+  local credit, creditAt, extraAt = 0, 0, 0
+  replicas = 1
   for i = 1, #fields, 2 do
     local f, v = fields[i], tonumber(fields[i + 1])
     if f == 'credit' then credit = v or 0
@@ -160,4 +163,4 @@ redis.call('HSET', key,
 local ttl = (tat - now) + math.max(2 * burst * interval, 10000000)
 redis.call('PEXPIRE', key, math.min(math.ceil(ttl / 1000), 100000000000))
 
-return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), string.format('%.17g', ceiling), burst, extra}
+return {t[1], t[2], string.format('%.17g', base), string.format('%.17g', limit), string.format('%.17g', ceiling), burst, extra, replicas}

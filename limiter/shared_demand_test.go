@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -116,5 +117,60 @@ func TestSharedReplicaAloneKeepsWholeLeases(t *testing.T) {
 	t.Logf("one replica, 4 messages waiting, at %v/s: %d slots, %d Redis calls (%.3f per slot), unused %d", limit, slots, calls, float64(calls)/float64(slots), l.Unused())
 	if perSlot := float64(calls) / float64(slots); perSlot > 0.08 {
 		t.Errorf("%.3f Redis calls per slot; want about 0.05 (whole leases of 20)", perSlot)
+	}
+}
+
+// A replica alone that was stopped keeps its long leases: the slots a stop
+// strands are ones no other replica could have used, so short leases would
+// only cost Redis calls (0.2 per slot at 1000/s instead of 0.05). One of a
+// fleet leases short ones after a stop.
+func TestSharedReplicaAloneKeepsLongLeasesAcrossStops(t *testing.T) {
+	addr := redistest.Start(t).Addr
+	admin := newClient(t, &redis.Options{Addr: addr})
+	const limit = 1000.0
+	for _, fleet := range []int{1, 2} {
+		t.Run(fmt.Sprint(fleet), func(t *testing.T) {
+			cfg := limiter.SharedConfig{Key: fmt.Sprintf("shaper:alone:%d", fleet), Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: limit, Timeout: loadedTimeout}
+			lims, _ := replicas(t, addr, fleet, cfg)
+			done := make(chan struct{})
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer close(done)
+			if fleet == 2 {
+				// The other replica takes a slot every 200ms: the first
+				// is not alone.
+				lims[1].Reserve(time.Now())
+				wg.Go(func() {
+					tick := time.NewTicker(200 * time.Millisecond)
+					defer tick.Stop()
+					for {
+						select {
+						case <-done:
+							return
+						case <-tick.C:
+							lims[1].Reserve(time.Now())
+						}
+					}
+				})
+			}
+			l := lims[0]
+			callsBefore := redistest.ScriptCalls(t, admin)
+			slots := 0
+			for end := time.Now().Add(time.Second); time.Now().Before(end); slots++ {
+				if slots%100 == 50 {
+					time.Sleep(20 * time.Millisecond) // stopped
+				}
+				time.Sleep(time.Until(l.Reserve(time.Now())))
+			}
+			calls := redistest.ScriptCalls(t, admin) - callsBefore
+			perSlot := float64(calls) / float64(slots)
+			t.Logf("replicas %d, the first stopped 20ms every 100 slots at %v/s: %d slots, %d Redis calls (%.3f per slot)", fleet, limit, slots, calls, perSlot)
+			if fleet == 1 && perSlot > 0.1 {
+				t.Errorf("alone: %.3f Redis calls per slot; want about 0.05 (leases of 20 across stops)", perSlot)
+			}
+			if fleet == 2 && perSlot < 0.12 {
+				t.Errorf("one of two: %.3f Redis calls per slot; want about 0.2 (short leases of 5 after a stop)", perSlot)
+			}
+		})
 	}
 }

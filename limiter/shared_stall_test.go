@@ -186,18 +186,18 @@ func TestSharedFleetDeliversTheLimitWhileAReplicaStalls(t *testing.T) {
 		t.Errorf("Unused() of the stalled replica = 0; want the slots its stops let pass")
 	}
 	// After its first stop the stalled replica leases limit × 2ms (2
-	// slots) at a time, not 20ms of the schedule (12): a stop strands
+	// slots) at a time, not 10ms of the schedule (6): a stop strands
 	// fewer slots than a long lease holds.
 	var strandedAll int64
 	for _, n := range stranded[0] {
 		strandedAll += n
 	}
-	most := math.Ceil(limit*0.020) / 4 // a quarter of a 20ms lease
+	most := math.Ceil(limit*0.010) / 2 // half a 10ms lease
 	t.Logf("slots let pass by the stalled replica as it resumed, per stop: %v", stranded[0])
 	if stops := len(stranded[0]); stops < 2 {
 		t.Errorf("%d stops held a slot; want several", stops)
 	} else if mean := float64(strandedAll-stranded[0][0]) / float64(stops-1); mean > most {
-		t.Errorf("the stalled replica let pass %.1f slots per stop after its first; want at most a quarter of a 20ms lease (%v slots): its leases should be short", mean, most)
+		t.Errorf("the stalled replica let pass %.1f slots per stop after its first; want at most half a 10ms lease (%v slots): its leases should be short", mean, most)
 	}
 	for _, r := range []fleetRun{got, base} {
 		if !atMostOver(r.rate, limit, 0.01, 0.15) {

@@ -617,11 +617,11 @@ func TestSharedRedisCallsPerSlotFollowTheLeaseSize(t *testing.T) {
 	client := newClient(t, &redis.Options{Addr: addr})
 	tests := []struct {
 		limit float64
-		lease int // 20, at most limit × 20ms, at least limit × 2ms
+		lease int // 20 from 1000/s, limit × 10ms below, at least limit × 2ms
 	}{
 		{limit: 10, lease: 1},
-		{limit: 100, lease: 2},
-		{limit: 600, lease: 12},
+		{limit: 100, lease: 1},
+		{limit: 600, lease: 6},
 		{limit: 1000, lease: 20},
 		{limit: 5000, lease: 20},
 		{limit: 20000, lease: 40},
@@ -789,9 +789,9 @@ func atMostOver(got, want, over, under float64) bool {
 // when it drops the lease, are counted as unused, one by one.
 func TestSharedCountsTheLeasedSlotsItLetPassAsUnused(t *testing.T) {
 	addr := redistest.Start(t).Addr
-	// A lease is 20 slots at 1000/s; 5 once the replica came late for one
-	// of its slots (it was stopped).
-	const limit, lease, short = 1000.0, 20, 5
+	// A lease is 20 slots at 1000/s (a replica alone keeps them after it
+	// came late for one of its slots).
+	const limit, lease = 1000.0, 20
 	s := newShared(t, newClient(t, &redis.Options{Addr: addr}), limiter.SharedConfig{
 		Key: "shaper:unused", Mode: limiter.Leaky, Limit: limit, Burst: 1, FallbackLimit: 10, Timeout: loadedTimeout,
 	}, nil)
@@ -806,10 +806,10 @@ func TestSharedCountsTheLeasedSlotsItLetPassAsUnused(t *testing.T) {
 	if got := s.Unused(); got != lease-1 {
 		t.Errorf("Unused() after the lease passed = %d; want %d", got, lease-1)
 	}
-	// Close drops the rest of the new lease, a short one.
+	// Close drops the rest of the new lease.
 	s.Close()
-	if got := s.Unused(); got != lease-1+short-1 {
-		t.Errorf("Unused() after Close = %d; want %d", got, lease-1+short-1)
+	if got := s.Unused(); got != 2*(lease-1) {
+		t.Errorf("Unused() after Close = %d; want %d", got, 2*(lease-1))
 	}
 	if s.Fallback() != true {
 		t.Errorf("Fallback() after Close = false; want true")
