@@ -62,6 +62,15 @@ func TestTheScriptHandsGivenBackSlotsOutAgainSpacedByTheFleet(t *testing.T) {
 				if r.extra == 1 {
 					bases = append(bases, r.base)
 				}
+				// Every replica that called so far is counted; token
+				// mode counts none.
+				want := min(i+1, len(tt.ids))
+				if tt.token {
+					want = 0
+				}
+				if r.replicas != want {
+					t.Errorf("call %d: replicas = %d; want %d", i, r.replicas, want)
+				}
 			}
 			if len(bases) != tt.extras {
 				t.Errorf("%d leases held a slot given back; want %d", len(bases), tt.extras)
