@@ -64,12 +64,12 @@ func TestTheScriptHandsGivenBackSlotsOutAgainSpacedByTheFleet(t *testing.T) {
 				}
 				// Every replica that called so far is counted; token
 				// mode counts none.
-				want := min(i+1, len(tt.ids))
+				counted := min(i+1, len(tt.ids))
 				if tt.token {
-					want = 0
+					counted = 0
 				}
-				if r.replicas != want {
-					t.Errorf("call %d: replicas = %d; want %d", i, r.replicas, want)
+				if r.replicas != counted {
+					t.Errorf("call %d: replicas = %d; want %d", i, r.replicas, counted)
 				}
 			}
 			if len(bases) != tt.extras {
